@@ -1,0 +1,27 @@
+"""Transformer layers written with `keras.ops` only (TensorFlow and JAX backends)."""
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import scaled_dot_product_attention
+from keras_transformer.layers.decoder import TransformerDecoderBlock
+from keras_transformer.layers.encoder import TransformerEncoderBlock
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.masks import causal_mask
+from keras_transformer.layers.masks import merge_masks
+from keras_transformer.layers.masks import padding_mask
+from keras_transformer.layers.position import PositionEmbedding
+from keras_transformer.layers.position import SinusoidalPositionEncoding
+from keras_transformer.layers.position import TokenAndPositionEmbedding
+
+__all__ = [
+    "FeedForward",
+    "MultiHeadAttention",
+    "PositionEmbedding",
+    "SinusoidalPositionEncoding",
+    "TokenAndPositionEmbedding",
+    "TransformerDecoderBlock",
+    "TransformerEncoderBlock",
+    "causal_mask",
+    "merge_masks",
+    "padding_mask",
+    "scaled_dot_product_attention",
+]

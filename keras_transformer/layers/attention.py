@@ -1,0 +1,320 @@
+"""Scaled dot-product attention and multi-head attention (Vaswani et al., 2017)."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_transformer.layers.masks import merge_masks
+
+# Masked logits are set to this before the softmax. Logits are float32 there
+# (see `masked_softmax`), so it cannot overflow under mixed precision.
+_MASKED_LOGIT = -1e9
+
+
+def masked_softmax(logits, mask=None):
+    """Softmax over the last axis, computed in float32.
+
+    Masked positions (mask False) get weight 0. A row with no allowed position
+    gets all-zero weights, never NaN, so a padded query contributes nothing.
+    Returns float32 weights; callers cast to their compute dtype.
+    """
+    logits = ops.cast(logits, "float32")
+    if mask is None:
+        return ops.softmax(logits, axis=-1)
+    logits = ops.where(mask, logits, _MASKED_LOGIT)
+    return ops.where(mask, ops.softmax(logits, axis=-1), 0.0)
+
+
+def scaled_dot_product_attention(query, key, value, mask=None):
+    """softmax(Q K^T / sqrt(d_k)) V, with a boolean mask (True = may attend).
+
+    Args:
+        query: `[..., T, d_k]`.
+        key: `[..., S, d_k]`.
+        value: `[..., S, d_v]`.
+        mask: bool, broadcastable to `[..., T, S]`; True = may attend. A query
+            row with no allowed key gets zero weights and a zero output.
+
+    Returns:
+        `(output, weights)`: output `[..., T, d_v]` in the dtype of `value`,
+        weights `[..., T, S]` (float32 softmax, cast to the dtype of `value`).
+
+    Example:
+
+    >>> q = keras.random.normal((2, 4, 8))
+    >>> kv = keras.random.normal((2, 6, 8))
+    >>> output, weights = scaled_dot_product_attention(q, kv, kv)
+    >>> output.shape, weights.shape
+    ((2, 4, 8), (2, 4, 6))
+    """
+    scale = 1.0 / math.sqrt(query.shape[-1])
+    query = ops.multiply(query, ops.cast(scale, query.dtype))
+    logits = ops.einsum("...td,...sd->...ts", query, key)
+    weights = ops.cast(masked_softmax(logits, mask), value.dtype)
+    return ops.einsum("...ts,...sd->...td", weights, value), weights
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention with the weight layout of `keras.layers.MultiHeadAttention`.
+
+    Queries, keys and values are projected per head, attended with
+    scaled dot-product attention (scale `1/sqrt(key_dim)`), concatenated and
+    projected back. The weights come in the same order and shapes as Keras'
+    layer (query, key, value kernels `[d, num_heads, key_dim]` and biases
+    `[num_heads, key_dim]`, output kernel `[num_heads, value_dim, d]` and bias
+    `[d]`), so `set_weights(other.get_weights())` works both ways.
+
+    Masks are merged once, in `keras_transformer.layers.masks.merge_masks`:
+    Keras masks of `query` and `value` (from a `mask_zero=True` embedding),
+    an explicit `attention_mask` and the causal mask. A padded query row gets
+    all-zero attention weights.
+
+    To change how queries and keys are scored (e.g. add a relative position
+    bias), subclass and override `compute_attention_logits`.
+
+    Args:
+        num_heads: number of attention heads.
+        key_dim: size of each head for query and key.
+        value_dim: size of each head for value; defaults to `key_dim`.
+        dropout: dropout rate on the attention weights.
+        use_bias: whether the projections have biases.
+        output_shape: last dimension(s) of the output; defaults to the last
+            dimension of `query`.
+        kernel_initializer, bias_initializer, kernel_regularizer,
+        bias_regularizer, kernel_constraint, bias_constraint: for the four
+            projections, as in `keras.layers.Dense`.
+        seed: seed of the attention dropout.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        query: `[B, T, d_query]`.
+        value: `[B, S, d_value]`.
+        key: `[B, S, d_key]`; defaults to `value`.
+        attention_mask: bool `[B, T, S]`, True = may attend.
+        use_causal_mask: whether query `i` may only attend keys `j <= i`.
+        return_attention_scores: also return the weights `[B, heads, T, S]`.
+        training: whether dropout is active.
+
+    Example:
+
+    >>> layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    >>> x = keras.random.normal((3, 5, 8))
+    >>> output, scores = layer(x, x, return_attention_scores=True)
+    >>> output.shape, scores.shape
+    ((3, 5, 8), (3, 2, 5, 5))
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_shape=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, number in (("num_heads", num_heads), ("key_dim", key_dim)):
+            if not isinstance(number, int) or number <= 0:
+                raise ValueError(f"`{name}` must be a positive integer, got {number!r}.")
+        if value_dim is not None and (not isinstance(value_dim, int) or value_dim <= 0):
+            raise ValueError(f"`value_dim` must be a positive integer or None, got {value_dim!r}.")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1), got {dropout!r}.")
+        if isinstance(output_shape, int):
+            output_shape = (output_shape,)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim or key_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self._output_shape = tuple(output_shape) if output_shape else None
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.seed = seed
+        self.supports_masking = True
+        self.dropout_layer = keras.layers.Dropout(dropout, seed=seed, dtype=self.dtype_policy)
+
+    def build(self, query_shape, value_shape, key_shape=None):
+        key_shape = value_shape if key_shape is None else key_shape
+        for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
+            if len(shape) != 3 or shape[-1] is None:
+                raise ValueError(
+                    f"`{name}` must have shape [batch, length, features] with known "
+                    f"features, got {tuple(shape)}."
+                )
+        output_shape = self._output_shape or (query_shape[-1],)
+        heads = self.num_heads
+        self.query_kernel, self.query_bias = self._add_projection(
+            "query", (query_shape[-1], heads, self.key_dim), (heads, self.key_dim)
+        )
+        self.key_kernel, self.key_bias = self._add_projection(
+            "key", (key_shape[-1], heads, self.key_dim), (heads, self.key_dim)
+        )
+        self.value_kernel, self.value_bias = self._add_projection(
+            "value", (value_shape[-1], heads, self.value_dim), (heads, self.value_dim)
+        )
+        self.output_kernel, self.output_bias = self._add_projection(
+            "attention_output", (heads, self.value_dim, *output_shape), output_shape
+        )
+        self.dropout_layer.build(None)
+
+    def _add_projection(self, name, kernel_shape, bias_shape):
+        kernel = self.add_weight(
+            name=f"{name}_kernel",
+            shape=kernel_shape,
+            initializer=self._clone(self.kernel_initializer),
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+        bias = None
+        if self.use_bias:
+            bias = self.add_weight(
+                name=f"{name}_bias",
+                shape=bias_shape,
+                initializer=self._clone(self.bias_initializer),
+                regularizer=self.bias_regularizer,
+                constraint=self.bias_constraint,
+            )
+        return kernel, bias
+
+    @staticmethod
+    def _clone(initializer):
+        # A stateless initializer reused for several weights would give them
+        # identical values.
+        return initializer.__class__.from_config(initializer.get_config())
+
+    # Projections. Heads go before length ([B, heads, length, dim]) so that
+    # attention is a batched matmul over the two trailing axes.
+
+    def _project_heads(self, inputs, kernel, bias):
+        heads = ops.einsum("btd,dnh->bnth", inputs, kernel)
+        if bias is not None:
+            heads = heads + ops.expand_dims(bias, 1)
+        return heads
+
+    def project_query(self, query):
+        """`[B, T, d]` -> `[B, heads, T, key_dim]`."""
+        return self._project_heads(query, self.query_kernel, self.query_bias)
+
+    def project_key(self, key):
+        """`[B, S, d]` -> `[B, heads, S, key_dim]`."""
+        return self._project_heads(key, self.key_kernel, self.key_bias)
+
+    def project_value(self, value):
+        """`[B, S, d]` -> `[B, heads, S, value_dim]`."""
+        return self._project_heads(value, self.value_kernel, self.value_bias)
+
+    def project_output(self, attended):
+        """`[B, heads, T, value_dim]` -> `[B, T, *output_shape]`."""
+        output_dims = self.output_kernel.shape[2:]
+        kernel = ops.reshape(self.output_kernel, (self.num_heads, self.value_dim, -1))
+        output = ops.einsum("bnth,nhe->bte", attended, kernel)
+        if self.output_bias is not None:
+            output = output + ops.reshape(self.output_bias, (-1,))
+        if len(output_dims) > 1:
+            output = ops.reshape(output, (ops.shape(output)[0], ops.shape(output)[1], *output_dims))
+        return output
+
+    # Attention over projected heads.
+
+    def compute_attention_logits(self, query_heads, key_heads):
+        """Unnormalized scores `[B, heads, T, S]`; override for other scorings."""
+        query_heads = query_heads * ops.cast(1.0 / math.sqrt(self.key_dim), query_heads.dtype)
+        return ops.einsum("bnth,bnsh->bnts", query_heads, key_heads)
+
+    def compute_attention(self, query_heads, key_heads, value_heads, attention_mask=None, training=None):
+        """Attends projected heads.
+
+        Args:
+            query_heads: `[B, heads, T, key_dim]`.
+            key_heads: `[B, heads, S, key_dim]`.
+            value_heads: `[B, heads, S, value_dim]`.
+            attention_mask: bool broadcastable to `[B, T, S]`, True = may attend.
+            training: whether attention dropout is active.
+
+        Returns:
+            `(attended [B, heads, T, value_dim], weights [B, heads, T, S])`.
+        """
+        if attention_mask is not None:
+            attention_mask = ops.expand_dims(attention_mask, 1)  # broadcast over heads
+        logits = self.compute_attention_logits(query_heads, key_heads)
+        weights = ops.cast(masked_softmax(logits, attention_mask), self.compute_dtype)
+        dropped = self.dropout_layer(weights, training=training) if self.dropout > 0 else weights
+        return ops.einsum("bnts,bnsh->bnth", dropped, value_heads), weights
+
+    def call(
+        self,
+        query,
+        value,
+        key=None,
+        query_mask=None,
+        value_mask=None,
+        key_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+    ):
+        if key is None:
+            key = value
+            key_mask = None
+        if key_mask is not None:
+            value_mask = key_mask if value_mask is None else ops.logical_and(value_mask, key_mask)
+        mask = merge_masks(
+            ops.shape(query)[1],
+            ops.shape(value)[1],
+            query_mask=query_mask,
+            key_mask=value_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+        )
+        attended, weights = self.compute_attention(
+            self.project_query(query),
+            self.project_key(key),
+            self.project_value(value),
+            attention_mask=mask,
+            training=training,
+        )
+        output = self.project_output(attended)
+        if return_attention_scores:
+            return output, weights
+        return output
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_shape": self._output_shape,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+                "kernel_constraint": keras.constraints.serialize(self.kernel_constraint),
+                "bias_constraint": keras.constraints.serialize(self.bias_constraint),
+                "seed": self.seed,
+            }
+        )
+        return config

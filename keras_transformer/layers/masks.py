@@ -1,0 +1,77 @@
+"""Attention masks. A boolean mask means True = may attend / is a real token.
+
+Every layer of the project builds its attention mask through `merge_masks`, so
+the rules for combining padding, causal and explicit masks live in one place.
+"""
+
+from keras import ops
+from keras.src.backend.common.masking import get_keras_mask
+
+
+def keras_mask(tensor):
+    """Returns the Keras mask attached to `tensor` (e.g. by an embedding with
+    `mask_zero=True`), or None."""
+    return get_keras_mask(tensor)
+
+
+def padding_mask(token_ids, padding_id=0):
+    """`[B, T]` token ids -> `[B, T]` bool, True where the token is real."""
+    return ops.not_equal(token_ids, padding_id)
+
+
+def causal_mask(query_length, key_length=None, offset=0):
+    """`[T, S]` bool lower-triangular mask.
+
+    Query `i` sits at absolute position `i + offset` (the offset is the number
+    of tokens already in a decoding cache) and may attend key `j` iff
+    `j <= i + offset`.
+    """
+    key_length = query_length if key_length is None else key_length
+    query_positions = ops.expand_dims(ops.arange(query_length, dtype="int32"), -1)
+    key_positions = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)
+    return ops.greater_equal(query_positions + ops.cast(offset, "int32"), key_positions)
+
+
+def merge_masks(
+    query_length,
+    key_length,
+    query_mask=None,
+    key_mask=None,
+    attention_mask=None,
+    use_causal_mask=False,
+    causal_offset=0,
+):
+    """Combines every kind of mask into one bool mask broadcastable to `[B, T, S]`.
+
+    Args:
+        query_length: T, the number of query positions.
+        key_length: S, the number of key positions.
+        query_mask: `[B, T]`, True at real query tokens. A padded query row
+            attends nowhere (its attention weights are all zero).
+        key_mask: `[B, S]`, True at real key tokens.
+        attention_mask: `[B, T, S]` (or broadcastable), True = may attend.
+        use_causal_mask: add the causal mask, see `causal_mask`.
+        causal_offset: absolute position of the first query, for decoding
+            with a cache.
+
+    Returns:
+        A bool tensor of rank 3, or None when no mask applies.
+    """
+    merged = None
+
+    def combine(mask):
+        nonlocal merged
+        mask = ops.cast(mask, "bool")
+        merged = mask if merged is None else ops.logical_and(merged, mask)
+
+    if query_mask is not None:
+        combine(ops.expand_dims(query_mask, -1))
+    if key_mask is not None:
+        combine(ops.expand_dims(key_mask, -2))
+    if use_causal_mask:
+        combine(ops.expand_dims(causal_mask(query_length, key_length, causal_offset), 0))
+    if attention_mask is not None:
+        if len(attention_mask.shape) == 2:
+            attention_mask = ops.expand_dims(attention_mask, 0)
+        combine(attention_mask)
+    return merged
