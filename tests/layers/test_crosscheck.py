@@ -51,8 +51,8 @@ class _SquaredScale(MultiHeadAttention):
 
 
 class _ForgetsCausalMask(MultiHeadAttention):
-    def call(self, query, value, use_causal_mask=False, **kwargs):
-        return super().call(query, value, use_causal_mask=False, **kwargs)
+    def call(self, query, value, key=None, use_causal_mask=False, **kwargs):
+        return super().call(query, value, key=key, **kwargs)
 
 
 @pytest.mark.parametrize(
