@@ -111,9 +111,8 @@ def test_keras_bias_add_shortcut_is_avoided(rng, options):
 def test_weight_layout_matches_keras():
     ours = MultiHeadAttention(num_heads=3, key_dim=4, value_dim=5, output_shape=7)
     theirs = keras.layers.MultiHeadAttention(num_heads=3, key_dim=4, value_dim=5, output_shape=7)
-    query, value = np.zeros((1, 2, 6), "float32"), np.zeros((1, 3, 8), "float32")
-    ours(query, value)
-    theirs(query, value)
+    ours.build((1, 2, 6), (1, 3, 8))
+    theirs.build((1, 2, 6), (1, 3, 8))
     assert [tuple(w.shape) for w in ours.weights] == [tuple(w.shape) for w in theirs.weights]
     assert [tuple(w.shape) for w in ours.weights][:2] == [(6, 3, 4), (3, 4)]
 

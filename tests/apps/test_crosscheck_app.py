@@ -1,0 +1,20 @@
+"""`python -m apps.crosscheck`: the table, and its exit status."""
+
+from apps import crosscheck as crosscheck_app
+from keras_transformer import crosscheck
+
+
+def test_prints_a_row_per_check_and_passes(capsys):
+    assert crosscheck_app.main(["--configurations", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.rstrip().endswith(("yes", "NO"))]
+    assert len(rows) == 4
+    assert "4 of 4 checks within tolerance" in lines[-1]
+
+
+def test_exits_non_zero_when_a_difference_exceeds_the_tolerance(monkeypatch, capsys):
+    # Float32 rounding is never exactly zero on every gradient, so a zero
+    # tolerance must fail.
+    monkeypatch.setattr(crosscheck, "GRADIENT_TOLERANCE", 0.0)
+    assert crosscheck_app.main(["--configurations", "1"]) == 1
+    assert "NO" in capsys.readouterr().out
