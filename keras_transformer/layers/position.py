@@ -109,9 +109,16 @@ class PositionEmbedding(keras.layers.Layer):
 
     def call(self, inputs, start_index=0):
         length = ops.shape(inputs)[-2]
-        embeddings = ops.slice(
-            self.position_embeddings, (start_index, 0), (length, self.position_embeddings.shape[-1])
-        )
+        # JAX's slice clamps an out-of-range start silently; catch what is knowable here.
+        if isinstance(start_index, int) and isinstance(length, int):
+            if start_index + length > self.sequence_length:
+                raise ValueError(
+                    f"Positions {start_index}..{start_index + length - 1} are past "
+                    f"`sequence_length` ({self.sequence_length})."
+                )
+        # A tensor, not the variable: JAX refuses to slice a Keras variable directly.
+        table = ops.convert_to_tensor(self.position_embeddings)
+        embeddings = ops.slice(table, (start_index, 0), (length, table.shape[-1]))
         return ops.broadcast_to(ops.cast(embeddings, self.compute_dtype), ops.shape(inputs))
 
     def compute_output_shape(self, input_shape):
