@@ -3,15 +3,13 @@
 import keras
 from keras import ops
 
-from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.encoder import residual
-from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.block import TransformerBlock
 from keras_transformer.layers.masks import keras_mask
 from keras_transformer.layers.masks import merge_masks
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerDecoderBlock(keras.layers.Layer):
+class TransformerDecoderBlock(TransformerBlock):
     """One decoder block: causal self-attention, cross-attention, feed-forward.
 
     Called with an `encoder_sequence` it is the paper's decoder block;
@@ -75,66 +73,23 @@ class TransformerDecoderBlock(keras.layers.Layer):
         Vaswani et al., "Attention Is All You Need", 2017, section 3.1.
     """
 
-    def __init__(
-        self,
-        num_heads,
-        intermediate_dim,
-        dropout=0.0,
-        activation="relu",
-        layer_norm_epsilon=1e-5,
-        normalize_first=False,
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.activation = keras.activations.get(activation)
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.normalize_first = normalize_first
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.supports_masking = True
+    def __init__(self, num_heads, intermediate_dim, **kwargs):
+        super().__init__(num_heads, intermediate_dim, **kwargs)
         self.cross_attention = None
 
     def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
-        model_dim = decoder_sequence_shape[-1]
-        if model_dim is None or model_dim % self.num_heads:
-            raise ValueError(
-                f"The input width ({model_dim}) must be a multiple of `num_heads` ({self.num_heads})."
-            )
-        self.head_dim = model_dim // self.num_heads
-        common = dict(
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
+        self.head_dim = self._head_dim(decoder_sequence_shape[-1])
+        self.self_attention = self._build_attention(
+            "self_attention", decoder_sequence_shape, decoder_sequence_shape
         )
-
-        def norm(name):
-            layer = keras.layers.LayerNormalization(
-                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-            )
-            layer.build(decoder_sequence_shape)
-            return layer
-
-        self.self_attention = MultiHeadAttention(
-            self.num_heads, self.head_dim, dropout=self.dropout, name="self_attention", **common
-        )
-        self.self_attention.build(decoder_sequence_shape, decoder_sequence_shape)
-        self.self_attention_norm = norm("self_attention_norm")
+        self.self_attention_norm = self._build_norm("self_attention_norm", decoder_sequence_shape)
         if encoder_sequence_shape is not None:
-            self.cross_attention = MultiHeadAttention(
-                self.num_heads, self.head_dim, dropout=self.dropout, name="cross_attention", **common
+            self.cross_attention = self._build_attention(
+                "cross_attention", decoder_sequence_shape, encoder_sequence_shape
             )
-            self.cross_attention.build(decoder_sequence_shape, encoder_sequence_shape)
-            self.cross_attention_norm = norm("cross_attention_norm")
-        self.feed_forward = FeedForward(
-            self.intermediate_dim, self.activation, self.dropout, name="feed_forward", **common
-        )
-        self.feed_forward.build(decoder_sequence_shape)
-        self.feed_forward_norm = norm("feed_forward_norm")
+            self.cross_attention_norm = self._build_norm("cross_attention_norm", decoder_sequence_shape)
+        self.feed_forward = self._build_feed_forward(decoder_sequence_shape)
+        self.feed_forward_norm = self._build_norm("feed_forward_norm", decoder_sequence_shape)
         self.sublayer_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def initialize_self_attention_cache(self, batch_size, max_length):
@@ -212,12 +167,10 @@ class TransformerDecoderBlock(keras.layers.Layer):
         def feed_forward(x):
             return self.feed_forward(x, training=training), None
 
-        x, new_cache = residual(
-            self_attention, decoder_sequence, self.self_attention_norm, self.normalize_first
-        )
+        x, new_cache = self._residual(self_attention, decoder_sequence, self.self_attention_norm)
         if has_source:
-            x, _ = residual(cross_attention, x, self.cross_attention_norm, self.normalize_first)
-        x, _ = residual(feed_forward, x, self.feed_forward_norm, self.normalize_first)
+            x, _ = self._residual(cross_attention, x, self.cross_attention_norm)
+        x, _ = self._residual(feed_forward, x, self.feed_forward_norm)
 
         outputs = (x,)
         if self_attention_cache is not None:
@@ -258,19 +211,3 @@ class TransformerDecoderBlock(keras.layers.Layer):
 
     def compute_mask(self, decoder_sequence, encoder_sequence=None, **kwargs):
         return keras_mask(decoder_sequence)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "activation": keras.activations.serialize(self.activation),
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "normalize_first": self.normalize_first,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-            }
-        )
-        return config

@@ -2,26 +2,12 @@
 
 import keras
 
-from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.block import TransformerBlock
 from keras_transformer.layers.masks import keras_mask
 
 
-def residual(sublayer, inputs, norm, normalize_first):
-    """`norm(x + f(x))` (post-norm, the paper) or `x + f(norm(x))` (pre-norm).
-
-    `sublayer` returns `(output, extra)`; `extra` (attention scores, a cache)
-    is passed through.
-    """
-    if normalize_first:
-        output, extra = sublayer(norm(inputs))
-        return inputs + output, extra
-    output, extra = sublayer(inputs)
-    return norm(inputs + output), extra
-
-
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerEncoderBlock(keras.layers.Layer):
+class TransformerEncoderBlock(TransformerBlock):
     """One encoder block: multi-head self-attention, then a feed-forward network.
 
     Each sub-layer is wrapped in dropout, a residual connection and layer
@@ -59,58 +45,12 @@ class TransformerEncoderBlock(keras.layers.Layer):
         Xiong et al., "On Layer Normalization in the Transformer Architecture", 2020.
     """
 
-    def __init__(
-        self,
-        num_heads,
-        intermediate_dim,
-        dropout=0.0,
-        activation="relu",
-        layer_norm_epsilon=1e-5,
-        normalize_first=False,
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
-        self.activation = keras.activations.get(activation)
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.normalize_first = normalize_first
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.supports_masking = True
-
     def build(self, inputs_shape):
-        model_dim = inputs_shape[-1]
-        if model_dim is None or model_dim % self.num_heads:
-            raise ValueError(
-                f"The input width ({model_dim}) must be a multiple of `num_heads` ({self.num_heads})."
-            )
-        initializers = dict(
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-        )
-        self.self_attention = MultiHeadAttention(
-            self.num_heads, model_dim // self.num_heads, dropout=self.dropout,
-            name="self_attention", **initializers,
-        )
-        self.self_attention.build(inputs_shape, inputs_shape)
+        self.self_attention = self._build_attention("self_attention", inputs_shape, inputs_shape)
         self.self_attention_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
-        self.self_attention_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="self_attention_norm"
-        )
-        self.self_attention_norm.build(inputs_shape)
-        self.feed_forward = FeedForward(
-            self.intermediate_dim, self.activation, self.dropout, name="feed_forward", **initializers
-        )
-        self.feed_forward.build(inputs_shape)
-        self.feed_forward_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="feed_forward_norm"
-        )
-        self.feed_forward_norm.build(inputs_shape)
+        self.self_attention_norm = self._build_norm("self_attention_norm", inputs_shape)
+        self.feed_forward = self._build_feed_forward(inputs_shape)
+        self.feed_forward_norm = self._build_norm("feed_forward_norm", inputs_shape)
 
     def call(
         self,
@@ -138,27 +78,11 @@ class TransformerEncoderBlock(keras.layers.Layer):
         def feed_forward(x):
             return self.feed_forward(x, training=training), None
 
-        x, scores = residual(self_attention, inputs, self.self_attention_norm, self.normalize_first)
-        x, _ = residual(feed_forward, x, self.feed_forward_norm, self.normalize_first)
+        x, scores = self._residual(self_attention, inputs, self.self_attention_norm)
+        x, _ = self._residual(feed_forward, x, self.feed_forward_norm)
         if return_attention_scores:
             return x, scores
         return x
 
     def compute_mask(self, inputs, mask=None, **kwargs):
         return mask
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "activation": keras.activations.serialize(self.activation),
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "normalize_first": self.normalize_first,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-            }
-        )
-        return config
