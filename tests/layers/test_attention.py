@@ -184,3 +184,17 @@ def test_bad_input_rank_is_named():
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
     with pytest.raises(ValueError, match="query"):
         layer(np.zeros((2, 8), "float32"), np.zeros((2, 3, 8), "float32"))
+
+
+def test_masked_softmax_computes_in_float32_for_half_precision_logits():
+    # Logits 1e-3 apart are one float16 step apart near 8; a float16 softmax
+    # would return float16 weights that cannot tell them apart.
+    from keras_transformer.layers.attention import masked_softmax
+
+    logits = np.array([[8.0, 8.004, 8.008]], "float32")
+    for mask in (None, np.array([[True, True, False]])):
+        weights = masked_softmax(ops.cast(logits, "float16"), mask)
+        assert keras.backend.standardize_dtype(weights.dtype) == "float32"
+    half = ops.convert_to_numpy(masked_softmax(ops.cast(logits, "bfloat16")))
+    expected = np.exp(ops.convert_to_numpy(ops.cast(ops.cast(logits, "bfloat16"), "float32")))
+    np.testing.assert_allclose(half[0], expected[0] / expected[0].sum(), atol=1e-6)
