@@ -1,0 +1,180 @@
+"""An encoder-only Transformer that classifies token sequences."""
+
+import keras
+from keras import ops
+
+from keras_transformer.layers import TokenAndPositionEmbedding
+from keras_transformer.layers import TransformerEncoderBlock
+from keras_transformer.layers import padding_mask as make_padding_mask
+
+POOLINGS = ("mean", "max", "cls")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerClassifier(keras.Model):
+    """Token ids in, class probabilities out.
+
+    Embedding plus positions, `num_layers` encoder blocks, a pooling that
+    ignores padding, dropout and a softmax head. Id 0 is padding.
+
+    Args:
+        vocabulary_size: number of token ids.
+        num_classes: number of classes.
+        sequence_length: the longest input, in tokens.
+        num_layers: encoder blocks.
+        d_model: width of embeddings and blocks.
+        num_heads: attention heads per block.
+        intermediate_dim: feed-forward hidden width.
+        dropout: in the blocks, after the embedding and before the head.
+        pooling: `"mean"` (mean over real tokens), `"max"` (max over real
+            tokens) or `"cls"` (the first token's state: inputs must start
+            with `[CLS]`).
+        positional: `"learned"` or `"sinusoidal"` position information.
+        normalize_first: pre-norm blocks (with a final layer norm).
+        **kwargs: base `keras.Model` arguments (`name`, `dtype`).
+
+    Call arguments:
+        token_ids: int `[B, T]`, 0-padded.
+        training: whether dropout is active.
+        return_attention_scores: also return a list, one `[B, heads, T, T]`
+            tensor per block.
+
+    Example:
+
+    >>> model = TransformerClassifier(vocabulary_size=8000, num_classes=5)
+    >>> probabilities = model(keras.ops.ones((2, 16), "int32"))
+    >>> probabilities.shape
+    (2, 5)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017.
+        Devlin et al., "BERT", 2019 (the `[CLS]` pooling).
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        num_classes,
+        sequence_length=256,
+        num_layers=2,
+        d_model=128,
+        num_heads=4,
+        intermediate_dim=256,
+        dropout=0.1,
+        pooling="mean",
+        positional="learned",
+        normalize_first=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if pooling not in POOLINGS:
+            raise ValueError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
+        if not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"`num_classes` must be an integer of at least 2, got {num_classes!r}.")
+        if not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"`num_layers` must be a positive integer, got {num_layers!r}.")
+        if not isinstance(d_model, int) or not isinstance(num_heads, int) or d_model % num_heads:
+            raise ValueError(f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads}).")
+        self.vocabulary_size = vocabulary_size
+        self.num_classes = num_classes
+        self.sequence_length = sequence_length
+        self.num_layers = num_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.pooling = pooling
+        self.positional = positional
+        self.normalize_first = normalize_first
+
+        self.embedding = TokenAndPositionEmbedding(
+            vocabulary_size,
+            sequence_length,
+            d_model,
+            mask_zero=True,
+            positional=positional,
+            dtype=self.dtype_policy,
+            name="embedding",
+        )
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.encoder_blocks = [
+            TransformerEncoderBlock(
+                num_heads=num_heads,
+                intermediate_dim=intermediate_dim,
+                dropout=dropout,
+                activation="gelu",
+                normalize_first=normalize_first,
+                dtype=self.dtype_policy,
+                name=f"encoder_block_{index}",
+            )
+            for index in range(num_layers)
+        ]
+        # Pre-norm stacks leave the residual stream un-normalized; post-norm ends normalized.
+        self.final_norm = (
+            keras.layers.LayerNormalization(epsilon=1e-5, dtype=self.dtype_policy, name="final_norm")
+            if normalize_first
+            else None
+        )
+        self.head_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        # float32 probabilities even under mixed precision.
+        self.head = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="head")
+
+    def build(self, token_ids_shape):
+        self.embedding.build(token_ids_shape)
+        sequence_shape = (*token_ids_shape, self.d_model)
+        for block in self.encoder_blocks:
+            block.build(sequence_shape)
+        if self.final_norm is not None:
+            self.final_norm.build(sequence_shape)
+        self.head.build((token_ids_shape[0], self.d_model))
+        self.built = True
+
+    def call(self, token_ids, training=None, return_attention_scores=False):
+        padding_mask = make_padding_mask(token_ids)
+        x = self.embedding_dropout(self.embedding(token_ids), training=training)
+        attention_scores = []
+        for block in self.encoder_blocks:
+            x, scores = block(
+                x, padding_mask=padding_mask, training=training, return_attention_scores=True
+            )
+            attention_scores.append(scores)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        pooled = self._pool(x, padding_mask)
+        probabilities = self.head(self.head_dropout(pooled, training=training))
+        if return_attention_scores:
+            return probabilities, attention_scores
+        return probabilities
+
+    def _pool(self, sequence, padding_mask):
+        if self.pooling == "cls":
+            return sequence[:, 0, :]
+        real = ops.cast(ops.expand_dims(padding_mask, -1), sequence.dtype)
+        if self.pooling == "max":
+            lowest = ops.cast(-65000.0 if sequence.dtype == "float16" else -1e9, sequence.dtype)
+            return ops.max(ops.where(real > 0, sequence, lowest), axis=1)
+        # An input with no real token pools to zeros rather than dividing by zero.
+        count = ops.maximum(ops.sum(real, axis=1), ops.cast(1.0, sequence.dtype))
+        return ops.sum(sequence * real, axis=1) / count
+
+    def compute_output_shape(self, token_ids_shape):
+        return (token_ids_shape[0], self.num_classes)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "num_classes": self.num_classes,
+                "sequence_length": self.sequence_length,
+                "num_layers": self.num_layers,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "pooling": self.pooling,
+                "positional": self.positional,
+                "normalize_first": self.normalize_first,
+            }
+        )
+        return config
