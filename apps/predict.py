@@ -1,0 +1,134 @@
+"""Classify raw texts with an exported classifier SavedModel.
+
+    python -m apps.predict exported_models/classifier "Shares fell as oil rose." "A new album"
+    python -m apps.predict exported_models/classifier/3 < texts.txt     # one text per line
+    python -m apps.predict exported_models/classifier --json "some text"
+    python -m apps.predict exported_models/classifier --plot-attention "some text" --out attention.png
+
+MODEL is a version folder or a base folder (its newest version is used). Only
+`tensorflow` and `tensorflow_text` are needed to load the model; this app uses
+the project for finding versions and drawing plots.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from keras_transformer.export.versions import latest_version_dir  # noqa: E402
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m apps.predict",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("model", help="exported model: base folder or version folder")
+    parser.add_argument("texts", nargs="*", help="texts to classify (default: one per line from stdin)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per text")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--plot-attention", metavar="TEXT", default=None,
+                        help="draw the encoder's attention for TEXT instead of classifying")
+    parser.add_argument("--out", default="attention.png", help="PNG path for --plot-attention")
+    parser.add_argument("--layer", type=int, default=-1,
+                        help="encoder block to draw, 0-based; negative counts from the last (default -1)")
+    return parser
+
+
+def load_model(path):
+    """The newest version under `path` (or `path` itself), with its class names."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  registers the tokenizer ops the graph uses
+
+    version_dir = latest_version_dir(path)
+    model = tf.saved_model.load(version_dir)
+    names_path = os.path.join(version_dir, "assets.extra", "class_names.txt")
+    class_names = None
+    if os.path.exists(names_path):
+        with open(names_path, encoding="utf-8") as names_file:
+            class_names = [line.rstrip("\n") for line in names_file]
+    return version_dir, model, class_names
+
+
+def classify(model, texts, batch_size):
+    import tensorflow as tf
+
+    serve = model.signatures["serving_default"]
+    for start in range(0, len(texts), batch_size):
+        outputs = serve(text=tf.constant(texts[start : start + batch_size], tf.string))
+        labels = outputs["label"].numpy()
+        probabilities = outputs["probabilities"].numpy()
+        for offset, (label, row) in enumerate(zip(labels, probabilities)):
+            yield texts[start + offset], label.decode("utf-8"), row
+
+
+def print_prediction(text, label, probabilities, class_names, as_json):
+    names = class_names or [str(index) for index in range(len(probabilities))]
+    by_class = {name: round(float(p), 4) for name, p in zip(names, probabilities)}
+    if as_json:
+        print(json.dumps({"text": text, "label": label, "probabilities": by_class}, ensure_ascii=False))
+        return
+    preview = " ".join(text.split())
+    preview = preview if len(preview) <= 70 else preview[:67] + "..."
+    print(f"{label:<15} {max(probabilities):6.1%}  {preview!r}")
+    print("    " + "  ".join(f"{name} {p:.3f}" for name, p in by_class.items()))
+
+
+def plot_attention(model, text, out_path, layer):
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_transformer import plots
+
+    if "attention" not in model.signatures:
+        raise ValueError("This export has no `attention` signature (exported by an older version?).")
+    outputs = model.signatures["attention"](text=tf.constant([text], tf.string))
+    tokens = [token.decode("utf-8", errors="replace") for token in outputs["tokens"].numpy()[0]]
+    scores = outputs["attention_scores"].numpy()[0]  # [layers, heads, T, T]
+    length = sum(1 for token in tokens if token)
+    if length == 0:
+        raise ValueError("The text has no tokens to draw.")
+    num_layers = scores.shape[0]
+    if not -num_layers <= layer < num_layers:
+        raise ValueError(f"--layer {layer} is out of range for {num_layers} encoder blocks.")
+    layer = layer % num_layers
+    weights = np.asarray(scores[layer, :, :length, :length])
+    tokens = tokens[:length]
+    plots.plot_attention(
+        weights, tokens, tokens, out_path,
+        title=f"Encoder block {layer} self-attention ({length} tokens)",
+    )
+    return out_path
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        version_dir, model, class_names = load_model(args.model)
+    except (FileNotFoundError, OSError) as error:
+        parser.exit(2, f"error: {error}\n")
+    if args.plot_attention is not None:
+        try:
+            path = plot_attention(model, args.plot_attention, args.out, args.layer)
+        except ValueError as error:
+            parser.exit(2, f"error: {error}\n")
+        print(f"Attention plot written to {path}")
+        return 0
+    texts = args.texts
+    if not texts:
+        if sys.stdin.isatty():
+            print("Reading texts from stdin, one per line (Ctrl-D to end)...", file=sys.stderr)
+        texts = [line.rstrip("\n") for line in sys.stdin]
+    if not args.json:
+        print(f"Model: {version_dir}")
+    for text, label, probabilities in classify(model, texts, args.batch_size):
+        print_prediction(text, label, probabilities, class_names, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""Training a `TransformerClassifier` from texts: vocabulary, fit, evaluation.
+
+`apps/train_classifier.py` parses flags into a `ClassifierSettings` and calls
+`train_classifier`; `benchmarks/classifier_quality.py` calls it too, so the
+benchmark measures exactly what users run.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer import plots
+from keras_transformer.models import TransformerClassifier
+from keras_transformer.text import WordPieceTokenizer
+from keras_transformer.text import build_vocabulary
+from keras_transformer.text import save_vocabulary
+from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.callbacks import TimeBudget
+from keras_transformer.training.evaluation import classification_report
+from keras_transformer.training.evaluation import format_classification_report
+
+
+@dataclasses.dataclass
+class ClassifierSettings:
+    """Everything that shapes a classifier run; saved with the run for `--resume`."""
+
+    epochs: int = 30
+    batch_size: int = 32
+    sequence_length: int = 256
+    vocabulary_size: int = 8000
+    num_layers: int = 2
+    d_model: int = 128
+    num_heads: int = 4
+    intermediate_dim: int = 256
+    dropout: float = 0.1
+    pooling: str = "mean"
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.1
+    clip_norm: float = 1.0
+    patience: int = 4
+    seed: int = 1337
+
+    def validate(self):
+        for name in ("epochs", "batch_size", "sequence_length", "vocabulary_size", "num_layers",
+                     "d_model", "num_heads", "intermediate_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"`d_model` ({self.d_model}) must be divisible by `num_heads` ({self.num_heads})."
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1), got {self.dropout}.")
+        if self.learning_rate <= 0:
+            raise ValueError(f"`learning_rate` must be positive, got {self.learning_rate}.")
+        return self
+
+
+@dataclasses.dataclass
+class ClassifierRun:
+    """What `train_classifier` hands back."""
+
+    model: TransformerClassifier
+    tokenizer: WordPieceTokenizer
+    class_names: list
+    report: dict
+    epochs_completed: int
+    stopped_by_time_budget: bool
+    training_seconds: float
+    run_dir: str
+
+
+def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=None, verbose=1):
+    """Builds the vocabulary, trains with `fit`, evaluates on the test split.
+
+    Args:
+        data: a `keras_transformer.data.ClassificationData`.
+        settings: a `ClassifierSettings`.
+        run_dir: folder for the run's vocabulary, backup, checkpoints, logs,
+            history, report and plots.
+        resume: continue from the run folder's last backup (weights, optimizer
+            and epoch); the saved settings and vocabulary are used.
+        time_budget_minutes: stop training after this much wall-clock time,
+            then evaluate as usual.
+        verbose: Keras verbosity (progress bars at 1).
+    """
+    folder = RunFolder(run_dir)
+    settings_path = folder.file("settings.json")
+    vocabulary_path = folder.file("vocabulary.txt")
+    if resume and folder.has_backup() and os.path.exists(settings_path):
+        with open(settings_path) as settings_file:
+            saved = json.load(settings_file)
+        if saved["class_names"] != data.class_names:
+            raise ValueError(
+                f"Cannot resume {run_dir}: it was trained on classes {saved['class_names']}, "
+                f"the data now has {data.class_names}."
+            )
+        settings = ClassifierSettings(**saved["settings"])
+        _say(verbose, f"Resuming {run_dir} with its saved settings and vocabulary.")
+    else:
+        if resume:
+            _say(verbose, f"Nothing to resume in {run_dir}: starting a new run.")
+        folder.start_fresh()
+        settings.validate()
+        _say(verbose, f"Building a WordPiece vocabulary from {len(data.train)} training texts...")
+        vocabulary = build_vocabulary(data.train.texts, settings.vocabulary_size)
+        save_vocabulary(vocabulary, vocabulary_path)
+        with open(settings_path, "w") as settings_file:
+            json.dump(
+                {"settings": dataclasses.asdict(settings), "class_names": data.class_names,
+                 "data": data.name},
+                settings_file,
+                indent=2,
+            )
+    keras.utils.set_random_seed(settings.seed)
+    tokenizer = WordPieceTokenizer(vocabulary_path)
+    add_cls = settings.pooling == "cls"
+
+    def encode(split):
+        token_ids = tokenizer.encode(
+            tf.constant(split.texts, tf.string), settings.sequence_length, add_cls=add_cls
+        )
+        return token_ids.numpy(), np.asarray(split.labels, np.int32)
+
+    train_ids, train_labels = encode(data.train)
+    validation_ids, validation_labels = encode(data.validation)
+    test_ids, test_labels = encode(data.test)
+
+    model = TransformerClassifier(
+        vocabulary_size=tokenizer.vocabulary_size,
+        num_classes=len(data.class_names),
+        sequence_length=settings.sequence_length,
+        num_layers=settings.num_layers,
+        d_model=settings.d_model,
+        num_heads=settings.num_heads,
+        intermediate_dim=settings.intermediate_dim,
+        dropout=settings.dropout,
+        pooling=settings.pooling,
+    )
+    # BackupAndRestore loads weights before the first batch, so they must exist.
+    model.build((None, settings.sequence_length))
+    steps_per_epoch = math.ceil(len(train_ids) / settings.batch_size)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(
+            learning_rate=_warmup_cosine(settings, steps_per_epoch),
+            weight_decay=settings.weight_decay,
+            clipnorm=settings.clip_norm,
+        ),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    train_dataset = (
+        tf.data.Dataset.from_tensor_slices((train_ids, train_labels))
+        .shuffle(len(train_ids), seed=settings.seed, reshuffle_each_iteration=True)
+        .batch(settings.batch_size)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    validation_dataset = (
+        tf.data.Dataset.from_tensor_slices((validation_ids, validation_labels))
+        .batch(settings.batch_size)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    time_budget = TimeBudget(time_budget_minutes)
+    started = time.monotonic()
+    model.fit(
+        train_dataset,
+        validation_data=validation_dataset,
+        epochs=settings.epochs,
+        shuffle=False,  # the dataset reshuffles itself, seeded
+        callbacks=[time_budget, *folder.callbacks(patience=settings.patience)],
+        verbose=verbose,
+    )
+    training_seconds = time.monotonic() - started
+
+    history = folder.read_history()
+    probabilities = model.predict(test_ids, batch_size=settings.batch_size, verbose=0)
+    report = classification_report(test_labels, np.argmax(probabilities, axis=-1), data.class_names)
+    report.update(
+        {
+            "data": data.name,
+            "split": "test",
+            "epochs_completed": len(history.get("loss", [])),
+            "stopped_by_time_budget": time_budget.exhausted,
+            "training_seconds": round(training_seconds, 1),
+            "settings": dataclasses.asdict(settings),
+        }
+    )
+    with open(folder.file("metrics.json"), "w") as metrics_file:
+        json.dump(report, metrics_file, indent=2)
+    plots.plot_confusion_matrix(
+        np.asarray(report["confusion_matrix"]), data.class_names, folder.file("confusion_matrix.png")
+    )
+    if history:
+        plots.plot_learning_curves(history, folder.file("learning_curves.png"))
+    model.save(folder.file("model.keras"))
+    _say(verbose, format_classification_report(report))
+    return ClassifierRun(
+        model=model,
+        tokenizer=tokenizer,
+        class_names=list(data.class_names),
+        report=report,
+        epochs_completed=report["epochs_completed"],
+        stopped_by_time_budget=time_budget.exhausted,
+        training_seconds=training_seconds,
+        run_dir=folder.path,
+    )
+
+
+def _warmup_cosine(settings, steps_per_epoch):
+    total_steps = max(1, settings.epochs * steps_per_epoch)
+    warmup_steps = max(1, int(settings.warmup_fraction * total_steps))
+    # Keras' CosineDecay warms up linearly from its initial rate to the target.
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0,
+        decay_steps=max(1, total_steps - warmup_steps),
+        warmup_target=settings.learning_rate,
+        warmup_steps=warmup_steps,
+        alpha=0.0,
+    )
+
+
+def _say(verbose, message):
+    if verbose:
+        print(message, flush=True)
