@@ -1,0 +1,113 @@
+"""`python -m apps.predict`: texts from arguments or stdin, plain or JSON output,
+base or version folders, attention plots, and its usage errors."""
+
+import io
+import json
+import sys
+
+import pytest
+
+from apps import predict
+from tests.classifier_fixtures import CLASS_NAMES
+from tests.classifier_fixtures import is_png
+
+TEXTS = ["goal match team", "stocks market shares", "film music actor"]
+
+
+def label_lines(output):
+    """The first word of each prediction line (the label), skipping the
+    `Model:` line and the indented per-class probability lines."""
+    return [line.split()[0] for line in output.splitlines()
+            if line.strip() and not line.startswith((" ", "Model:"))]
+
+
+def usage_error(argv, capsys):
+    with pytest.raises(SystemExit) as raised:
+        predict.main(argv)
+    assert raised.value.code == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    return lines[0]
+
+
+def test_prints_the_model_and_one_label_per_text(trained_classifier, capsys):
+    assert predict.main([trained_classifier.export_dir, *TEXTS[:2]]) == 0
+    output = capsys.readouterr().out
+    assert output.splitlines()[0] == f"Model: {trained_classifier.version_dir}"
+    labels = label_lines(output)
+    assert len(labels) == 2
+    assert set(labels) <= set(CLASS_NAMES)
+    # Each text's line shows its (shortened) text.
+    assert repr(TEXTS[0]) in output and repr(TEXTS[1]) in output
+
+
+def test_json_lines_have_the_label_and_probabilities_by_class(trained_classifier, capsys):
+    assert predict.main(["--json", trained_classifier.export_dir, *TEXTS]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(TEXTS)
+    for text, line in zip(TEXTS, lines):
+        answer = json.loads(line)
+        assert answer["text"] == text
+        assert answer["label"] in CLASS_NAMES
+        assert sorted(answer["probabilities"]) == CLASS_NAMES
+        # Rounded to 4 decimals each.
+        assert sum(answer["probabilities"].values()) == pytest.approx(1.0, abs=1e-3)
+        assert answer["label"] == max(answer["probabilities"], key=answer["probabilities"].get)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="apps/predict.py uses parse_args, so texts after an option (the docstring's own "
+    "`MODEL --json \"some text\"`) are 'unrecognized arguments'; parse_intermixed_args fixes it",
+)
+def test_texts_may_follow_options_as_the_usage_shows(trained_classifier, capsys):
+    assert predict.main([trained_classifier.export_dir, "--json", *TEXTS]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(TEXTS)
+
+
+def test_reads_texts_from_stdin(trained_classifier, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(text + "\n" for text in TEXTS)))
+    assert predict.main([trained_classifier.export_dir, "--json"]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [answer["text"] for answer in answers] == TEXTS  # newlines stripped
+
+
+def test_a_version_folder_answers_as_its_base_folder(trained_classifier, capsys):
+    assert predict.main(["--json", trained_classifier.export_dir, *TEXTS]) == 0
+    from_base = capsys.readouterr().out
+    assert predict.main(["--json", trained_classifier.version_dir, *TEXTS]) == 0
+    assert capsys.readouterr().out == from_base
+
+
+def test_a_missing_model_is_a_usage_error(tmp_path, capsys):
+    missing = str(tmp_path / "no_model")
+    message = usage_error([missing, "some text"], capsys)
+    assert missing in message
+
+
+def test_plot_attention_writes_a_png(trained_classifier, tmp_path, capsys):
+    out = tmp_path / "plots" / "a.png"  # the folder is made for it
+    assert predict.main([trained_classifier.export_dir, "--plot-attention", TEXTS[0], "--out", str(out)]) == 0
+    assert is_png(out)
+    assert str(out) in capsys.readouterr().out
+
+
+def test_a_layer_out_of_range_is_a_usage_error(trained_classifier, tmp_path, capsys):
+    out = tmp_path / "a.png"
+    message = usage_error(
+        [trained_classifier.export_dir, "--plot-attention", TEXTS[0], "--out", str(out), "--layer", "5"], capsys
+    )
+    assert "--layer 5" in message and "1 encoder block" in message
+    assert not out.exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="apps/predict.py does not check --batch-size: 0 reaches range(0, n, 0) in classify() "
+    "and ends in a ValueError traceback instead of a usage error",
+)
+def test_a_zero_batch_size_is_a_usage_error(trained_classifier, capsys):
+    message = usage_error(["--batch-size", "0", trained_classifier.export_dir, TEXTS[0]], capsys)
+    assert "--batch-size" in message

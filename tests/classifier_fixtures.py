@@ -1,0 +1,132 @@
+"""One small classifier trained by `apps.train_classifier` and exported, shared by
+tests/apps and tests/export.
+
+The corpus is synthetic: each class has its own three keywords, mixed with
+filler words every class uses, so a one-block model learns it in three
+epochs. Training runs once per session (`trained_classifier`), however many
+conftest files expose the fixture.
+"""
+
+import contextlib
+import csv
+import dataclasses
+import io
+import os
+import random
+
+import pytest
+
+# Class name -> its keywords. The app sorts class names, so the model's class
+# order is `CLASS_NAMES`.
+KEYWORDS = {
+    "sport": ("goal", "match", "team"),
+    "business": ("stocks", "market", "shares"),
+    "culture": ("film", "music", "actor"),
+}
+CLASS_NAMES = sorted(KEYWORDS)
+FILLER = (
+    "the a of and to in is was on for with as by at from this that it "
+    "today yesterday people city news report week year new old big small"
+).split()
+
+# Small enough to train, evaluate and export in seconds on two CPU cores.
+MODEL_FLAGS = [
+    "--sequence-length", "32",
+    "--vocab-size", "200",
+    "--num-layers", "1",
+    "--d-model", "16",
+    "--num-heads", "2",
+    "--intermediate-dim", "32",
+]
+TRAIN_FLAGS = [
+    *MODEL_FLAGS,
+    "--epochs", "3",
+    "--batch-size", "16",
+    "--learning-rate", "0.005",
+    "--verbose", "0",
+]
+
+
+def keyword_text(label, rng, filler_words=4):
+    words = list(KEYWORDS[label]) + rng.sample(FILLER, filler_words)
+    rng.shuffle(words)
+    return " ".join(words)
+
+
+def write_keyword_csv(path, num_examples=120, seed=0, classes=None):
+    """Writes a `text,label` CSV of `num_examples` keyword texts, classes in turn."""
+    rng = random.Random(seed)
+    classes = list(classes or KEYWORDS)
+    with open(path, "w", newline="", encoding="utf-8") as csv_file:
+        writer = csv.writer(csv_file)
+        writer.writerow(["text", "label"])
+        for index in range(num_examples):
+            label = classes[index % len(classes)]
+            writer.writerow([keyword_text(label, rng), label])
+    return str(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedClassifier:
+    csv_path: str
+    run_dir: str
+    export_dir: str  # the base folder
+    version_dir: str  # export_dir/1
+    exit_status: int
+    stdout: str
+    class_names: list
+
+
+_CACHE = {}
+
+
+def train_and_export(tmp_path_factory):
+    """Runs `apps.train_classifier.main` once per session; later calls reuse it."""
+    if "trained" not in _CACHE:
+        from apps import train_classifier
+
+        folder = tmp_path_factory.mktemp("trained_classifier")
+        csv_path = write_keyword_csv(folder / "keywords.csv")
+        run_dir = str(folder / "run")
+        export_dir = str(folder / "export")
+        # Keep what main prints out of whichever test asked first.
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            status = train_classifier.main(
+                ["--data", f"csv:{csv_path}", *TRAIN_FLAGS, "--run-dir", run_dir, "--export-dir", export_dir]
+            )
+        _CACHE["trained"] = TrainedClassifier(
+            csv_path=csv_path,
+            run_dir=run_dir,
+            export_dir=export_dir,
+            version_dir=os.path.join(export_dir, "1"),
+            exit_status=status,
+            stdout=printed.getvalue(),
+            class_names=list(CLASS_NAMES),
+        )
+    return _CACHE["trained"]
+
+
+@pytest.fixture(scope="session")
+def trained_classifier(tmp_path_factory):
+    """`TrainedClassifier`: a run folder and `export/1` from `apps.train_classifier`."""
+    return train_and_export(tmp_path_factory)
+
+
+def snapshot(folder):
+    """{relative path: (bytes, mtime_ns)} of every file under `folder`."""
+    files = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as file:
+                files[os.path.relpath(path, folder)] = (file.read(), os.stat(path).st_mtime_ns)
+    return files
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def is_png(path):
+    with open(path, "rb") as file:
+        return file.read(8) == PNG_SIGNATURE
