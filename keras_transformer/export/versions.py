@@ -14,26 +14,31 @@ import tempfile
 
 def existing_versions(base_dir):
     """Sorted integer versions present under `base_dir` (empty if none)."""
+    return sorted(_version_folders(base_dir))
+
+
+def _version_folders(base_dir):
+    """`{version: folder name}`; `007` is version 7, as TensorFlow Serving reads it."""
     if not os.path.isdir(base_dir):
-        return []
-    return sorted(
-        int(entry)
-        for entry in os.listdir(base_dir)
+        return {}
+    return {
+        int(entry): entry
+        for entry in sorted(os.listdir(base_dir), reverse=True)
         if entry.isdigit() and int(entry) > 0 and os.path.isdir(os.path.join(base_dir, entry))
-    )
+    }
 
 
 def latest_version_dir(path):
     """`path` itself if it is a SavedModel folder, else its newest version folder."""
     if os.path.isfile(os.path.join(path, "saved_model.pb")):
         return path
-    versions = existing_versions(path)
-    if not versions:
+    folders = _version_folders(path)
+    if not folders:
         raise FileNotFoundError(
             f"No exported model at {path}: expected a SavedModel folder or "
             f"version folders {path}/1, {path}/2, ... holding saved_model.pb."
         )
-    return os.path.join(path, str(versions[-1]))
+    return os.path.join(path, folders[max(folders)])
 
 
 def write_new_version(base_dir, write_fn):
@@ -54,17 +59,20 @@ def write_new_version(base_dir, write_fn):
             raise RuntimeError(f"The export wrote no saved_model.pb into {staging}.")
         # mkdtemp makes the folder private; a model server may run as another user.
         os.chmod(staging, 0o755)
+        versions = existing_versions(base_dir)
+        number = (versions[-1] if versions else 0) + 1
         while True:
-            versions = existing_versions(base_dir)
-            target = os.path.join(base_dir, str((versions[-1] if versions else 0) + 1))
+            target = os.path.join(base_dir, str(number))
             try:
-                # os.rename onto an existing folder fails, so two exporters
-                # racing for one number cannot overwrite each other: retry.
+                # os.rename onto a non-empty folder fails, so two exporters
+                # racing for one number cannot overwrite each other; a stray
+                # file of that name is skipped the same way.
                 os.rename(staging, target)
                 return target
             except OSError:
                 if not os.path.exists(target):
                     raise
+                number += 1
     finally:
         if os.path.exists(staging):
             shutil.rmtree(staging, ignore_errors=True)

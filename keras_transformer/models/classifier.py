@@ -1,5 +1,7 @@
 """An encoder-only Transformer that classifies token sequences."""
 
+import numbers
+
 import keras
 from keras import ops
 
@@ -69,14 +71,14 @@ class TransformerClassifier(keras.Model):
         super().__init__(**kwargs)
         if pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
-        if not isinstance(num_classes, int) or num_classes < 2:
+        if not isinstance(num_classes, numbers.Integral) or num_classes < 2:
             raise ValueError(f"`num_classes` must be an integer of at least 2, got {num_classes!r}.")
-        if not isinstance(num_layers, int) or num_layers < 1:
+        if not isinstance(num_layers, numbers.Integral) or num_layers < 1:
             raise ValueError(f"`num_layers` must be a positive integer, got {num_layers!r}.")
         if not isinstance(d_model, int) or not isinstance(num_heads, int) or d_model % num_heads:
             raise ValueError(f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads}).")
         self.vocabulary_size = vocabulary_size
-        self.num_classes = num_classes
+        self.num_classes = int(num_classes)
         self.sequence_length = sequence_length
         self.num_layers = num_layers
         self.d_model = d_model

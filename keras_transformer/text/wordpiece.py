@@ -8,6 +8,7 @@ tracked, so `keras.export.ExportArchive.track(tokenizer)` carries it into an
 export that needs only `tensorflow` and `tensorflow_text` to load.
 """
 
+import numbers
 import os
 
 import tensorflow as tf
@@ -47,7 +48,7 @@ def build_vocabulary(texts, vocabulary_size, lower_case=True, normalization_form
     Returns:
         A list of tokens; `RESERVED_TOKENS` first, so `[PAD]` has id 0.
     """
-    if not isinstance(vocabulary_size, int) or vocabulary_size <= len(RESERVED_TOKENS):
+    if not isinstance(vocabulary_size, numbers.Integral) or vocabulary_size <= len(RESERVED_TOKENS):
         raise ValueError(
             f"`vocabulary_size` must be an integer above {len(RESERVED_TOKENS)} "
             f"(the reserved tokens), got {vocabulary_size!r}."
@@ -62,7 +63,37 @@ def build_vocabulary(texts, vocabulary_size, lower_case=True, normalization_form
     splitter = BasicTokenizer(**_bert_parameters(lower_case, normalization_form))
     words = dataset.batch(256).map(splitter.tokenize).prefetch(tf.data.AUTOTUNE)
     word_counts = list(learner.count_words(words).items())
-    return _learn_wordpieces(word_counts, vocabulary_size)[:vocabulary_size]
+    return _fit_to_size(_learn_wordpieces(word_counts, vocabulary_size), vocabulary_size)
+
+
+def _fit_to_size(vocabulary, vocabulary_size):
+    """Cuts a learned vocabulary to size without losing any character.
+
+    The learner ends its list with every single character (and its `##`
+    form), which spell any word; when the characters alone overflow the
+    requested size it returns more tokens than asked. Cutting the tail would
+    drop characters and turn whole words into `[UNK]`, so the cut falls on
+    the multi-character pieces instead.
+    """
+    if len(vocabulary) <= vocabulary_size:
+        return vocabulary
+    reserved = [token for token in vocabulary if token in RESERVED_TOKENS]
+    characters = [
+        token for token in vocabulary
+        if token not in RESERVED_TOKENS and len(token.removeprefix("##")) == 1
+    ]
+    pieces = [
+        token for token in vocabulary
+        if token not in RESERVED_TOKENS and len(token.removeprefix("##")) > 1
+    ]
+    room = vocabulary_size - len(reserved) - len(characters)
+    if room < 0:
+        raise ValueError(
+            f"`vocabulary_size` {vocabulary_size} cannot hold the {len(reserved)} reserved tokens "
+            f"and the {len(characters)} characters of this corpus: use at least "
+            f"{len(reserved) + len(characters)}."
+        )
+    return reserved + pieces[:room] + characters
 
 
 def _learn_wordpieces(word_counts, vocabulary_size):
@@ -158,13 +189,13 @@ class WordPieceTokenizer(tf.Module):
         is first cut to `max_tokens * BYTES_PER_TOKEN` bytes, then to
         `max_tokens` tokens.
         """
-        texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        texts = _valid_utf8_tensor(tf.convert_to_tensor(texts, dtype=tf.string))
         if max_tokens is not None:
+            # Runs of whitespace would otherwise eat the byte allowance.
+            texts = tf.strings.regex_replace(texts, r"\s+", " ")
             texts = tf.strings.substr(texts, 0, max_tokens * BYTES_PER_TOKEN)
-        # After the cut: a byte-level cut can split a character, which this repairs.
-        texts = tf.strings.unicode_transcode(
-            texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-        )
+            # A byte-level cut can split a character; repair it.
+            texts = _valid_utf8_tensor(texts)
         token_ids = self._tokenizer.tokenize(texts).merge_dims(-2, -1)
         if max_tokens is not None:
             token_ids = token_ids[:, :max_tokens]
@@ -236,6 +267,12 @@ def _bert_parameters(lower_case, normalization_form):
         "lower_case": lower_case,
         "normalization_form": None if lower_case else normalization_form,
     }
+
+
+def _valid_utf8_tensor(texts):
+    return tf.strings.unicode_transcode(
+        texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+    )
 
 
 def _valid_utf8(text):
