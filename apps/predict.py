@@ -106,7 +106,10 @@ def plot_attention(model, text, out_path, layer):
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Intermixed: texts may come after options (`MODEL --json "text"`).
+    args = parser.parse_intermixed_args(argv)
+    if args.batch_size < 1:
+        parser.exit(2, f"error: --batch-size must be at least 1, got {args.batch_size}\n")
     try:
         version_dir, model, class_names = load_model(args.model)
     except (FileNotFoundError, OSError) as error:

@@ -76,14 +76,16 @@ class RunFolder:
         """Backup (for `--resume`), checkpoints, TensorBoard, history, early stopping."""
         os.makedirs(self.file("checkpoints"), exist_ok=True)
         callbacks = [
-            keras.callbacks.BackupAndRestore(self.backup_dir, save_freq="epoch"),
+            # Before the backup: a kill between the two then repeats an epoch
+            # (read_history keeps its last row) rather than losing its row.
+            # Appends, so the curve after a resume still starts at epoch 1.
+            keras.callbacks.CSVLogger(self.history_path, append=True),
             keras.callbacks.ModelCheckpoint(self.file("checkpoints", "last.keras")),
             keras.callbacks.ModelCheckpoint(
                 self.file("checkpoints", "best.keras"), monitor=monitor, save_best_only=True
             ),
             keras.callbacks.TensorBoard(self.file("logs")),
-            # Appends, so the curve after a resume still starts at epoch 1.
-            keras.callbacks.CSVLogger(self.history_path, append=True),
+            keras.callbacks.BackupAndRestore(self.backup_dir, save_freq="epoch"),
         ]
         if patience:
             callbacks.append(

@@ -106,6 +106,14 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
         settings = ClassifierSettings(**saved["settings"])
         _say(verbose, f"Resuming {run_dir} with its saved settings and vocabulary.")
     else:
+        if resume and os.path.exists(folder.file("metrics.json")):
+            # Keras drops the backup when training ends; starting over here
+            # would wipe a finished run's checkpoints and results.
+            raise ValueError(
+                f"The run in {run_dir} already finished (see {folder.file('metrics.json')}); "
+                "there is nothing to resume. Drop --resume to train again from scratch, "
+                "or pass another --run-dir."
+            )
         if resume:
             _say(verbose, f"Nothing to resume in {run_dir}: starting a new run.")
         folder.start_fresh()

@@ -57,11 +57,6 @@ def test_json_lines_have_the_label_and_probabilities_by_class(trained_classifier
         assert answer["label"] == max(answer["probabilities"], key=answer["probabilities"].get)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="apps/predict.py uses parse_args, so texts after an option (the docstring's own "
-    "`MODEL --json \"some text\"`) are 'unrecognized arguments'; parse_intermixed_args fixes it",
-)
 def test_texts_may_follow_options_as_the_usage_shows(trained_classifier, capsys):
     assert predict.main([trained_classifier.export_dir, "--json", *TEXTS]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(TEXTS)
@@ -103,11 +98,6 @@ def test_a_layer_out_of_range_is_a_usage_error(trained_classifier, tmp_path, cap
     assert not out.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="apps/predict.py does not check --batch-size: 0 reaches range(0, n, 0) in classify() "
-    "and ends in a ValueError traceback instead of a usage error",
-)
 def test_a_zero_batch_size_is_a_usage_error(trained_classifier, capsys):
     message = usage_error(["--batch-size", "0", trained_classifier.export_dir, TEXTS[0]], capsys)
     assert "--batch-size" in message

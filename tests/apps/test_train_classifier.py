@@ -156,6 +156,17 @@ def test_heads_that_do_not_divide_the_width_are_a_usage_error(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "run")
 
 
+def test_resume_of_a_finished_run_refuses_and_keeps_its_results(trained_classifier, capsys):
+    before = snapshot(trained_classifier.run_dir)
+    message = run_expecting_usage_error(
+        ["--data", f"csv:{trained_classifier.csv_path}", *TRAIN_FLAGS, "--resume",
+         "--run-dir", trained_classifier.run_dir, "--no-export"],
+        capsys,
+    )
+    assert "already finished" in message and trained_classifier.run_dir in message
+    assert snapshot(trained_classifier.run_dir) == before
+
+
 # --- time budget, and a second export next to the first ----------------------------
 
 
@@ -249,7 +260,9 @@ def test_resume_after_sigkill_continues_from_the_last_backup(tmp_path):
     history = read_history(run_dir)
     epochs = [int(row["epoch"]) for row in history]
     assert sorted(set(epochs)) == list(range(6))
-    assert len(epochs) == 6
+    # A kill after an epoch's history row but before its backup repeats that
+    # one epoch on resume (the row is logged first on purpose); nothing else repeats.
+    assert len(epochs) - len(set(epochs)) <= 1
     # The rows from before the kill are kept, and training went on from the
     # epoch after the last backup rather than starting over.
     assert history[: len(before_kill)] == before_kill
@@ -260,11 +273,6 @@ def test_resume_after_sigkill_continues_from_the_last_backup(tmp_path):
     assert metrics["stopped_by_time_budget"] is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RunFolder.callbacks puts BackupAndRestore before CSVLogger: a kill after an epoch's "
-    "backup but before its history row loses that row for good after --resume",
-)
 def test_a_kill_between_the_backup_and_the_history_row_loses_no_epoch(tmp_path, monkeypatch):
     """The window a SIGKILL can hit, made deterministic, on a one-weight model
     trained with the run folder's callbacks."""
