@@ -26,7 +26,7 @@ DEMO_TEXTS := "Shares in the carmaker rose after profits beat forecasts." \
 
 demo: venv
 	$(VENV_PYTHON) -m apps.train_classifier --data bbc --max-examples 800 --epochs 4 \
-		--time-budget 5 --verbose 2 --run-dir runs/demo-classifier --export-dir exported_models/classifier
+		--time-budget 3 --verbose 2 --run-dir runs/demo-classifier --export-dir exported_models/classifier
 	$(VENV_PYTHON) -m apps.predict exported_models/classifier $(DEMO_TEXTS)
 
 crosscheck: venv

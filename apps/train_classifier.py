@@ -15,7 +15,6 @@ goes to EXPORT_DIR/N, N one above the newest version there.
 """
 
 import argparse
-import dataclasses
 import os
 import sys
 

@@ -113,6 +113,18 @@ def trained_classifier(tmp_path_factory):
     return train_and_export(tmp_path_factory)
 
 
+def expect_usage_error(main, argv, capsys):
+    """Runs an app's `main(argv)`, expecting exit status 2 and one `error: ...` line."""
+    with pytest.raises(SystemExit) as raised:
+        main(argv)
+    assert raised.value.code == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    return lines[0]
+
+
 def snapshot(folder):
     """{relative path: (bytes, mtime_ns)} of every file under `folder`."""
     files = {}

@@ -9,6 +9,7 @@ import pytest
 
 from apps import predict
 from tests.classifier_fixtures import CLASS_NAMES
+from tests.classifier_fixtures import expect_usage_error
 from tests.classifier_fixtures import is_png
 
 TEXTS = ["goal match team", "stocks market shares", "film music actor"]
@@ -22,14 +23,7 @@ def label_lines(output):
 
 
 def usage_error(argv, capsys):
-    with pytest.raises(SystemExit) as raised:
-        predict.main(argv)
-    assert raised.value.code == 2
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err + captured.out
-    lines = [line for line in captured.err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
-    return lines[0]
+    return expect_usage_error(predict.main, argv, capsys)
 
 
 def test_prints_the_model_and_one_label_per_text(trained_classifier, capsys):

@@ -19,6 +19,7 @@ from keras_transformer.training import callbacks as training_callbacks
 from tests.classifier_fixtures import CLASS_NAMES
 from tests.classifier_fixtures import MODEL_FLAGS
 from tests.classifier_fixtures import TRAIN_FLAGS
+from tests.classifier_fixtures import expect_usage_error
 from tests.classifier_fixtures import is_png
 from tests.classifier_fixtures import snapshot
 from tests.classifier_fixtures import write_keyword_csv
@@ -107,15 +108,7 @@ def test_checkpoints_load_and_best_is_the_exported_model(trained_classifier):
 
 
 def run_expecting_usage_error(argv, capsys):
-    with pytest.raises(SystemExit) as raised:
-        train_classifier.main(argv)
-    assert raised.value.code == 2
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err + captured.out
-    lines = [line for line in captured.err.splitlines() if line.strip()]
-    assert len(lines) == 1, captured.err
-    assert lines[0].startswith("error: ")
-    return lines[0]
+    return expect_usage_error(train_classifier.main, argv, capsys)
 
 
 def test_missing_csv_file_is_a_usage_error(tmp_path, capsys):

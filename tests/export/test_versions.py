@@ -9,6 +9,7 @@ from keras_transformer.export import versions
 from keras_transformer.export.versions import existing_versions
 from keras_transformer.export.versions import latest_version_dir
 from keras_transformer.export.versions import write_new_version
+from tests.classifier_fixtures import snapshot
 
 
 def write_saved_model(folder, content=b"model"):
@@ -27,17 +28,6 @@ def writer(content):
 def read(folder):
     with open(os.path.join(folder, "saved_model.pb"), "rb") as model_file:
         return model_file.read()
-
-
-def snapshot(base_dir):
-    """Every file under base_dir with its bytes."""
-    files = {}
-    for root, _, names in os.walk(base_dir):
-        for name in names:
-            path = os.path.join(root, name)
-            with open(path, "rb") as handle:
-                files[os.path.relpath(path, base_dir)] = handle.read()
-    return files
 
 
 # --- existing_versions ---------------------------------------------------------
