@@ -30,16 +30,16 @@ from keras_transformer.training.evaluation import format_classification_report
 class ClassifierSettings:
     """Everything that shapes a classifier run; saved with the run for `--resume`."""
 
-    epochs: int = 7
+    epochs: int = 12
     batch_size: int = 32
     sequence_length: int = 512
     vocabulary_size: int = 8000
-    num_layers: int = 2
+    num_layers: int = 1
     d_model: int = 128
     num_heads: int = 4
     intermediate_dim: int = 256
-    dropout: float = 0.2
-    pooling: str = "mean"
+    dropout: float = 0.3
+    pooling: str = "max"
     learning_rate: float = 1e-3
     weight_decay: float = 0.01
     warmup_fraction: float = 0.1
