@@ -1,5 +1,6 @@
 """Models built from `keras_transformer.layers`."""
 
 from keras_transformer.models.classifier import TransformerClassifier
+from keras_transformer.models.seq2seq import Seq2SeqTransformer
 
-__all__ = ["TransformerClassifier"]
+__all__ = ["Seq2SeqTransformer", "TransformerClassifier"]

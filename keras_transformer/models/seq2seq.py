@@ -1,0 +1,218 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need"."""
+
+import keras
+from keras import ops
+
+from keras_transformer.layers import TokenAndPositionEmbedding
+from keras_transformer.layers import TransformerDecoderBlock
+from keras_transformer.layers import TransformerEncoderBlock
+from keras_transformer.layers import padding_mask as make_padding_mask
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Seq2SeqTransformer(keras.Model):
+    """Source ids and shifted target ids in, next-token logits out.
+
+    Id 0 is padding on both sides. Besides `call` (teacher forcing, for
+    `fit`), the model exposes the pieces a decoder loop needs: `encode`,
+    `initialize_cache` and `decode_step`, which runs the decoder on one new
+    token with every block's key/value cache, so the encoder runs once per
+    batch and each step costs one position.
+
+    Args:
+        source_vocabulary_size: source token ids.
+        target_vocabulary_size: target token ids.
+        sequence_length: the longest source or target, in tokens.
+        num_encoder_layers: encoder blocks.
+        num_decoder_layers: decoder blocks.
+        d_model: width of embeddings and blocks.
+        num_heads: attention heads.
+        intermediate_dim: feed-forward hidden width.
+        dropout: in every block and after the embeddings.
+        share_embeddings: one token table for source, target and the output
+            projection (needs one shared vocabulary).
+        normalize_first: pre-norm blocks (with final layer norms); trains
+            more stably at high learning rates than the paper's post-norm.
+        **kwargs: base `keras.Model` arguments.
+
+    Call arguments:
+        inputs: dict with `source_ids` `[B, S]` and `target_ids` `[B, T]`
+            (the target shifted right, starting with `[START]`).
+        training: whether dropout is active.
+
+    Returns logits `[B, T, target_vocabulary_size]`, float32.
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017.
+    """
+
+    def __init__(
+        self,
+        source_vocabulary_size,
+        target_vocabulary_size,
+        sequence_length=64,
+        num_encoder_layers=3,
+        num_decoder_layers=3,
+        d_model=256,
+        num_heads=4,
+        intermediate_dim=1024,
+        dropout=0.1,
+        share_embeddings=False,
+        normalize_first=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if share_embeddings and source_vocabulary_size != target_vocabulary_size:
+            raise ValueError(
+                "`share_embeddings` needs one vocabulary: got source size "
+                f"{source_vocabulary_size} and target size {target_vocabulary_size}."
+            )
+        if d_model % num_heads:
+            raise ValueError(f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads}).")
+        self.source_vocabulary_size = source_vocabulary_size
+        self.target_vocabulary_size = target_vocabulary_size
+        self.sequence_length = sequence_length
+        self.num_encoder_layers = num_encoder_layers
+        self.num_decoder_layers = num_decoder_layers
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.intermediate_dim = intermediate_dim
+        self.dropout = dropout
+        self.share_embeddings = share_embeddings
+        self.normalize_first = normalize_first
+
+        def embedding(vocabulary_size, name):
+            return TokenAndPositionEmbedding(
+                vocabulary_size, sequence_length, d_model, mask_zero=True,
+                positional="sinusoidal", dtype=self.dtype_policy, name=name,
+            )
+
+        def block_arguments(index, kind):
+            return dict(
+                num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
+                activation="relu", normalize_first=normalize_first,
+                dtype=self.dtype_policy, name=f"{kind}_block_{index}",
+            )
+
+        self.source_embedding = embedding(source_vocabulary_size, "source_embedding")
+        self.target_embedding = (
+            self.source_embedding if share_embeddings else embedding(target_vocabulary_size, "target_embedding")
+        )
+        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.encoder_blocks = [
+            TransformerEncoderBlock(**block_arguments(index, "encoder")) for index in range(num_encoder_layers)
+        ]
+        self.decoder_blocks = [
+            TransformerDecoderBlock(**block_arguments(index, "decoder")) for index in range(num_decoder_layers)
+        ]
+        norm = dict(epsilon=1e-5, dtype=self.dtype_policy)
+        self.encoder_norm = keras.layers.LayerNormalization(name="encoder_norm", **norm) if normalize_first else None
+        self.decoder_norm = keras.layers.LayerNormalization(name="decoder_norm", **norm) if normalize_first else None
+        # With shared embeddings the output projection is the token table itself.
+        self.output_projection = (
+            None if share_embeddings
+            else keras.layers.Dense(target_vocabulary_size, dtype=self.dtype_policy, name="output_projection")
+        )
+
+    def build(self, input_shape=None):
+        batch = None
+        source_shape, target_shape = (batch, self.sequence_length), (batch, self.sequence_length)
+        self.source_embedding.build(source_shape)
+        if not self.share_embeddings:
+            self.target_embedding.build(target_shape)
+            self.output_projection.build((batch, self.sequence_length, self.d_model))
+        width = (batch, self.sequence_length, self.d_model)
+        for block in self.encoder_blocks:
+            block.build(width)
+        for block in self.decoder_blocks:
+            block.build(width, width)
+        for norm in (self.encoder_norm, self.decoder_norm):
+            if norm is not None:
+                norm.build(width)
+        self.built = True
+
+    # --- the pieces ---------------------------------------------------------------
+
+    def encode(self, source_ids, training=None):
+        """`[B, S]` ids -> (`[B, S, d]` encoder output, `[B, S]` bool padding mask)."""
+        source_mask = make_padding_mask(source_ids)
+        x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
+        for block in self.encoder_blocks:
+            x = block(x, padding_mask=source_mask, training=training)
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+        return x, source_mask
+
+    def decode(self, target_ids, encoder_output, source_mask, training=None, return_attention_scores=False):
+        """Teacher-forced decoder: `[B, T]` ids -> logits `[B, T, V]` (and each block's scores)."""
+        x = self.embedding_dropout(self.target_embedding(target_ids), training=training)
+        target_mask = make_padding_mask(target_ids)
+        scores = []
+        for block in self.decoder_blocks:
+            x, block_scores = block(
+                x, encoder_sequence=encoder_output, decoder_padding_mask=target_mask,
+                encoder_padding_mask=source_mask, training=training, return_attention_scores=True,
+            )
+            scores.append(block_scores)
+        logits = self._logits(x)
+        return (logits, scores) if return_attention_scores else logits
+
+    def initialize_cache(self, encoder_output, max_length):
+        """Caches for `decode_step`: (self-attention `[L, B, 2, heads, max_length, head_dim]`
+        zeros, cross-attention `[L, B, 2, heads, S, head_dim]` projected once)."""
+        batch_size = ops.shape(encoder_output)[0]
+        self_cache = ops.stack(
+            [block.initialize_self_attention_cache(batch_size, max_length) for block in self.decoder_blocks]
+        )
+        cross_cache = ops.stack(
+            [block.compute_cross_attention_cache(encoder_output) for block in self.decoder_blocks]
+        )
+        return self_cache, cross_cache
+
+    def decode_step(self, token_ids, index, self_cache, cross_cache, source_mask):
+        """One decoding step: `[B, 1]` ids at position `index` -> (logits `[B, V]`, new self cache)."""
+        x = self.target_embedding(token_ids, start_index=index)
+        new_caches = []
+        for layer, block in enumerate(self.decoder_blocks):
+            x, new_cache = block(
+                x, decoder_padding_mask=None, encoder_padding_mask=source_mask,
+                self_attention_cache=self_cache[layer], self_attention_cache_update_index=index,
+                cross_attention_cache=cross_cache[layer],
+            )
+            new_caches.append(new_cache)
+        return self._logits(x)[:, 0, :], ops.stack(new_caches)
+
+    def _logits(self, x):
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        if self.share_embeddings:
+            table = ops.convert_to_tensor(self.target_embedding.token_embedding.embeddings)
+            logits = ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
+        else:
+            logits = self.output_projection(x)
+        return ops.cast(logits, "float32")
+
+    # --- Keras ----------------------------------------------------------------------
+
+    def call(self, inputs, training=None):
+        encoder_output, source_mask = self.encode(inputs["source_ids"], training=training)
+        return self.decode(inputs["target_ids"], encoder_output, source_mask, training=training)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "source_vocabulary_size": self.source_vocabulary_size,
+                "target_vocabulary_size": self.target_vocabulary_size,
+                "sequence_length": self.sequence_length,
+                "num_encoder_layers": self.num_encoder_layers,
+                "num_decoder_layers": self.num_decoder_layers,
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "intermediate_dim": self.intermediate_dim,
+                "dropout": self.dropout,
+                "share_embeddings": self.share_embeddings,
+                "normalize_first": self.normalize_first,
+            }
+        )
+        return config
