@@ -1,0 +1,143 @@
+"""Greedy and beam search over a cached decoder, in TensorFlow ops only.
+
+Both run the encoder once per batch and then one decoder position per step
+(`model.decode_step` with each block's key/value cache), inside one
+`tf.while_loop` with fixed-shape state, so they trace into a SavedModel and
+stop as soon as every sequence has produced `[END]`.
+
+`model` is anything with the `Seq2SeqTransformer` decoding methods:
+`encode(source_ids)`, `initialize_cache(encoder_output, max_length)` and
+`decode_step(token_ids, index, self_cache, cross_cache, source_mask)`.
+"""
+
+import tensorflow as tf
+
+NEGATIVE_INFINITY = -1e9
+
+
+def greedy_decode(model, source_ids, max_length, start_id, end_id):
+    """Most probable next token at every step.
+
+    Args:
+        model: a `Seq2SeqTransformer` (or anything with its decoding methods).
+        source_ids: int `[B, S]`, 0-padded.
+        max_length: most tokens to generate (`[END]` included).
+        start_id, end_id: the target's `[START]` and `[END]` ids.
+
+    Returns:
+        int32 `[B, max_length]`: generated ids, `[END]` included, 0 after it.
+    """
+    encoder_output, source_mask = model.encode(source_ids, training=False)
+    self_cache, cross_cache = model.initialize_cache(encoder_output, max_length)
+    batch_size = tf.shape(source_ids)[0]
+    tokens = tf.fill([batch_size], tf.constant(start_id, tf.int32))
+    finished = tf.zeros([batch_size], tf.bool)
+    outputs = tf.TensorArray(tf.int32, size=max_length, element_shape=[None])
+
+    def keep_going(index, tokens, finished, self_cache, outputs):
+        return tf.logical_and(index < max_length, tf.logical_not(tf.reduce_all(finished)))
+
+    def step(index, tokens, finished, self_cache, outputs):
+        logits, self_cache = model.decode_step(tokens[:, None], index, self_cache, cross_cache, source_mask)
+        next_tokens = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        next_tokens = tf.where(finished, 0, next_tokens)
+        outputs = outputs.write(index, next_tokens)
+        finished = tf.logical_or(finished, tf.equal(next_tokens, end_id))
+        return index + 1, next_tokens, finished, self_cache, outputs
+
+    steps, _, _, _, outputs = tf.while_loop(
+        keep_going, step, (tf.constant(0), tokens, finished, self_cache, outputs)
+    )
+    generated = tf.transpose(outputs.stack()[:steps])  # [B, steps]
+    return tf.pad(generated, [[0, 0], [0, max_length - steps]])
+
+
+def beam_search(
+    model, source_ids, max_length, start_id, end_id, beam_width=4, length_penalty=0.6,
+    return_all_beams=False,
+):
+    """Keeps the `beam_width` most probable prefixes of every source.
+
+    Hypotheses are ranked, when finished and at the end, by
+    `log P(y) / ((5 + |y|) / 6) ** length_penalty` (Wu et al., 2016), where
+    `|y|` counts generated tokens up to and including `[END]`. A finished
+    hypothesis stays in its beam with its score frozen.
+
+    Args:
+        model, source_ids, max_length, start_id, end_id: as `greedy_decode`.
+        beam_width: hypotheses kept per source; 1 is greedy decoding.
+        length_penalty: 0 ranks by total log-probability, which favours
+            short outputs; higher values favour longer ones.
+        return_all_beams: return every hypothesis, best first.
+
+    Returns:
+        (int32 `[B, max_length]` best hypothesis per source, float32 `[B]`
+        its length-normalized score); with `return_all_beams`,
+        `[B, beam_width, max_length]` and `[B, beam_width]`.
+    """
+    encoder_output, source_mask = model.encode(source_ids, training=False)
+    batch_size = tf.shape(source_ids)[0]
+    flat_size = batch_size * beam_width
+    # Every beam of a source starts from the same encoder output.
+    encoder_output = tf.repeat(encoder_output, beam_width, axis=0)
+    source_mask = tf.repeat(source_mask, beam_width, axis=0)
+    self_cache, cross_cache = model.initialize_cache(encoder_output, max_length)
+
+    # Only the first beam is live at the start, so the first step does not
+    # pick the same token beam_width times.
+    log_probs = tf.tile(
+        tf.concat([[0.0], tf.fill([beam_width - 1], NEGATIVE_INFINITY)], axis=0)[None, :], [batch_size, 1]
+    )
+    tokens = tf.fill([flat_size], tf.constant(start_id, tf.int32))
+    sequences = tf.zeros([batch_size, beam_width, max_length], tf.int32)
+    finished = tf.zeros([batch_size, beam_width], tf.bool)
+    lengths = tf.zeros([batch_size, beam_width], tf.int32)
+
+    def keep_going(index, tokens, log_probs, sequences, finished, lengths, self_cache):
+        return tf.logical_and(index < max_length, tf.logical_not(tf.reduce_all(finished)))
+
+    def step(index, tokens, log_probs, sequences, finished, lengths, self_cache):
+        logits, self_cache = model.decode_step(tokens[:, None], index, self_cache, cross_cache, source_mask)
+        step_log_probs = tf.nn.log_softmax(logits)
+        vocabulary_size = tf.shape(step_log_probs)[-1]
+        step_log_probs = tf.reshape(step_log_probs, [batch_size, beam_width, vocabulary_size])
+        # A finished hypothesis may only "continue" with padding, at no cost.
+        frozen = tf.one_hot(0, vocabulary_size, on_value=0.0, off_value=NEGATIVE_INFINITY)
+        step_log_probs = tf.where(finished[:, :, None], frozen[None, None, :], step_log_probs)
+        candidates = tf.reshape(log_probs[:, :, None] + step_log_probs, [batch_size, -1])
+        log_probs, flat_choice = tf.math.top_k(candidates, k=beam_width)
+        parent = flat_choice // vocabulary_size
+        next_tokens = flat_choice % vocabulary_size
+
+        sequences = tf.gather(sequences, parent, batch_dims=1)
+        finished = tf.gather(finished, parent, batch_dims=1)
+        lengths = tf.gather(lengths, parent, batch_dims=1)
+        sequences = tf.tensor_scatter_nd_update(
+            tf.transpose(sequences, [2, 0, 1]), [[index]], next_tokens[None]
+        )
+        sequences = tf.transpose(sequences, [1, 2, 0])
+        lengths = lengths + tf.cast(tf.logical_not(finished), tf.int32)
+        finished = tf.logical_or(finished, tf.equal(next_tokens, end_id))
+
+        # Reorder every cache to follow its hypothesis' parent beam.
+        parent_rows = tf.reshape(parent + tf.range(batch_size)[:, None] * beam_width, [-1])
+        self_cache = tf.gather(self_cache, parent_rows, axis=1)
+        return index + 1, tf.reshape(next_tokens, [-1]), log_probs, sequences, finished, lengths, self_cache
+
+    _, _, log_probs, sequences, finished, lengths, _ = tf.while_loop(
+        keep_going,
+        step,
+        (tf.constant(0), tokens, log_probs, sequences, finished, lengths, self_cache),
+    )
+    scores = length_normalized(log_probs, lengths, length_penalty)
+    if return_all_beams:
+        scores, order = tf.math.top_k(scores, k=beam_width)
+        return tf.gather(sequences, order, batch_dims=1), scores
+    best = tf.argmax(scores, axis=-1, output_type=tf.int32)
+    return tf.gather(sequences, best, batch_dims=1), tf.gather(scores, best, batch_dims=1)
+
+
+def length_normalized(log_probs, lengths, length_penalty):
+    """GNMT's `log P / ((5 + length) / 6) ** alpha`."""
+    penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, length_penalty)
+    return log_probs / penalty
