@@ -190,7 +190,9 @@ class Seq2SeqTransformer(keras.Model):
             logits = ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
         else:
             logits = self.output_projection(x)
-        return ops.cast(logits, "float32")
+        # A fresh tensor without the Keras mask the layers passed along: Keras
+        # would apply it a second time in the loss, which masks padding itself.
+        return ops.copy(ops.cast(logits, "float32"))
 
     # --- Keras ----------------------------------------------------------------------
 

@@ -1,0 +1,76 @@
+"""Losses, metrics and schedules for sequence outputs where id 0 is padding."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
+    """Token cross-entropy from logits, averaged over real (non-zero) targets.
+
+    Args:
+        label_smoothing: mass spread evenly over the vocabulary (Szegedy et
+            al., 2016; the paper uses 0.1).
+        padding_id: target id that does not count.
+    """
+
+    def __init__(self, label_smoothing=0.0, padding_id=0, name="masked_crossentropy", **kwargs):
+        super().__init__(name=name, reduction="sum", **kwargs)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}.")
+        self.label_smoothing = label_smoothing
+        self.padding_id = padding_id
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "int32")
+        logits = ops.cast(y_pred, "float32")
+        vocabulary_size = ops.shape(logits)[-1]
+        targets = ops.one_hot(y_true, vocabulary_size)
+        if self.label_smoothing:
+            targets = targets * (1.0 - self.label_smoothing) + self.label_smoothing / ops.cast(
+                vocabulary_size, "float32"
+            )
+        per_token = -ops.sum(targets * ops.log_softmax(logits, axis=-1), axis=-1)
+        real = ops.cast(ops.not_equal(y_true, self.padding_id), "float32")
+        # "sum" reduction over this already-normalized value: the mean over real tokens.
+        return ops.sum(per_token * real) / ops.maximum(ops.sum(real), 1.0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.pop("reduction", None)
+        config.update({"label_smoothing": self.label_smoothing, "padding_id": self.padding_id})
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+def masked_accuracy(y_true, y_pred, padding_id=0):
+    """Share of real (non-padding) target tokens whose argmax is right."""
+    y_true = ops.cast(y_true, "int32")
+    predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+    real = ops.not_equal(y_true, padding_id)
+    correct = ops.logical_and(ops.equal(predicted, y_true), real)
+    return ops.sum(ops.cast(correct, "float32")) / ops.maximum(ops.sum(ops.cast(real, "float32")), 1.0)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """The paper's rate: `scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)`.
+
+    Linear warmup for `warmup_steps`, then inverse square-root decay
+    (Vaswani et al., 2017, section 5.3). `scale` multiplies the whole curve.
+    """
+
+    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+        super().__init__()
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.scale = scale
+
+    def __call__(self, step):
+        step = ops.maximum(ops.cast(step, "float32") + 1.0, 1.0)
+        warmup = ops.cast(self.warmup_steps, "float32")
+        rate = ops.minimum(ops.rsqrt(step), step * warmup**-1.5)
+        return self.scale * (self.d_model**-0.5) * rate
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
