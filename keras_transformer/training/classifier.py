@@ -20,6 +20,7 @@ from keras_transformer.models import TransformerClassifier
 from keras_transformer.text import WordPieceTokenizer
 from keras_transformer.text import build_vocabulary
 from keras_transformer.text import save_vocabulary
+from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.callbacks import TimeBudget
 from keras_transformer.training.evaluation import classification_report
@@ -221,14 +222,7 @@ def _batches(token_ids, labels, batch_size, shuffle_seed=None):
 
 
 def _trim_padding(token_ids, labels):
-    """Drops the padding columns every row of the batch has.
-
-    Short texts (a verse, a review) padded to a 512-token sequence would
-    otherwise pay for 512 positions of attention; the model is exact on any
-    length up to its `sequence_length`.
-    """
-    longest = tf.reduce_max(tf.reduce_sum(tf.cast(token_ids != 0, tf.int32), axis=1))
-    return token_ids[:, : tf.maximum(longest, 1)], labels
+    return trim_shared_padding(token_ids), labels
 
 
 def _warmup_cosine(settings, steps_per_epoch):

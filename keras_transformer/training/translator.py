@@ -1,0 +1,207 @@
+"""Training a `Seq2SeqTransformer` from sentence pairs: vocabularies, fit, samples.
+
+`apps/train_translator.py` parses flags into a `TranslatorSettings` and calls
+`train_translator`. The run folder has the same layout as the classifier's
+(`RunFolder`), so `--resume` and `--time-budget` behave the same.
+"""
+
+import dataclasses
+import json
+import os
+import time
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.decoding import greedy_decode
+from keras_transformer.models import Seq2SeqTransformer
+from keras_transformer.text import WordPieceTokenizer
+from keras_transformer.text import build_vocabulary
+from keras_transformer.text import save_vocabulary
+from keras_transformer.training.batching import trim_shared_padding
+from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.callbacks import TimeBudget
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.losses import TransformerSchedule
+from keras_transformer.training.losses import masked_accuracy
+
+
+@dataclasses.dataclass
+class TranslatorSettings:
+    """Everything that shapes a translator run; saved with the run for `--resume`."""
+
+    epochs: int = 20
+    batch_size: int = 64
+    sequence_length: int = 64
+    vocabulary_size: int = 8000
+    num_layers: int = 3
+    d_model: int = 256
+    num_heads: int = 4
+    intermediate_dim: int = 1024
+    dropout: float = 0.1
+    label_smoothing: float = 0.1
+    warmup_steps: int = 1000
+    learning_rate_scale: float = 1.0
+    clip_norm: float = 1.0
+    patience: int = 3
+    seed: int = 1337
+
+    def validate(self):
+        for name in ("epochs", "batch_size", "sequence_length", "vocabulary_size", "num_layers",
+                     "d_model", "num_heads", "intermediate_dim", "warmup_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"`d_model` ({self.d_model}) must be divisible by `num_heads` ({self.num_heads})."
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"`dropout` must be in [0, 1), got {self.dropout}.")
+        return self
+
+
+@dataclasses.dataclass
+class TranslatorRun:
+    model: Seq2SeqTransformer
+    source_tokenizer: WordPieceTokenizer
+    target_tokenizer: WordPieceTokenizer
+    samples: list
+    epochs_completed: int
+    stopped_by_time_budget: bool
+    training_seconds: float
+    run_dir: str
+
+
+def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=None, verbose=1,
+                     num_samples=5):
+    """Builds one vocabulary per language, trains with `fit`, translates a few test sources.
+
+    Args:
+        data: a `keras_transformer.data.TranslationData`.
+        settings: a `TranslatorSettings`.
+        run_dir: the run folder (vocabularies, backup, checkpoints, logs, history).
+        resume: continue from the run folder's last backup with its saved settings.
+        time_budget_minutes: stop training after this much wall-clock time.
+        verbose: Keras verbosity.
+        num_samples: test sources to translate (greedy) and print at the end.
+    """
+    folder = RunFolder(run_dir)
+    settings_path = folder.file("settings.json")
+    source_vocabulary = folder.file("source_vocabulary.txt")
+    target_vocabulary = folder.file("target_vocabulary.txt")
+    if resume and folder.has_backup() and os.path.exists(settings_path):
+        with open(settings_path) as settings_file:
+            settings = TranslatorSettings(**json.load(settings_file)["settings"])
+        _say(verbose, f"Resuming {run_dir} with its saved settings and vocabularies.")
+    else:
+        if resume and os.path.exists(folder.file("samples.json")):
+            raise ValueError(
+                f"The run in {run_dir} already finished; there is nothing to resume. "
+                "Drop --resume to train again from scratch, or pass another --run-dir."
+            )
+        folder.start_fresh()
+        settings.validate()
+        _say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
+        # Sources are lower-cased (less sparsity); targets keep case, since they are output.
+        save_vocabulary(build_vocabulary(data.train.sources, settings.vocabulary_size), source_vocabulary)
+        save_vocabulary(
+            build_vocabulary(data.train.targets, settings.vocabulary_size, lower_case=False),
+            target_vocabulary,
+        )
+        with open(settings_path, "w") as settings_file:
+            json.dump({"settings": dataclasses.asdict(settings), "data": data.name}, settings_file, indent=2)
+    keras.utils.set_random_seed(settings.seed)
+    source_tokenizer = WordPieceTokenizer(source_vocabulary)
+    target_tokenizer = WordPieceTokenizer(target_vocabulary, lower_case=False)
+
+    def batches(split, shuffle):
+        sources = source_tokenizer.encode(tf.constant(split.sources), settings.sequence_length).numpy()
+        targets = target_tokenizer.encode(
+            tf.constant(split.targets), settings.sequence_length + 1, add_start_end=True
+        ).numpy()
+        dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
+        if shuffle:
+            dataset = dataset.shuffle(len(sources), seed=settings.seed, reshuffle_each_iteration=True)
+        return dataset.batch(settings.batch_size).map(_teacher_forcing).prefetch(tf.data.AUTOTUNE)
+
+    train_dataset = batches(data.train, shuffle=True)
+    validation_dataset = batches(data.validation, shuffle=False)
+
+    model = Seq2SeqTransformer(
+        source_vocabulary_size=source_tokenizer.vocabulary_size,
+        target_vocabulary_size=target_tokenizer.vocabulary_size,
+        sequence_length=settings.sequence_length + 1,
+        num_encoder_layers=settings.num_layers,
+        num_decoder_layers=settings.num_layers,
+        d_model=settings.d_model,
+        num_heads=settings.num_heads,
+        intermediate_dim=settings.intermediate_dim,
+        dropout=settings.dropout,
+    )
+    model.build()
+    model.compile(
+        optimizer=keras.optimizers.Adam(
+            TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale),
+            beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=settings.clip_norm,
+        ),
+        loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
+        metrics=[masked_accuracy],
+    )
+    time_budget = TimeBudget(time_budget_minutes)
+    started = time.monotonic()
+    model.fit(
+        train_dataset,
+        validation_data=validation_dataset,
+        epochs=settings.epochs,
+        shuffle=False,
+        callbacks=[time_budget, *folder.callbacks(patience=settings.patience)],
+        verbose=verbose,
+    )
+    training_seconds = time.monotonic() - started
+    history = folder.read_history()
+
+    sources = data.test.sources[:num_samples]
+    source_ids = source_tokenizer.encode(tf.constant(sources), settings.sequence_length)
+    generated = greedy_decode(
+        model, source_ids, settings.sequence_length,
+        target_tokenizer.token_id("[START]"), target_tokenizer.token_id("[END]"),
+    )
+    translations = [text.decode("utf-8") for text in target_tokenizer.detokenize(generated).numpy()]
+    samples = [
+        {"source": source, "reference": reference, "translation": translation}
+        for source, reference, translation in zip(sources, data.test.targets, translations)
+    ]
+    with open(folder.file("samples.json"), "w", encoding="utf-8") as samples_file:
+        json.dump(samples, samples_file, indent=2, ensure_ascii=False)
+    if history:
+        from keras_transformer import plots
+
+        plots.plot_learning_curves(history, folder.file("learning_curves.png"))
+    model.save(folder.file("model.keras"))
+    for sample in samples:
+        _say(verbose, f"  source:      {sample['source']}\n  reference:   {sample['reference']}\n"
+                      f"  translation: {sample['translation']}\n")
+    return TranslatorRun(
+        model=model,
+        source_tokenizer=source_tokenizer,
+        target_tokenizer=target_tokenizer,
+        samples=samples,
+        epochs_completed=len(history.get("loss", [])),
+        stopped_by_time_budget=time_budget.exhausted,
+        training_seconds=training_seconds,
+        run_dir=folder.path,
+    )
+
+
+def _teacher_forcing(source_ids, target_ids):
+    """`[START] y1 .. yn [END]` -> inputs `[START] y1 .. yn`, labels `y1 .. yn [END]`,
+    without the padding columns the whole batch shares."""
+    source_ids = trim_shared_padding(source_ids)
+    target_ids = trim_shared_padding(target_ids, min_length=2)
+    return {"source_ids": source_ids, "target_ids": target_ids[:, :-1]}, target_ids[:, 1:]
+
+
+def _say(verbose, message):
+    if verbose:
+        print(message, flush=True)

@@ -1,0 +1,90 @@
+"""`python -m apps.train_translator` on a tiny TSV: the run folder and bad input."""
+
+import csv
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from apps import train_translator
+from tests.classifier_fixtures import expect_usage_error
+
+NUMBERS = ["uno", "dos", "tres", "cuatro", "cinco", "seis"]
+ENGLISH = ["one", "two", "three", "four", "five", "six"]
+FLAGS = ["--max-length", "12", "--vocab-size", "120", "--num-layers", "1", "--d-model", "32",
+         "--num-heads", "2", "--intermediate-dim", "64", "--batch-size", "16", "--warmup-steps", "10",
+         "--validation-size", "8", "--test-size", "8", "--verbose", "0"]
+
+
+def write_pairs(path, count=96, seed=0):
+    rng = np.random.default_rng(seed)
+    with open(path, "w", encoding="utf-8") as pairs_file:
+        for _ in range(count):
+            picks = rng.integers(0, len(NUMBERS), size=3)
+            source = " ".join(NUMBERS[i] for i in picks)
+            target = " ".join(ENGLISH[i] for i in picks).capitalize() + "."
+            pairs_file.write(f"{source}\t{target}\tCC-BY attribution\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def translator_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("translator")
+    data = write_pairs(folder / "pairs.tsv")
+    run_dir = str(folder / "run")
+    status = train_translator.main(["--data", f"tsv:{data}", *FLAGS, "--epochs", "3", "--run-dir", run_dir])
+    return status, run_dir
+
+
+def test_run_trains_and_writes_its_folder(translator_run):
+    status, run_dir = translator_run
+    assert status == 0
+    with open(os.path.join(run_dir, "history.csv"), newline="") as history_file:
+        rows = list(csv.DictReader(history_file))
+    assert [int(row["epoch"]) for row in rows] == [0, 1, 2]
+    losses = [float(row["loss"]) for row in rows]
+    assert losses[-1] < losses[0]
+    for name in ("source_vocabulary.txt", "target_vocabulary.txt", "learning_curves.png", "settings.json"):
+        assert os.path.exists(os.path.join(run_dir, name)), name
+    with open(os.path.join(run_dir, "samples.json"), encoding="utf-8") as samples_file:
+        samples = json.load(samples_file)
+    assert len(samples) == 5
+    assert all(set(sample) == {"source", "reference", "translation"} for sample in samples)
+    assert all(sample["source"].split()[0] in NUMBERS for sample in samples)
+
+
+def test_saved_model_reloads_with_the_same_logits(translator_run):
+    _, run_dir = translator_run
+    model = keras.models.load_model(os.path.join(run_dir, "model.keras"))
+    # Early stopping restores the best epoch's weights before model.keras is saved.
+    again = keras.models.load_model(os.path.join(run_dir, "checkpoints", "best.keras"))
+    inputs = {"source_ids": np.array([[7, 8, 9]], np.int32), "target_ids": np.array([[4, 10]], np.int32)}
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(model(inputs)), keras.ops.convert_to_numpy(again(inputs)), atol=1e-5
+    )
+
+
+def test_target_vocabulary_keeps_case(translator_run):
+    _, run_dir = translator_run
+    with open(os.path.join(run_dir, "target_vocabulary.txt"), encoding="utf-8") as vocabulary_file:
+        tokens = set(vocabulary_file.read().split())
+    assert any(token[:1].isupper() for token in tokens)
+
+
+def test_missing_tsv_is_a_usage_error(tmp_path, capsys):
+    missing = tmp_path / "nowhere.tsv"
+    message = expect_usage_error(
+        train_translator.main, ["--data", f"tsv:{missing}", *FLAGS, "--run-dir", str(tmp_path / "run")], capsys
+    )
+    assert str(missing) in message
+
+
+def test_heads_that_do_not_divide_the_width_are_a_usage_error(tmp_path, capsys):
+    message = expect_usage_error(
+        train_translator.main,
+        ["--data", "bible:es-en", *FLAGS, "--num-heads", "3", "--run-dir", str(tmp_path / "run")],
+        capsys,
+    )
+    assert "num_heads" in message
