@@ -1,8 +1,9 @@
 """SavedModel builders: raw strings in, answers out, in versioned folders."""
 
 from keras_transformer.export.classifier import export_classifier
+from keras_transformer.export.translator import export_translator
 from keras_transformer.export.versions import existing_versions
 from keras_transformer.export.versions import latest_version_dir
 from keras_transformer.export.versions import write_new_version
 
-__all__ = ["existing_versions", "export_classifier", "latest_version_dir", "write_new_version"]
+__all__ = ["existing_versions", "export_classifier", "export_translator", "latest_version_dir", "write_new_version"]
