@@ -1,0 +1,152 @@
+"""`python -m apps.translate`: texts from arguments or stdin, plain or JSON output,
+beam or greedy, base or version folders, cross-attention plots, and its usage
+errors. The tiny translator is the one tests/export/test_translator_export.py
+trains and exports (once per session)."""
+
+import io
+import json
+import sys
+
+import pytest
+
+from apps import translate
+from tests.classifier_fixtures import expect_usage_error
+from tests.classifier_fixtures import is_png
+from tests.export.test_translator_export import PAIRS
+from tests.export.test_translator_export import build_translator
+
+TEXTS = [source for source, _ in PAIRS[:3]]
+WANTED = [target for _, target in PAIRS[:3]]
+
+
+@pytest.fixture(scope="session")
+def translator(tmp_path_factory):
+    return build_translator(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def loaded(translator):
+    """Loads each SavedModel folder once for the module: every `main` call
+    would otherwise spend seconds loading the same export again."""
+    import tensorflow as tf
+
+    cache = {}
+    real_load = tf.saved_model.load
+
+    def load(path, *args, **kwargs):
+        if path not in cache:
+            cache[path] = real_load(path, *args, **kwargs)
+        return cache[path]
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(tf.saved_model, "load", load)
+    yield cache
+    patch.undo()
+
+
+def usage_error(argv, capsys):
+    return expect_usage_error(translate.main, argv, capsys)
+
+
+def test_prints_one_translation_per_text(translator, loaded, capsys):
+    assert translate.main([translator.export_dir, *TEXTS]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == WANTED
+    # The model line goes to stderr, so stdout is only translations.
+    assert f"Model: {translator.version_dir}" in captured.err
+
+
+def test_json_lines_have_the_text_and_translation(translator, loaded, capsys):
+    assert translate.main(["--json", translator.export_dir, *TEXTS]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert answers == [{"text": text, "translation": wanted} for text, wanted in zip(TEXTS, WANTED)]
+
+
+def test_greedy_uses_the_greedy_signature(translator, loaded, capsys):
+    import tensorflow as tf
+
+    texts = [*TEXTS, "", "   ", "perro perro perro azul"]
+    # Texts after options, and a batch smaller than the texts.
+    assert translate.main([translator.version_dir, "--greedy", "--json", "--batch-size", "2", *texts]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    model = tf.saved_model.load(translator.version_dir)
+    greedy = model.signatures["greedy"](text=tf.constant(texts))["translation"].numpy()
+    assert [answer["translation"] for answer in answers] == [text.decode() for text in greedy]
+    assert [answer["text"] for answer in answers] == texts
+
+
+def test_reads_texts_from_stdin(translator, loaded, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("".join(text + "\n" for text in TEXTS)))
+    assert translate.main([translator.export_dir, "--json"]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [answer["text"] for answer in answers] == TEXTS  # newlines stripped
+    assert [answer["translation"] for answer in answers] == WANTED
+
+
+def test_plot_attention_writes_a_png(translator, loaded, tmp_path, capsys):
+    out = tmp_path / "plots" / "cross.png"  # the folder is made for it
+    assert translate.main([translator.export_dir, "--plot-attention", TEXTS[0], "--out", str(out)]) == 0
+    assert is_png(out)
+    assert str(out) in capsys.readouterr().out
+
+
+def test_plot_attention_draws_target_rows_over_source_columns(translator, loaded, tmp_path, monkeypatch):
+    from keras_transformer import plots
+
+    drawn = {}
+
+    def record(weights, query_tokens, key_tokens, path, title=None, **kwargs):
+        drawn.update(weights=weights, query_tokens=query_tokens, key_tokens=key_tokens, title=title)
+        return path
+
+    monkeypatch.setattr(plots, "plot_attention", record)
+    assert translate.main([translator.export_dir, "--plot-attention", TEXTS[0], "--out", str(tmp_path / "a.png")]) == 0
+    assert drawn["key_tokens"] == TEXTS[0].split()
+    assert drawn["query_tokens"] == [*WANTED[0].split(), "[END]"]
+    assert drawn["weights"].shape == (2, len(drawn["query_tokens"]), len(drawn["key_tokens"]))  # [heads, T, S]
+    assert "cross-attention" in drawn["title"]
+
+
+def test_plot_attention_of_a_text_without_tokens_is_a_usage_error(translator, loaded, tmp_path, capsys):
+    out = tmp_path / "a.png"
+    message = usage_error([translator.export_dir, "--plot-attention", "   ", "--out", str(out)], capsys)
+    assert "no tokens" in message
+    assert not out.exists()
+
+
+def test_a_layer_out_of_range_is_a_usage_error(translator, loaded, tmp_path, capsys):
+    out = tmp_path / "a.png"
+    message = usage_error(
+        [translator.export_dir, "--plot-attention", TEXTS[0], "--out", str(out), "--layer", "3"], capsys
+    )
+    assert "--layer 3" in message and "1 decoder block" in message
+    assert not out.exists()
+
+
+def test_a_missing_model_is_a_usage_error(tmp_path, capsys):
+    missing = str(tmp_path / "no_model")
+    message = usage_error([missing, "some text"], capsys)
+    assert missing in message
+
+
+def test_a_classifier_export_is_a_usage_error(translator, loaded, tmp_path, capsys):
+    """A SavedModel without translator signatures: one clear line, no traceback."""
+    import tensorflow as tf
+
+    class Echo(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+        def serve(self, text):
+            return {"label": text}
+
+    module = Echo()
+    folder = str(tmp_path / "other" / "1")
+    tf.saved_model.save(module, folder, signatures={"serving_default": module.serve})
+    message = usage_error([folder, "--greedy", "hola"], capsys)
+    assert "greedy" in message
+    message = usage_error([folder, "hola"], capsys)
+    assert "translation" in message
+
+
+def test_a_zero_batch_size_is_a_usage_error(translator, capsys):
+    message = usage_error(["--batch-size", "0", translator.export_dir, TEXTS[0]], capsys)
+    assert "--batch-size" in message
