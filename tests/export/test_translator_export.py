@@ -190,10 +190,11 @@ def fresh_environment():
     return env
 
 
-@pytest.fixture(scope="module")
-def outside_runs(tiny_translator, tmp_path_factory):
-    """The loader script and `saved_model_cli show --all`, run side by side in
-    fresh processes from an empty folder."""
+@pytest.fixture(scope="module", autouse=True)
+def outside_processes(tiny_translator, tmp_path_factory):
+    """Starts the loader script and `saved_model_cli show --all` in fresh
+    processes from an empty folder, as soon as the export exists: they run
+    while this process does the in-process tests."""
     cwd = tmp_path_factory.mktemp("elsewhere")
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     texts_path = cwd / "texts.json"
@@ -208,8 +209,18 @@ def outside_runs(tiny_translator, tmp_path_factory):
             cwd=cwd, env=fresh_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         ),
     }
+    yield processes
+    for process in processes.values():
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+@pytest.fixture(scope="module")
+def outside_runs(outside_processes):
+    """`{name: (exit status, stdout, stderr)}` of the outside processes."""
     results = {}
-    for name, process in processes.items():
+    for name, process in outside_processes.items():
         stdout, stderr = process.communicate(timeout=300)
         results[name] = (process.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
     return results
@@ -246,52 +257,7 @@ def expected(in_process):
     }
 
 
-@pytest.mark.parametrize("signature", SIGNATURES)
-def test_export_translates_any_strings_without_the_project(loaded_outside, signature):
-    outputs = loaded_outside[signature]
-    assert outputs["dtype"] == "string"
-    assert outputs["shape"] == [len(TEXTS)]
-    assert all(isinstance(text, bytes) for text in strings(outputs["translations"]))
-
-
-@pytest.mark.parametrize("signature", SIGNATURES)
-def test_export_answers_as_the_library_decoders(loaded_outside, expected, signature):
-    assert strings(loaded_outside[signature]["translations"]) == expected[signature]
-
-
-@pytest.mark.parametrize("signature", SIGNATURES)
-def test_tf1_session_loader_answers_as_the_tf2_loader(loaded_outside, signature):
-    assert loaded_outside["tf1_" + signature] == loaded_outside[signature]["translations"]
-
-
-def test_the_tiny_model_learned_its_training_pairs(loaded_outside):
-    known = strings(loaded_outside["serving_default"]["translations"])[len(EDGE_TEXTS):]
-    wanted = [target.encode() for _, target in PAIRS[::5]]
-    correct = sum(got == want for got, want in zip(known, wanted))
-    assert correct >= len(wanted) - 1, list(zip(known, wanted))
-
-
-def test_saved_model_cli_lists_the_three_string_signatures(outside_runs):
-    status, stdout, stderr = outside_runs["cli"]
-    assert status == 0, stderr[-3000:]
-    sections = {}
-    for block in stdout.split("signature_def['")[1:]:
-        name, _, body = block.partition("']")
-        sections[name] = body
-    assert {"serving_default", "greedy", "attention"} <= set(sections)
-    for name in ("serving_default", "greedy", "attention"):
-        inputs, _, outputs = sections[name].partition("contains the following output(s)")
-        assert "inputs['text']" in inputs and "dtype: DT_STRING" in inputs and "shape: (-1)" in inputs
-    for name in ("serving_default", "greedy"):
-        outputs = sections[name].partition("contains the following output(s)")[2]
-        assert "outputs['translation']" in outputs and "DT_STRING" in outputs and "shape: (-1)" in outputs
-    attention = sections["attention"].partition("contains the following output(s)")[2]
-    for output in ("source_tokens", "target_tokens", "cross_attention"):
-        assert f"outputs['{output}']" in attention
-    assert "shape: (-1, 1, 2, 16, 16)" in attention  # [batch, decoder layers, heads, T, S]
-
-
-# --- in this process ---------------------------------------------------------------
+# --- in this process (while the outside processes run) ------------------------
 
 
 def test_both_vocabularies_travel_as_distinct_assets(tiny_translator):
@@ -318,7 +284,7 @@ def test_decoding_settings_travel_in_assets_extra(tiny_translator):
     assert (config["source_language"], config["target_language"]) == ("es", "en")
 
 
-def test_attention_signature_gives_the_greedy_tokens_and_cross_attention(tiny_translator, loaded_outside):
+def test_attention_signature_gives_the_greedy_tokens_and_cross_attention(tiny_translator):
     import tensorflow as tf
 
     exported = tf.saved_model.load(tiny_translator.version_dir)
@@ -377,3 +343,51 @@ def test_mismatched_tokenizers_are_refused(in_process, tmp_path):
     with pytest.raises(ValueError, match="source tokenizer has 9 tokens"):
         export_translator(in_process.model, small, in_process.target_tokenizer, str(base))
     assert not base.exists()
+
+
+# --- the outside processes' answers --------------------------------------------
+
+
+@pytest.mark.parametrize("signature", SIGNATURES)
+def test_export_translates_any_strings_without_the_project(loaded_outside, signature):
+    outputs = loaded_outside[signature]
+    assert outputs["dtype"] == "string"
+    assert outputs["shape"] == [len(TEXTS)]
+    assert all(isinstance(text, bytes) for text in strings(outputs["translations"]))
+
+
+@pytest.mark.parametrize("signature", SIGNATURES)
+def test_export_answers_as_the_library_decoders(loaded_outside, expected, signature):
+    assert strings(loaded_outside[signature]["translations"]) == expected[signature]
+
+
+@pytest.mark.parametrize("signature", SIGNATURES)
+def test_tf1_session_loader_answers_as_the_tf2_loader(loaded_outside, signature):
+    assert loaded_outside["tf1_" + signature] == loaded_outside[signature]["translations"]
+
+
+def test_the_tiny_model_learned_its_training_pairs(loaded_outside):
+    known = strings(loaded_outside["serving_default"]["translations"])[len(EDGE_TEXTS):]
+    wanted = [target.encode() for _, target in PAIRS[::5]]
+    correct = sum(got == want for got, want in zip(known, wanted))
+    assert correct >= len(wanted) - 1, list(zip(known, wanted))
+
+
+def test_saved_model_cli_lists_the_three_string_signatures(outside_runs):
+    status, stdout, stderr = outside_runs["cli"]
+    assert status == 0, stderr[-3000:]
+    sections = {}
+    for block in stdout.split("signature_def['")[1:]:
+        name, _, body = block.partition("']")
+        sections[name] = body
+    assert {"serving_default", "greedy", "attention"} <= set(sections)
+    for name in ("serving_default", "greedy", "attention"):
+        inputs, _, outputs = sections[name].partition("contains the following output(s)")
+        assert "inputs['text']" in inputs and "dtype: DT_STRING" in inputs and "shape: (-1)" in inputs
+    for name in ("serving_default", "greedy"):
+        outputs = sections[name].partition("contains the following output(s)")[2]
+        assert "outputs['translation']" in outputs and "DT_STRING" in outputs and "shape: (-1)" in outputs
+    attention = sections["attention"].partition("contains the following output(s)")[2]
+    for output in ("source_tokens", "target_tokens", "cross_attention"):
+        assert f"outputs['{output}']" in attention
+    assert "shape: (-1, 1, 2, 16, 16)" in attention  # [batch, decoder layers, heads, T, S]
