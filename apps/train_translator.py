@@ -62,6 +62,13 @@ def build_parser():
     training.add_argument("--resume", action="store_true")
     training.add_argument("--run-dir", default="runs/translator")
     training.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1)
+
+    export = parser.add_argument_group("export")
+    export.add_argument("--export-dir", default="exported_models/translator")
+    export.add_argument("--no-export", action="store_true", help="train only")
+    export.add_argument("--beam-width", type=int, default=4, help="of the export's serving_default")
+    export.add_argument("--length-penalty", type=float, default=0.6,
+                        help="GNMT length penalty alpha of the export's beam search")
     return parser
 
 
@@ -79,6 +86,8 @@ def main(argv=None):
         settings.validate()
         if args.time_budget is not None and args.time_budget <= 0:
             raise ValueError(f"--time-budget must be positive, got {args.time_budget}.")
+        if args.beam_width < 1:
+            raise ValueError(f"--beam-width must be at least 1, got {args.beam_width}.")
         data = load_translation_data(
             args.data, seed=args.seed, validation_size=args.validation_size,
             test_size=args.test_size, max_words=args.max_words, max_examples=args.max_examples,
@@ -101,6 +110,17 @@ def main(argv=None):
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")
     print(f"Run folder: {run.run_dir} (samples.json, learning_curves.png, model.keras)")
+    if not args.no_export:
+        from keras_transformer.export.translator import export_translator
+
+        version_dir = export_translator(
+            run.model, run.source_tokenizer, run.target_tokenizer, args.export_dir,
+            max_output_length=settings.sequence_length, beam_width=args.beam_width,
+            length_penalty=args.length_penalty, source_language=data.source_language,
+            target_language=data.target_language,
+        )
+        print(f"Exported SavedModel: {version_dir}")
+        print(f'Try it: python -m apps.translate {args.export_dir} "your sentence here"')
     return 0
 
 

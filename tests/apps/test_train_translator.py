@@ -34,8 +34,17 @@ def translator_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("translator")
     data = write_pairs(folder / "pairs.tsv")
     run_dir = str(folder / "run")
-    status = train_translator.main(["--data", f"tsv:{data}", *FLAGS, "--epochs", "3", "--run-dir", run_dir])
+    status = train_translator.main(
+        ["--data", f"tsv:{data}", *FLAGS, "--epochs", "3", "--run-dir", run_dir, "--export-dir", str(folder / "export")]
+    )
     return status, run_dir
+
+
+def test_run_exports_a_first_version(translator_run):
+    _, run_dir = translator_run
+    export_dir = os.path.join(os.path.dirname(run_dir), "export")
+    assert os.listdir(export_dir) == ["1"]
+    assert os.path.exists(os.path.join(export_dir, "1", "saved_model.pb"))
 
 
 def test_run_trains_and_writes_its_folder(translator_run):
