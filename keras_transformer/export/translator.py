@@ -92,15 +92,21 @@ def export_translator(
         )
         return {"translation": target_tokenizer.detokenize(token_ids)}
 
+    def greedy(source_ids):
+        # `greedy_decode` fails on an empty batch (its while_loop runs no step and
+        # stacks an empty TensorArray), and a server may well send one.
+        return tf.cond(
+            tf.shape(source_ids)[0] > 0,
+            lambda: greedy_decode(model, source_ids, max_length, start_id, end_id),
+            lambda: tf.zeros([0, max_length], tf.int32),
+        )
+
     def translate_greedy(text):
-        token_ids = greedy_decode(model, encode(text), max_length, start_id, end_id)
-        return {"translation": target_tokenizer.detokenize(token_ids)}
+        return {"translation": target_tokenizer.detokenize(greedy(encode(text)))}
 
     def attention(text):
         source_ids = encode(text)
-        target_ids = tf.ensure_shape(
-            greedy_decode(model, source_ids, max_length, start_id, end_id), [None, max_length]
-        )
+        target_ids = tf.ensure_shape(greedy(source_ids), [None, max_length])
         encoder_output, source_mask = model.encode(source_ids, training=False)
         # Teacher forcing on the model's own output: position t reads
         # [START] y_0 ... y_{t-1} and attends to the source to produce y_t.
