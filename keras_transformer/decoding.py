@@ -32,7 +32,9 @@ def greedy_decode(model, source_ids, max_length, start_id, end_id):
     batch_size = tf.shape(source_ids)[0]
     tokens = tf.fill([batch_size], tf.constant(start_id, tf.int32))
     finished = tf.zeros([batch_size], tf.bool)
-    outputs = tf.TensorArray(tf.int32, size=max_length, element_shape=[None])
+    # A fixed [max_length, B] buffer (not a TensorArray) so that an empty batch,
+    # which ends the loop before its first step, still stacks to [0, max_length].
+    outputs = tf.zeros([max_length, batch_size], tf.int32)
 
     def keep_going(index, tokens, finished, self_cache, outputs):
         return tf.logical_and(index < max_length, tf.logical_not(tf.reduce_all(finished)))
@@ -41,15 +43,14 @@ def greedy_decode(model, source_ids, max_length, start_id, end_id):
         logits, self_cache = model.decode_step(tokens[:, None], index, self_cache, cross_cache, source_mask)
         next_tokens = tf.argmax(logits, axis=-1, output_type=tf.int32)
         next_tokens = tf.where(finished, 0, next_tokens)
-        outputs = outputs.write(index, next_tokens)
+        outputs = tf.tensor_scatter_nd_update(outputs, [[index]], next_tokens[None])
         finished = tf.logical_or(finished, tf.equal(next_tokens, end_id))
         return index + 1, next_tokens, finished, self_cache, outputs
 
-    steps, _, _, _, outputs = tf.while_loop(
+    _, _, _, _, outputs = tf.while_loop(
         keep_going, step, (tf.constant(0), tokens, finished, self_cache, outputs)
     )
-    generated = tf.transpose(outputs.stack()[:steps])  # [B, steps]
-    return tf.pad(generated, [[0, 0], [0, max_length - steps]])
+    return tf.transpose(outputs)
 
 
 def beam_search(

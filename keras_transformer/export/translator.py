@@ -93,13 +93,7 @@ def export_translator(
         return {"translation": target_tokenizer.detokenize(token_ids)}
 
     def greedy(source_ids):
-        # `greedy_decode` fails on an empty batch (its while_loop runs no step and
-        # stacks an empty TensorArray), and a server may well send one.
-        return tf.cond(
-            tf.shape(source_ids)[0] > 0,
-            lambda: greedy_decode(model, source_ids, max_length, start_id, end_id),
-            lambda: tf.zeros([0, max_length], tf.int32),
-        )
+        return greedy_decode(model, source_ids, max_length, start_id, end_id)
 
     def translate_greedy(text):
         return {"translation": target_tokenizer.detokenize(greedy(encode(text)))}

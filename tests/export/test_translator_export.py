@@ -314,11 +314,6 @@ def test_attention_signature_gives_the_greedy_tokens_and_cross_attention(tiny_tr
             assert output.shape[0] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="decoding.greedy_decode stacks an empty TensorArray when its loop runs no step "
-    "(a batch of 0 sources); export_translator works around it with a tf.cond",
-)
 def test_greedy_decode_of_an_empty_batch(in_process):
     from keras_transformer.decoding import greedy_decode
 
