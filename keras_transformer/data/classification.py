@@ -20,6 +20,7 @@ import numpy as np
 
 from keras_transformer.data.errors import DataError
 from keras_transformer.data.registry import find_loader
+from keras_transformer.data.splits import in_memory_dataset
 from keras_transformer.data.splits import stratified_split
 from keras_transformer.data.splits import stratified_subset
 
@@ -70,20 +71,9 @@ class TextSplit:
             `([batch] tf.string, [batch] tf.int32)` when batched. Unshuffled,
             it yields `texts` and `labels` in order.
         """
-        # Imported here so that loading and splitting data works (and imports
-        # fast) without TensorFlow; only the pipeline needs it.
         import tensorflow as tf
 
-        texts = tf.constant(self.texts, dtype=tf.string, shape=[len(self.texts)])
-        labels = tf.constant(self.labels, dtype=tf.int32)
-        dataset = tf.data.Dataset.from_tensor_slices((texts, labels))
-        if shuffle:
-            # A buffer as large as the split gives a uniform shuffle; the
-            # texts are already in memory, so it costs no extra reading.
-            dataset = dataset.shuffle(max(len(self), 1), seed=seed, reshuffle_each_iteration=True)
-        if batch_size is not None:
-            dataset = dataset.batch(batch_size)
-        return dataset.prefetch(tf.data.AUTOTUNE)
+        return in_memory_dataset(((self.texts, tf.string), (self.labels, tf.int32)), batch_size, shuffle, seed)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)

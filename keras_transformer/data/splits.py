@@ -138,3 +138,23 @@ def stratified_subset(labels, size, seed):
         rng.permutation(np.flatnonzero(labels == label))[:quota] for label, quota in zip(classes, quotas)
     ]
     return rng.permutation(np.concatenate(chosen))
+
+
+def in_memory_dataset(columns, batch_size=None, shuffle=False, seed=None):
+    """A `tf.data.Dataset` over aligned in-memory columns (texts, labels, ...).
+
+    `columns` is a tuple of `(values, tf dtype)`. Shuffling uses a buffer as
+    large as the split: a uniform shuffle, free since everything is in memory.
+    TensorFlow is imported here so that loading and splitting data works (and
+    imports fast) without it.
+    """
+    import tensorflow as tf
+
+    length = len(columns[0][0])
+    tensors = tuple(tf.constant(values, dtype=dtype, shape=[length]) for values, dtype in columns)
+    dataset = tf.data.Dataset.from_tensor_slices(tensors)
+    if shuffle:
+        dataset = dataset.shuffle(max(length, 1), seed=seed, reshuffle_each_iteration=True)
+    if batch_size is not None:
+        dataset = dataset.batch(batch_size)
+    return dataset.prefetch(tf.data.AUTOTUNE)

@@ -23,6 +23,7 @@ from keras_transformer.data.classification import _is_string_feature
 from keras_transformer.data.classification import _one_line
 from keras_transformer.data.errors import DataError
 from keras_transformer.data.registry import find_loader
+from keras_transformer.data.splits import in_memory_dataset
 from keras_transformer.data.splits import stratified_subset
 
 DEFAULT_SOURCE = "bible:es-en"
@@ -68,20 +69,9 @@ class PairSplit:
             `([batch] tf.string, [batch] tf.string)` when batched. Unshuffled,
             it yields `sources` and `targets` in order.
         """
-        # Imported here so that loading and splitting pairs works (and imports
-        # fast) without TensorFlow; only the pipeline needs it.
         import tensorflow as tf
 
-        sources = tf.constant(self.sources, dtype=tf.string, shape=[len(self)])
-        targets = tf.constant(self.targets, dtype=tf.string, shape=[len(self)])
-        dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
-        if shuffle:
-            # A buffer as large as the split gives a uniform shuffle; the
-            # pairs are already in memory, so it costs no extra reading.
-            dataset = dataset.shuffle(max(len(self), 1), seed=seed, reshuffle_each_iteration=True)
-        if batch_size is not None:
-            dataset = dataset.batch(batch_size)
-        return dataset.prefetch(tf.data.AUTOTUNE)
+        return in_memory_dataset(((self.sources, tf.string), (self.targets, tf.string)), batch_size, shuffle, seed)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
