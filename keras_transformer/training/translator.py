@@ -21,6 +21,7 @@ from keras_transformer.text import save_vocabulary
 from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.callbacks import TimeBudget
+from keras_transformer.training.settings import check_settings
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.losses import TransformerSchedule
 from keras_transformer.training.losses import masked_accuracy
@@ -47,18 +48,7 @@ class TranslatorSettings:
     seed: int = 1337
 
     def validate(self):
-        for name in ("epochs", "batch_size", "sequence_length", "vocabulary_size", "num_layers",
-                     "d_model", "num_heads", "intermediate_dim", "warmup_steps"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-        if self.d_model % self.num_heads:
-            raise ValueError(
-                f"`d_model` ({self.d_model}) must be divisible by `num_heads` ({self.num_heads})."
-            )
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"`dropout` must be in [0, 1), got {self.dropout}.")
-        return self
+        return check_settings(self, extra_integers=("warmup_steps",))
 
 
 @dataclasses.dataclass

@@ -1,0 +1,21 @@
+"""Checks the training settings of every application share."""
+
+SHARED_INTEGERS = (
+    "epochs", "batch_size", "sequence_length", "vocabulary_size", "num_layers",
+    "d_model", "num_heads", "intermediate_dim",
+)
+
+
+def check_settings(settings, extra_integers=()):
+    """Raises ValueError naming the first bad value; returns `settings`."""
+    for name in (*SHARED_INTEGERS, *extra_integers):
+        value = getattr(settings, name)
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+    if settings.d_model % settings.num_heads:
+        raise ValueError(
+            f"`d_model` ({settings.d_model}) must be divisible by `num_heads` ({settings.num_heads})."
+        )
+    if not 0.0 <= settings.dropout < 1.0:
+        raise ValueError(f"`dropout` must be in [0, 1), got {settings.dropout}.")
+    return settings
