@@ -239,7 +239,9 @@ class WordPieceTokenizer(tf.Module):
         """Ids `[B, T]` (dense, 0-padded, or ragged) to strings `[B]`.
 
         Reserved tokens are dropped; WordPiece continuations (`##`) are joined
-        to the word before them.
+        to the word before them, and the spaces the splitter put around
+        punctuation are taken out again (`"the Lord ' s house ."` reads
+        `"the Lord's house."`), so output reads, and scores BLEU, like text.
         """
         if not isinstance(token_ids, tf.RaggedTensor):
             token_ids = tf.RaggedTensor.from_tensor(tf.cast(token_ids, tf.int64), padding=0)
@@ -247,7 +249,31 @@ class WordPieceTokenizer(tf.Module):
         keep = token_ids >= len(RESERVED_TOKENS)
         token_ids = tf.ragged.boolean_mask(token_ids, keep)
         words = self._tokenizer.detokenize(token_ids)
-        return tf.strings.reduce_join(words, separator=" ", axis=-1)
+        return join_punctuation(tf.strings.reduce_join(words, separator=" ", axis=-1))
+
+
+# (pattern, replacement) pairs, in order. Digits first, so "3 : 16" stays one
+# verse reference; apostrophes only between letters, so a closing quote keeps
+# its space after.
+_PUNCTUATION_SPACING = (
+    (r"(\d) ([:.,]) (\d)", r"\1\2\3"),
+    (r"(\pL) ?(['’]) ?(\pL)", r"\1\2\3"),
+    (r"(\pL) - (\pL)", r"\1-\2"),
+    (r" ([.,;:!?%)\]}»”’…])", r"\1"),
+    (r"([(\[{¿¡«“‘]) ", r"\1"),
+)
+
+
+def join_punctuation(texts):
+    """Undoes the BERT splitter's spaces around punctuation in strings `[B]`.
+
+    Only regular expressions (RE2, a core TensorFlow op), so it runs inside a
+    SavedModel. Straight double quotes are left alone: whether one opens or
+    closes is not decidable locally.
+    """
+    for pattern, replacement in _PUNCTUATION_SPACING:
+        texts = tf.strings.regex_replace(texts, pattern, replacement)
+    return texts
 
 
 def save_vocabulary(vocabulary, path):

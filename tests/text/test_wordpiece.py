@@ -299,3 +299,38 @@ def test_saved_tokenizer_carries_its_vocabulary(vocabulary_path, tmp_path):
     os.remove(copy)
     loaded = tf.saved_model.load(str(tmp_path / "saved"))
     np.testing.assert_array_equal(loaded.encode(texts).numpy(), expected)
+
+
+# --- punctuation spacing ------------------------------------------------------
+
+# Sentences written the way people write them; a cased vocabulary learned from
+# them must give them back character for character.
+PUNCTUATED_TEXTS = [
+    "Jesus said, “Don't be afraid.”",
+    "(See John 3:16, verse 2.)",
+    "¿Dónde está? ¡Aquí!",
+    "The Lord’s house is well-known; it was 10,000 cubits...",
+    '"Yes," she said: "go."',
+]
+
+
+@pytest.fixture(scope="module")
+def cased_tokenizer(tmp_path_factory):
+    vocabulary = build_vocabulary(PUNCTUATED_TEXTS * 12, 300, lower_case=False)
+    path = save_vocabulary(vocabulary, tmp_path_factory.mktemp("cased") / "vocab.txt")
+    return WordPieceTokenizer(path, lower_case=False)
+
+
+def test_detokenize_rejoins_punctuation_the_splitter_separated(cased_tokenizer):
+    ids = cased_tokenizer.tokenize(tf.constant(PUNCTUATED_TEXTS[:4]))
+    # The splitter really separated them: the words joined by spaces differ.
+    spaced = tf.strings.reduce_join(cased_tokenizer._tokenizer.detokenize(ids), separator=" ", axis=-1)
+    assert all(b" ," in text or b" ." in text or b" ?" in text for text in spaced.numpy())
+    texts = [text.decode() for text in cased_tokenizer.detokenize(ids).numpy()]
+    assert texts == PUNCTUATED_TEXTS[:4]
+
+
+def test_straight_double_quotes_keep_their_spaces(cased_tokenizer):
+    # An opening and a closing '"' look alike; only the other marks are rejoined.
+    ids = cased_tokenizer.tokenize(tf.constant(PUNCTUATED_TEXTS[4:]))
+    assert cased_tokenizer.detokenize(ids).numpy()[0].decode() == '" Yes, " she said: " go. "'
