@@ -23,14 +23,15 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         y_true = ops.cast(y_true, "int32")
-        logits = ops.cast(y_pred, "float32")
-        vocabulary_size = ops.shape(logits)[-1]
-        targets = ops.one_hot(y_true, vocabulary_size)
+        log_probs = ops.log_softmax(ops.cast(y_pred, "float32"), axis=-1)
+        # The smoothed target is (1 - e) * one_hot + e / V, so its cross-entropy
+        # splits into the true token's term and the mean over the vocabulary,
+        # without materializing a [B, T, V] one-hot tensor.
+        per_token = -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1)
         if self.label_smoothing:
-            targets = targets * (1.0 - self.label_smoothing) + self.label_smoothing / ops.cast(
-                vocabulary_size, "float32"
+            per_token = (1.0 - self.label_smoothing) * per_token - self.label_smoothing * ops.mean(
+                log_probs, axis=-1
             )
-        per_token = -ops.sum(targets * ops.log_softmax(logits, axis=-1), axis=-1)
         real = ops.cast(ops.not_equal(y_true, self.padding_id), "float32")
         # "sum" reduction over this already-normalized value: the mean over real tokens.
         return ops.sum(per_token * real) / ops.maximum(ops.sum(real), 1.0)

@@ -18,6 +18,7 @@ from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text import WordPieceTokenizer
 from keras_transformer.text import build_vocabulary
 from keras_transformer.text import save_vocabulary
+from keras_transformer.training.batching import length_bucketed_batches
 from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.callbacks import TimeBudget
@@ -64,7 +65,7 @@ class TranslatorRun:
 
 
 def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=None, verbose=1,
-                     num_samples=5):
+                     num_samples=5, callbacks=()):
     """Builds one vocabulary per language, trains with `fit`, translates a few test sources.
 
     Args:
@@ -75,6 +76,7 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
         time_budget_minutes: stop training after this much wall-clock time.
         verbose: Keras verbosity.
         num_samples: test sources to translate (greedy) and print at the end.
+        callbacks: more Keras callbacks for `fit` (benchmarks take snapshots).
     """
     folder = RunFolder(run_dir)
     settings_path = folder.file("settings.json")
@@ -113,7 +115,10 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
         dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
         if shuffle:
             dataset = dataset.shuffle(len(sources), seed=settings.seed, reshuffle_each_iteration=True)
-        return dataset.batch(settings.batch_size).map(_teacher_forcing).prefetch(tf.data.AUTOTUNE)
+            dataset = length_bucketed_batches(dataset, settings.batch_size, settings.sequence_length + 1)
+        else:
+            dataset = dataset.batch(settings.batch_size)
+        return dataset.map(_teacher_forcing).prefetch(tf.data.AUTOTUNE)
 
     train_dataset = batches(data.train, shuffle=True)
     validation_dataset = batches(data.validation, shuffle=False)
@@ -145,7 +150,7 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
         validation_data=validation_dataset,
         epochs=settings.epochs,
         shuffle=False,
-        callbacks=[time_budget, *folder.callbacks(patience=settings.patience)],
+        callbacks=[time_budget, *folder.callbacks(patience=settings.patience), *callbacks],
         verbose=verbose,
     )
     training_seconds = time.monotonic() - started

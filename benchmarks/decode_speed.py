@@ -1,0 +1,213 @@
+"""Decoding speed of our translator export against a tutorial-style export.
+
+Both SavedModels hold the same weights and take raw strings:
+
+* **ours**: `export_translator` (what `apps.train_translator` writes): the
+  encoder runs once per batch, then one decoder position per step with every
+  block's key/value cache (`greedy` signature; `serving_default` is beam
+  search, width 4).
+* **tutorial**: the decoding loop of the TensorFlow tutorial "Neural machine
+  translation with a Transformer and Keras": at every step the whole model,
+  encoder included, runs on the source and on the whole prefix generated so
+  far, and the last position's logits pick the next token.
+
+The `[END]` logit is pushed to -1e9 in the shared weights, so every sentence
+decodes exactly `--tokens` tokens in both exports and the loops do the same
+number of steps. Each export is called on batches of 1 and 32 Spanish verses,
+interleaved (ours, tutorial, tutorial, ours, ...) after a warm-up; the table
+shows median seconds per batch and `speed-up = tutorial / ours`.
+
+Weights: a trained run's (`--run-dir`, a folder written by
+`apps.train_translator`) or, by default, a freshly initialized model of the
+default `TranslatorSettings` sizes with vocabularies learned from 2,000 Bible
+pairs. Speed does not depend on the values, only on the sizes.
+
+Usage (from the repository root):
+
+    PYTHONPATH=. .venv/bin/python benchmarks/decode_speed.py
+    PYTHONPATH=. .venv/bin/python benchmarks/decode_speed.py --run-dir runs/demo-translator
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the ops the exports need)
+
+from keras_transformer.data import load_translation_data
+from keras_transformer.export.translator import export_translator
+from keras_transformer.export.versions import write_new_version
+from keras_transformer.models import Seq2SeqTransformer
+from keras_transformer.text import WordPieceTokenizer
+from keras_transformer.text import build_vocabulary
+from keras_transformer.text import save_vocabulary
+from keras_transformer.text.wordpiece import END
+from keras_transformer.text.wordpiece import START
+from keras_transformer.training.translator import TranslatorSettings
+
+RESULTS = os.path.join("benchmarks", "results", "decode_speed.json")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run-dir", help="a translator run folder (model.keras and vocabularies)")
+    parser.add_argument("--tokens", type=int, default=64, help="output tokens per sentence")
+    parser.add_argument("--batch-sizes", default="1,32")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per export and batch size")
+    parser.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: all)")
+    args = parser.parse_args()
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+
+    data = load_translation_data("bible:es-en", seed=1337, max_examples=2000)
+    model, source_tokenizer, target_tokenizer, weights = _model_and_tokenizers(args.run_dir, data)
+    if args.tokens >= model.sequence_length:
+        parser.error(f"--tokens must be below the model's sequence_length ({model.sequence_length}).")
+    _never_end(model, target_tokenizer.token_id(END))
+
+    with tempfile.TemporaryDirectory() as folder:
+        print("Writing both exports...", flush=True)
+        ours_dir = export_translator(
+            model, source_tokenizer, target_tokenizer, os.path.join(folder, "ours"),
+            max_output_length=args.tokens,
+        )
+        tutorial_dir = export_tutorial_style(
+            model, source_tokenizer, target_tokenizer, os.path.join(folder, "tutorial"), args.tokens
+        )
+        ours = tf.saved_model.load(ours_dir)
+        tutorial = tf.saved_model.load(tutorial_dir)
+        decoders = {
+            "ours greedy": ours.signatures["greedy"],
+            "ours beam 4": ours.signatures["serving_default"],
+            "tutorial greedy": tutorial.signatures["serving_default"],
+        }
+        rows = []
+        for batch_size in [int(size) for size in args.batch_sizes.split(",")]:
+            texts = tf.constant((data.test.sources * batch_size)[:batch_size])
+            _check_same_output(decoders, texts, args.tokens)
+            seconds = _time_interleaved(decoders, texts, args.repeats)
+            tutorial_seconds = seconds["tutorial greedy"]
+            for name, value in seconds.items():
+                rows.append(
+                    {"decoder": name, "batch_size": batch_size, "seconds": value,
+                     "tokens_per_second": batch_size * args.tokens / value,
+                     "speedup_vs_tutorial": tutorial_seconds / value}
+                )
+    _print_table(rows, args.tokens)
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as results_file:
+        json.dump({"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                   "weights": weights, "tokens": args.tokens, "rows": rows}, results_file, indent=2)
+    print(f"Results: {RESULTS}")
+
+
+def _model_and_tokenizers(run_dir, data):
+    if run_dir:
+        model = keras.models.load_model(os.path.join(run_dir, "model.keras"))
+        source = WordPieceTokenizer(os.path.join(run_dir, "source_vocabulary.txt"))
+        target = WordPieceTokenizer(os.path.join(run_dir, "target_vocabulary.txt"), lower_case=False)
+        return model, source, target, f"trained ({run_dir})"
+    settings = TranslatorSettings()
+    folder = tempfile.mkdtemp()
+    source = WordPieceTokenizer(
+        save_vocabulary(build_vocabulary(data.train.sources, settings.vocabulary_size), os.path.join(folder, "s.txt"))
+    )
+    target = WordPieceTokenizer(
+        save_vocabulary(
+            build_vocabulary(data.train.targets, settings.vocabulary_size, lower_case=False),
+            os.path.join(folder, "t.txt"),
+        ),
+        lower_case=False,
+    )
+    model = Seq2SeqTransformer(
+        source.vocabulary_size, target.vocabulary_size, sequence_length=settings.sequence_length + 1,
+        num_encoder_layers=settings.num_layers, num_decoder_layers=settings.num_layers,
+        d_model=settings.d_model, num_heads=settings.num_heads,
+        intermediate_dim=settings.intermediate_dim, dropout=settings.dropout,
+    )
+    model.build()
+    return model, source, target, "random (default TranslatorSettings sizes)"
+
+
+def _never_end(model, end_id):
+    """Makes `[END]` unreachable so every sentence decodes the full length."""
+    if model.output_projection is None:
+        raise SystemExit("This benchmark needs a model with its own output projection (no shared embeddings).")
+    bias = model.output_projection.bias
+    bias.assign(tf.tensor_scatter_nd_update(bias, [[end_id]], [-1e9]))
+
+
+def export_tutorial_style(model, source_tokenizer, target_tokenizer, base_dir, tokens):
+    """The TensorFlow tutorial's `Translator`: no cache, the whole model each step."""
+    start_id = target_tokenizer.token_id(START)
+    end_id = target_tokenizer.token_id(END)
+    sequence_length = model.sequence_length
+
+    def translate(text):
+        source_ids = source_tokenizer.encode(text, sequence_length)
+        batch_size = tf.shape(source_ids)[0]
+        output = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
+        output = output.write(0, tf.fill([batch_size], start_id))
+        for index in tf.range(tokens):
+            prefix = tf.transpose(output.stack())
+            logits = model({"source_ids": source_ids, "target_ids": prefix}, training=False)
+            next_ids = tf.argmax(logits[:, -1, :], axis=-1, output_type=tf.int32)
+            output = output.write(index + 1, next_ids)
+            if tf.reduce_all(next_ids == end_id):
+                break
+        generated = tf.transpose(output.stack())[:, 1:]
+        return {"translation": target_tokenizer.detokenize(generated)}
+
+    def write(folder):
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        archive.track(source_tokenizer)
+        archive.track(target_tokenizer)
+        archive.add_endpoint(
+            "serving_default", translate, input_signature=[tf.TensorSpec([None], tf.string, name="text")]
+        )
+        archive.write_out(folder, verbose=False)
+
+    return write_new_version(base_dir, write)
+
+
+def _check_same_output(decoders, texts, tokens):
+    """Both greedy loops must give the same words, or the timing compares different work."""
+    ours = decoders["ours greedy"](text=texts)["translation"].numpy()
+    tutorial = decoders["tutorial greedy"](text=texts)["translation"].numpy()
+    if not np.array_equal(ours, tutorial):
+        raise SystemExit("The two greedy exports disagree; the benchmark would not compare like with like.")
+
+
+def _time_interleaved(decoders, texts, repeats):
+    seconds = {name: [] for name in decoders}
+    names = list(decoders)
+    for round_index in range(repeats):
+        order = names if round_index % 2 == 0 else names[::-1]
+        for name in order:
+            started = time.perf_counter()
+            decoders[name](text=texts)
+            seconds[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in seconds.items()}
+
+
+def _print_table(rows, tokens):
+    print(f"\n{tokens} output tokens per sentence; median seconds per call")
+    print(f"{'decoder':16} {'batch':>5} {'seconds':>9} {'tokens/s':>9} {'speed-up':>9}")
+    for row in rows:
+        print(
+            f"{row['decoder']:16} {row['batch_size']:5d} {row['seconds']:9.3f} "
+            f"{row['tokens_per_second']:9.0f} {row['speedup_vs_tutorial']:8.1f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,454 @@
+"""BLEU of our translator against a KerasHub-built peer: same split, same wall-clock.
+
+Both arms train for `--minutes` of wall-clock time on the same training pairs
+and translate the same held-out test sources; sacrebleu scores the
+detokenized, case-sensitive output (BLEU and chrF).
+
+* ours: `train_translator` with the default `TranslatorSettings` (what
+  `apps.train_translator` trains), decoded by beam search as the export does
+  (width 4, length penalty 0.6), and greedily for comparison.
+* peer: what a KerasHub user builds (the keras.io translation example, with a
+  short-budget recipe): `keras_hub` WordPiece vocabularies and tokenizers,
+  start/end packing to a fixed length, `TokenAndPositionEmbedding`,
+  `TransformerEncoder` / `TransformerDecoder` of our default sizes, AdamW with
+  a linear warmup then a cosine decay that reaches zero when the budget ends,
+  label smoothing 0.1; greedy decoding. Its output goes through the same
+  punctuation rejoining as ours, so BLEU compares translations, not spacing.
+
+The loss function is the same masked, label-smoothed cross-entropy in both
+arms; what differs is the model, the batching, the schedule and the decoding.
+
+Usage (from the repository root, after `make bench-venv`):
+
+    PYTHONPATH=. .venv/bin/python benchmarks/translation_quality.py bible:es-en --minutes 30
+
+Both arms at once, one core each (what fits a 2-core machine in half the time):
+
+    ... translation_quality.py bible:es-en --minutes 30 --arm ours --threads 1 &
+    ... translation_quality.py bible:es-en --minutes 30 --arm peer --threads 1
+    ... translation_quality.py bible:es-en --minutes 30 --report
+
+The curve of BLEU against training time: `--snapshots 5,10,20,30,45,60
+--minutes 60` saves weights at those minutes and scores each. Results go to
+`benchmarks/results/translation_quality/`.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import keras
+
+RESULTS_DIR = os.path.join("benchmarks", "results", "translation_quality")
+BEAM_WIDTH = 4
+LENGTH_PENALTY = 0.6
+DECODE_BATCH = 100
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("data", help="a translation source, e.g. bible:es-en")
+    parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock budget per arm")
+    parser.add_argument("--arm", choices=("both", "ours", "peer"), default="both")
+    parser.add_argument("--snapshots", default="", help="comma-separated minutes at which to score too")
+    parser.add_argument("--threads", type=int, default=0, help="TensorFlow threads per process (0: all)")
+    parser.add_argument("--max-examples", type=int, default=None, help="training pairs to keep")
+    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--report", action="store_true", help="only print the saved results")
+    args = parser.parse_args()
+    snapshots = sorted({float(value) for value in args.snapshots.split(",") if value.strip()})
+    if any(minute > args.minutes for minute in snapshots):
+        parser.error("--snapshots must not exceed --minutes")
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    if not args.report:
+        _limit_threads(args.threads)
+        data = _load(args)
+        for arm in ("ours", "peer") if args.arm == "both" else (args.arm,):
+            result = (run_ours if arm == "ours" else run_peer)(data, args, snapshots)
+            with open(_result_path(args, arm), "w") as result_file:
+                json.dump(result, result_file, indent=2)
+    report(args)
+
+
+# --- shared ----------------------------------------------------------------------
+
+
+def _limit_threads(threads):
+    import tensorflow as tf
+
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def _load(args):
+    from keras_transformer.data import load_translation_data
+
+    data = load_translation_data(args.data, seed=args.seed, max_examples=args.max_examples)
+    print(f"{args.data}: {len(data.train)} training pairs, {len(data.test)} test pairs", flush=True)
+    return data
+
+
+def _result_path(args, arm):
+    name = args.data.replace(":", "_").replace("/", "_")
+    return os.path.join(RESULTS_DIR, f"{name}-{args.minutes:g}min-{arm}.json")
+
+
+def _run_dir(args, arm):
+    return os.path.join(RESULTS_DIR, "runs", os.path.basename(_result_path(args, arm))[: -len(".json")])
+
+
+class Snapshots(keras.callbacks.Callback):
+    """Saves the weights when training time passes each of `minutes`."""
+
+    def __init__(self, minutes, directory):
+        super().__init__()
+        self.minutes = list(minutes)
+        self.directory = directory
+        self.paths = {}
+        os.makedirs(directory, exist_ok=True)
+
+    def on_train_begin(self, logs=None):
+        self.start = time.monotonic()
+        self.pending = list(self.minutes)
+
+    def on_train_batch_end(self, batch, logs=None):
+        elapsed = (time.monotonic() - self.start) / 60
+        while self.pending and elapsed >= self.pending[0]:
+            mark = self.pending.pop(0)
+            self.paths[mark] = os.path.join(self.directory, f"snapshot-{mark:g}min.weights.h5")
+            self.model.save_weights(self.paths[mark])
+
+
+def score(hypotheses, references):
+    import sacrebleu
+
+    return {
+        "bleu": round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 2),
+    }
+
+
+def _decode_all(translate, sources):
+    """Strings in batches of `DECODE_BATCH` through `translate` (strings -> strings)."""
+    import tensorflow as tf
+
+    outputs = []
+    for start in range(0, len(sources), DECODE_BATCH):
+        batch = tf.constant(sources[start : start + DECODE_BATCH])
+        outputs.extend(text.decode("utf-8") for text in translate(batch).numpy())
+    return outputs
+
+
+def _evaluate_snapshots(model, snapshot_paths, evaluate):
+    """`evaluate()` on each snapshot's weights, then on the final weights."""
+    final_weights = model.get_weights()
+    points = []
+    for minute, path in sorted(snapshot_paths.items()):
+        model.load_weights(path)
+        points.append({"minutes": minute, **evaluate()})
+    model.set_weights(final_weights)
+    return points
+
+
+# --- ours ------------------------------------------------------------------------
+
+
+def run_ours(data, args, snapshots):
+    import tensorflow as tf
+
+    from keras_transformer.decoding import beam_search
+    from keras_transformer.decoding import greedy_decode
+    from keras_transformer.training.translator import TranslatorSettings
+    from keras_transformer.training.translator import train_translator
+
+    settings = TranslatorSettings(epochs=10_000, seed=args.seed)
+    run_dir = _run_dir(args, "ours")
+    snapshot_callback = Snapshots(snapshots, os.path.join(run_dir, "snapshots"))
+    run = train_translator(
+        data, settings, run_dir, time_budget_minutes=args.minutes, verbose=2, callbacks=[snapshot_callback]
+    )
+    model, source_tokenizer, target_tokenizer = run.model, run.source_tokenizer, run.target_tokenizer
+    start_id, end_id = target_tokenizer.token_id("[START]"), target_tokenizer.token_id("[END]")
+    max_length = model.sequence_length
+
+    @tf.function
+    def translate_beam(texts):
+        source_ids = source_tokenizer.encode(texts, max_length)
+        token_ids, _ = beam_search(
+            model, source_ids, max_length, start_id, end_id, beam_width=BEAM_WIDTH, length_penalty=LENGTH_PENALTY
+        )
+        return target_tokenizer.detokenize(token_ids)
+
+    @tf.function
+    def translate_greedy(texts):
+        source_ids = source_tokenizer.encode(texts, max_length)
+        return target_tokenizer.detokenize(greedy_decode(model, source_ids, max_length, start_id, end_id))
+
+    def evaluate():
+        started = time.monotonic()
+        beam = _decode_all(translate_beam, data.test.sources)
+        beam_seconds = time.monotonic() - started
+        greedy = _decode_all(translate_greedy, data.test.sources)
+        return {
+            "beam": score(beam, data.test.targets),
+            "greedy": score(greedy, data.test.targets),
+            "beam_decode_seconds": round(beam_seconds, 1),
+            "examples": [
+                {"source": s, "reference": r, "translation": t}
+                for s, r, t in zip(data.test.sources[:5], data.test.targets[:5], beam)
+            ],
+        }
+
+    points = _evaluate_snapshots(model, snapshot_callback.paths, evaluate)
+    final = evaluate()
+    print(f"ours: BLEU {final['beam']['bleu']} (beam), {final['greedy']['bleu']} (greedy)", flush=True)
+    return {
+        "arm": "ours",
+        "data": args.data,
+        "settings": {**vars(settings), "beam_width": BEAM_WIDTH, "length_penalty": LENGTH_PENALTY},
+        "threads": args.threads,
+        "train_pairs": len(data.train),
+        "test_pairs": len(data.test),
+        "training_seconds": round(run.training_seconds, 1),
+        "epochs": run.epochs_completed,
+        "parameters": model.count_params(),
+        "snapshots": points,
+        "final": final,
+    }
+
+
+# --- the KerasHub peer --------------------------------------------------------------
+
+
+def run_peer(data, args, snapshots):
+    import keras_hub
+    import tensorflow as tf
+
+    from keras_transformer.text.wordpiece import join_punctuation
+    from keras_transformer.training.callbacks import TimeBudget
+    from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+    from keras_transformer.training.translator import TranslatorSettings
+
+    settings = TranslatorSettings(seed=args.seed)  # the same sizes as ours
+    keras.utils.set_random_seed(settings.seed)
+    sequence_length = settings.sequence_length
+    reserved = ["[PAD]", "[UNK]", "[START]", "[END]"]
+    print("peer: building KerasHub WordPiece vocabularies...", flush=True)
+
+    def tokenizer_for(texts):
+        vocabulary = keras_hub.tokenizers.compute_word_piece_vocabulary(
+            tf.data.Dataset.from_tensor_slices(texts).batch(1000),
+            vocabulary_size=settings.vocabulary_size,
+            reserved_tokens=reserved,
+            lowercase=False,
+        )
+        return keras_hub.tokenizers.WordPieceTokenizer(vocabulary=vocabulary, lowercase=False)
+
+    source_tokenizer = tokenizer_for(data.train.sources)
+    target_tokenizer = tokenizer_for(data.train.targets)
+    start_id, end_id = target_tokenizer.token_to_id("[START]"), target_tokenizer.token_to_id("[END]")
+    source_packer = keras_hub.layers.StartEndPacker(sequence_length=sequence_length)
+    target_packer = keras_hub.layers.StartEndPacker(
+        sequence_length=sequence_length + 1, start_value=start_id, end_value=end_id
+    )
+
+    def pack(sources, targets):
+        target_ids = target_packer(target_tokenizer(targets))
+        inputs = {"encoder_inputs": source_packer(source_tokenizer(sources)), "decoder_inputs": target_ids[:, :-1]}
+        return inputs, target_ids[:, 1:]
+
+    train_dataset = (
+        tf.data.Dataset.from_tensor_slices((data.train.sources, data.train.targets))
+        .shuffle(len(data.train), seed=settings.seed, reshuffle_each_iteration=True)
+        .batch(settings.batch_size)
+        .map(pack, num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+    encoder_inputs = keras.Input(shape=(None,), dtype="int32", name="encoder_inputs")
+    decoder_inputs = keras.Input(shape=(None,), dtype="int32", name="decoder_inputs")
+    x = keras_hub.layers.TokenAndPositionEmbedding(
+        source_tokenizer.vocabulary_size(), sequence_length, settings.d_model, mask_zero=True
+    )(encoder_inputs)
+    for _ in range(settings.num_layers):
+        x = keras_hub.layers.TransformerEncoder(
+            settings.intermediate_dim, settings.num_heads, dropout=settings.dropout
+        )(x)
+    encoder_outputs = x
+    y = keras_hub.layers.TokenAndPositionEmbedding(
+        target_tokenizer.vocabulary_size(), sequence_length, settings.d_model, mask_zero=True
+    )(decoder_inputs)
+    for _ in range(settings.num_layers):
+        y = keras_hub.layers.TransformerDecoder(
+            settings.intermediate_dim, settings.num_heads, dropout=settings.dropout
+        )(y, encoder_outputs)
+    y = keras.layers.Dropout(settings.dropout)(y)
+    logits = _UnmaskedDense(target_tokenizer.vocabulary_size())(y)
+    model = keras.Model([encoder_inputs, decoder_inputs], logits)
+
+    peak_learning_rate = 1e-3
+    optimizer = keras.optimizers.AdamW(peak_learning_rate, weight_decay=0.01, clipnorm=settings.clip_norm)
+    model.compile(
+        optimizer=optimizer,
+        loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
+    )
+    run_dir = _run_dir(args, "peer")
+    snapshot_callback = Snapshots(snapshots, os.path.join(run_dir, "snapshots"))
+    schedule = WarmupCosineByTime(args.minutes, settings.warmup_steps, peak_learning_rate)
+    started = time.monotonic()
+    history = model.fit(
+        train_dataset,
+        epochs=10_000,
+        callbacks=[TimeBudget(args.minutes), schedule, snapshot_callback],
+        verbose=2,
+    )
+    training_seconds = time.monotonic() - started
+
+    @tf.function
+    def translate_greedy(texts):
+        # The keras.io example's decoding: the whole prefix through the whole model at every step.
+        source_ids = source_packer(source_tokenizer(texts))
+        batch_size = tf.shape(source_ids)[0]
+        prompt = tf.concat(
+            [tf.fill([batch_size, 1], start_id), tf.zeros([batch_size, sequence_length - 1], tf.int32)], axis=1
+        )
+        finished = tf.zeros([batch_size], tf.bool)
+        for index in tf.range(sequence_length - 1):
+            if tf.reduce_all(finished):
+                break
+            step_logits = model([source_ids, prompt], training=False)[:, index, :]
+            next_ids = tf.cast(tf.argmax(step_logits, axis=-1), tf.int32)
+            next_ids = tf.where(finished, 0, next_ids)
+            finished = finished | (next_ids == end_id)
+            column = tf.one_hot(index + 1, sequence_length, on_value=1, off_value=0, dtype=tf.int32)
+            prompt = prompt + next_ids[:, None] * column[None, :]
+        generated = prompt[:, 1:]
+        keep = (generated != 0) & (generated != start_id) & (generated != end_id)
+        words = target_tokenizer.detokenize(tf.ragged.boolean_mask(generated, keep))
+        return join_punctuation(words)
+
+    def evaluate():
+        started = time.monotonic()
+        greedy = _decode_all(translate_greedy, data.test.sources)
+        return {
+            "greedy": score(greedy, data.test.targets),
+            "greedy_decode_seconds": round(time.monotonic() - started, 1),
+            "examples": [
+                {"source": s, "reference": r, "translation": t}
+                for s, r, t in zip(data.test.sources[:5], data.test.targets[:5], greedy)
+            ],
+        }
+
+    points = _evaluate_snapshots(model, snapshot_callback.paths, evaluate)
+    final = evaluate()
+    print(f"peer: BLEU {final['greedy']['bleu']} (greedy)", flush=True)
+    return {
+        "arm": "peer",
+        "data": args.data,
+        "settings": {**vars(settings), "peak_learning_rate": peak_learning_rate},
+        "threads": args.threads,
+        "train_pairs": len(data.train),
+        "test_pairs": len(data.test),
+        "training_seconds": round(training_seconds, 1),
+        "epochs": len(history.history.get("loss", [])),
+        "parameters": model.count_params(),
+        "snapshots": points,
+        "final": final,
+    }
+
+
+class _UnmaskedDense(keras.layers.Dense):
+    """The peer's output layer, without the Keras mask: the loss masks padding itself,
+    and Keras would otherwise weight the loss by the mask a second time."""
+
+    def compute_mask(self, inputs, previous_mask=None):
+        return None
+
+
+class WarmupCosineByTime(keras.callbacks.Callback):
+    """Linear warmup over steps, then a cosine decay over the wall-clock budget.
+
+    A step-count schedule can't know how many steps a time budget holds; this
+    one reaches zero exactly when the budget ends, the best a fixed-budget
+    recipe can do.
+    """
+
+    def __init__(self, minutes, warmup_steps, peak):
+        super().__init__()
+        self.seconds, self.warmup_steps, self.peak = minutes * 60, warmup_steps, peak
+
+    def on_train_begin(self, logs=None):
+        self.start = time.monotonic()
+        self.step = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.step += 1
+        warmup = min(1.0, self.step / self.warmup_steps)
+        progress = min(1.0, (time.monotonic() - self.start) / self.seconds)
+        self.model.optimizer.learning_rate.assign(self.peak * warmup * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+# --- report ----------------------------------------------------------------------
+
+
+def report(args):
+    results = {}
+    for arm in ("ours", "peer"):
+        path = _result_path(args, arm)
+        if os.path.exists(path):
+            with open(path) as result_file:
+                results[arm] = json.load(result_file)
+    if not results:
+        sys.exit(f"No results for {args.data} at {args.minutes:g} minutes in {RESULTS_DIR}.")
+    print(f"\n{args.data}, {args.minutes:g} minutes of training per arm")
+    print(f"{'arm':6} {'decoding':8} {'BLEU':>6} {'chrF':>6} {'epochs':>6} {'train s':>8} {'threads':>7}")
+    for arm, result in results.items():
+        for decoding in ("beam", "greedy"):
+            if decoding in result["final"]:
+                metrics = result["final"][decoding]
+                print(
+                    f"{arm:6} {decoding:8} {metrics['bleu']:6.2f} {metrics['chrf']:6.2f} {result['epochs']:6d} "
+                    f"{result['training_seconds']:8.0f} {result['threads'] or 'all':>7}"
+                )
+    if len(results) == 2:
+        gap = results["ours"]["final"]["beam"]["bleu"] - results["peer"]["final"]["greedy"]["bleu"]
+        print(f"BLEU gap, ours (beam) - peer: {gap:+.2f} (target: at least +5)")
+    for arm, result in results.items():
+        if result["snapshots"]:
+            key = "beam" if arm == "ours" else "greedy"
+            curve = ", ".join(f"{p['minutes']:g} min {p[key]['bleu']:.1f}" for p in result["snapshots"])
+            print(f"{arm} BLEU over training time: {curve}, {args.minutes:g} min {result['final'][key]['bleu']:.1f}")
+    _plot(args, results)
+
+
+def _plot(args, results):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not any(result["snapshots"] for result in results.values()):
+        return
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for arm, result in results.items():
+        key = "beam" if arm == "ours" else "greedy"
+        minutes = [p["minutes"] for p in result["snapshots"]] + [result["training_seconds"] / 60]
+        bleu = [p[key]["bleu"] for p in result["snapshots"]] + [result["final"][key]["bleu"]]
+        axes.plot(minutes, bleu, marker="o", label=f"{arm} ({key})")
+    axes.set_xlabel("training time (minutes)")
+    axes.set_ylabel("BLEU (sacrebleu, test split)")
+    axes.set_title(args.data)
+    axes.grid(alpha=0.3)
+    axes.legend()
+    path = _result_path(args, "curve")[: -len(".json")] + ".png"
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    print(f"curve: {path}")
+
+
+if __name__ == "__main__":
+    main()
