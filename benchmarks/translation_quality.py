@@ -56,6 +56,7 @@ def main():
     parser.add_argument("--snapshots", default="", help="comma-separated minutes at which to score too")
     parser.add_argument("--threads", type=int, default=0, help="TensorFlow threads per process (0: all)")
     parser.add_argument("--max-examples", type=int, default=None, help="training pairs to keep")
+    parser.add_argument("--test-size", type=int, default=1000, help="held-out pairs scored")
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--report", action="store_true", help="only print the saved results")
     args = parser.parse_args()
@@ -87,7 +88,9 @@ def _limit_threads(threads):
 def _load(args):
     from keras_transformer.data import load_translation_data
 
-    data = load_translation_data(args.data, seed=args.seed, max_examples=args.max_examples)
+    data = load_translation_data(
+        args.data, seed=args.seed, max_examples=args.max_examples, test_size=args.test_size
+    )
     print(f"{args.data}: {len(data.train)} training pairs, {len(data.test)} test pairs", flush=True)
     return data
 

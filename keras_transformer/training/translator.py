@@ -42,8 +42,8 @@ class TranslatorSettings:
     intermediate_dim: int = 1024
     dropout: float = 0.1
     label_smoothing: float = 0.1
-    warmup_steps: int = 1000
-    learning_rate_scale: float = 1.0
+    warmup_steps: int = 500
+    learning_rate_scale: float = 0.75
     clip_norm: float = 1.0
     patience: int = 3
     seed: int = 1337
