@@ -5,7 +5,7 @@ VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: venv demo test test-tensorflow test-jax bench crosscheck clean
+.PHONY: venv bench-venv demo test test-tensorflow test-jax bench bench-translation crosscheck clean
 
 $(INSTALLED): requirements.txt
 	test -x $(VENV_PYTHON) || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,14 @@ $(INSTALLED): requirements.txt
 	touch $(INSTALLED)
 
 venv: $(INSTALLED)
+
+# Benchmark-only peers and metrics (keras-hub, sacrebleu), on top of the main set.
+BENCH_INSTALLED := $(VENV)/.installed-bench
+$(BENCH_INSTALLED): $(INSTALLED) requirements-bench.txt
+	$(VENV_PYTHON) -m pip install --quiet -r requirements-bench.txt
+	touch $(BENCH_INSTALLED)
+
+bench-venv: $(BENCH_INSTALLED)
 
 # Both applications end to end on the embedded corpora, with short budgets:
 # vocabulary, training, evaluation, export, then the export loaded in a fresh
@@ -52,9 +60,15 @@ test-tensorflow: venv
 test-jax: venv
 	KERAS_BACKEND=jax $(VENV_PYTHON) -m pytest tests/layers
 
-bench: venv
-	$(VENV_PYTHON) benchmarks/layer_speed.py
+# Minutes to hours on 2 CPU cores; results land in benchmarks/results/.
+bench: bench-venv
+	PYTHONPATH=. $(VENV_PYTHON) benchmarks/layer_speed.py
+	PYTHONPATH=. $(VENV_PYTHON) benchmarks/decode_speed.py
 	PYTHONPATH=. $(VENV_PYTHON) benchmarks/classifier_quality.py bbc
+
+# About 70 minutes: both translators for 30 minutes each, then BLEU on 1,000 test verses.
+bench-translation: bench-venv
+	PYTHONPATH=. $(VENV_PYTHON) benchmarks/translation_quality.py bible:es-en --minutes 30
 
 clean:
 	rm -rf $(VENV) .pytest_cache

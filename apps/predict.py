@@ -17,7 +17,9 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from keras_transformer.export.versions import latest_version_dir  # noqa: E402
+from apps.common import layer_index  # noqa: E402
+from apps.common import load_export  # noqa: E402
+from apps.common import texts_or_stdin  # noqa: E402
 
 
 def build_parser():
@@ -40,11 +42,7 @@ def build_parser():
 
 def load_model(path):
     """The newest version under `path` (or `path` itself), with its class names."""
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  registers the tokenizer ops the graph uses
-
-    version_dir = latest_version_dir(path)
-    model = tf.saved_model.load(version_dir)
+    version_dir, model = load_export(path)
     names_path = os.path.join(version_dir, "assets.extra", "class_names.txt")
     class_names = None
     if os.path.exists(names_path):
@@ -91,10 +89,7 @@ def plot_attention(model, text, out_path, layer):
     length = sum(1 for token in tokens if token)
     if length == 0:
         raise ValueError("The text has no tokens to draw.")
-    num_layers = scores.shape[0]
-    if not -num_layers <= layer < num_layers:
-        raise ValueError(f"--layer {layer} is out of range for {num_layers} encoder blocks.")
-    layer = layer % num_layers
+    layer = layer_index(layer, scores.shape[0], "encoder blocks")
     weights = np.asarray(scores[layer, :, :length, :length])
     tokens = tokens[:length]
     plots.plot_attention(
@@ -121,11 +116,7 @@ def main(argv=None):
             parser.exit(2, f"error: {error}\n")
         print(f"Attention plot written to {path}")
         return 0
-    texts = args.texts
-    if not texts:
-        if sys.stdin.isatty():
-            print("Reading texts from stdin, one per line (Ctrl-D to end)...", file=sys.stderr)
-        texts = [line.rstrip("\n") for line in sys.stdin]
+    texts = texts_or_stdin(args.texts)
     if not args.json:
         print(f"Model: {version_dir}")
     for text, label, probabilities in classify(model, texts, args.batch_size):

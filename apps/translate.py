@@ -20,7 +20,9 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from keras_transformer.export.versions import latest_version_dir  # noqa: E402
+from apps.common import layer_index  # noqa: E402
+from apps.common import load_export  # noqa: E402
+from apps.common import texts_or_stdin  # noqa: E402
 
 CONFIG_FILE = "translator.json"
 
@@ -47,11 +49,7 @@ def build_parser():
 
 def load_model(path):
     """The newest version under `path` (or `path` itself), with its decoding settings."""
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  registers the tokenizer ops the graph uses
-
-    version_dir = latest_version_dir(path)
-    model = tf.saved_model.load(version_dir)
+    version_dir, model = load_export(path)
     config_path = os.path.join(version_dir, "assets.extra", CONFIG_FILE)
     config = {}
     if os.path.exists(config_path):
@@ -115,10 +113,7 @@ def plot_attention(model, text, out_path, layer):
         raise ValueError("The text has no tokens to draw.")
     if not target_tokens:
         raise ValueError("The translation has no tokens to draw.")
-    num_layers = scores.shape[0]
-    if not -num_layers <= layer < num_layers:
-        raise ValueError(f"--layer {layer} is out of range for {num_layers} decoder block(s).")
-    layer = layer % num_layers
+    layer = layer_index(layer, scores.shape[0], "decoder block(s)")
     weights = np.asarray(scores[layer, :, : len(target_tokens), : len(source_tokens)])
     plots.plot_attention(
         weights, target_tokens, source_tokens, out_path,
@@ -144,11 +139,7 @@ def main(argv=None):
             parser.exit(2, f"error: {error}\n")
         print(f"Attention plot written to {path}")
         return 0
-    texts = args.texts
-    if not texts:
-        if sys.stdin.isatty():
-            print("Reading texts from stdin, one per line (Ctrl-D to end)...", file=sys.stderr)
-        texts = [line.rstrip("\n") for line in sys.stdin]
+    texts = texts_or_stdin(args.texts)
     try:
         check_signature(model, signature_name(args.greedy))
         if not args.json:

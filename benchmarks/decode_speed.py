@@ -154,15 +154,19 @@ def export_tutorial_style(model, source_tokenizer, target_tokenizer, base_dir, t
     def translate(text):
         source_ids = source_tokenizer.encode(text, sequence_length)
         batch_size = tf.shape(source_ids)[0]
-        output = tf.TensorArray(tf.int32, size=0, dynamic_size=True)
+        output = tf.TensorArray(tf.int32, size=tokens + 1, element_shape=[None])
         output = output.write(0, tf.fill([batch_size], start_id))
-        for index in tf.range(tokens):
-            prefix = tf.transpose(output.stack())
+
+        def keep_going(index, output, finished):
+            return tf.logical_and(index < tokens, tf.logical_not(finished))
+
+        def step(index, output, finished):
+            prefix = tf.transpose(output.gather(tf.range(index + 1)))  # [B, index + 1]
             logits = model({"source_ids": source_ids, "target_ids": prefix}, training=False)
             next_ids = tf.argmax(logits[:, -1, :], axis=-1, output_type=tf.int32)
-            output = output.write(index + 1, next_ids)
-            if tf.reduce_all(next_ids == end_id):
-                break
+            return index + 1, output.write(index + 1, next_ids), tf.reduce_all(next_ids == end_id)
+
+        _, output, _ = tf.while_loop(keep_going, step, (tf.constant(0), output, tf.constant(False)))
         generated = tf.transpose(output.stack())[:, 1:]
         return {"translation": target_tokenizer.detokenize(generated)}
 
