@@ -77,7 +77,6 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import keras  # noqa: E402
-from keras import ops  # noqa: E402
 
 from keras_transformer.layers import TransformerEncoderBlock  # noqa: E402
 from keras_transformer.models.seq2seq import Seq2SeqTransformer  # noqa: E402
