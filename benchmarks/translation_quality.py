@@ -178,7 +178,7 @@ def run_ours(data, args, snapshots):
     start_id, end_id = target_tokenizer.token_id("[START]"), target_tokenizer.token_id("[END]")
     max_length = model.sequence_length
 
-    @tf.function
+    @tf.function(autograph=False)
     def translate_beam(texts):
         source_ids = source_tokenizer.encode(texts, max_length)
         token_ids, _ = beam_search(
@@ -186,7 +186,7 @@ def run_ours(data, args, snapshots):
         )
         return target_tokenizer.detokenize(token_ids)
 
-    @tf.function
+    @tf.function(autograph=False)
     def translate_greedy(texts):
         source_ids = source_tokenizer.encode(texts, max_length)
         return target_tokenizer.detokenize(greedy_decode(model, source_ids, max_length, start_id, end_id))
@@ -311,8 +311,9 @@ def run_peer(data, args, snapshots):
         verbose=2,
     )
     training_seconds = time.monotonic() - started
+    model.save_weights(os.path.join(run_dir, "final.weights.h5"))  # an evaluation crash loses no training
 
-    @tf.function
+    @tf.function(autograph=False)
     def translate_greedy(texts):
         # The keras.io example's decoding: the whole prefix through the whole model at every step.
         source_ids = source_packer(source_tokenizer(texts))
@@ -320,16 +321,22 @@ def run_peer(data, args, snapshots):
         prompt = tf.concat(
             [tf.fill([batch_size, 1], start_id), tf.zeros([batch_size, sequence_length - 1], tf.int32)], axis=1
         )
-        finished = tf.zeros([batch_size], tf.bool)
-        for index in tf.range(sequence_length - 1):
-            if tf.reduce_all(finished):
-                break
+
+        def keep_going(index, prompt, finished):
+            return tf.logical_and(index < sequence_length - 1, tf.logical_not(tf.reduce_all(finished)))
+
+        def step(index, prompt, finished):
             step_logits = model([source_ids, prompt], training=False)[:, index, :]
             next_ids = tf.cast(tf.argmax(step_logits, axis=-1), tf.int32)
             next_ids = tf.where(finished, 0, next_ids)
-            finished = finished | (next_ids == end_id)
             column = tf.one_hot(index + 1, sequence_length, on_value=1, off_value=0, dtype=tf.int32)
-            prompt = prompt + next_ids[:, None] * column[None, :]
+            return index + 1, prompt + next_ids[:, None] * column[None, :], finished | (next_ids == end_id)
+
+        # An explicit while_loop, not AutoGraph: AutoGraph re-reads this file's
+        # source, which an edit during a long run would silently break.
+        _, prompt, _ = tf.while_loop(
+            keep_going, step, (tf.constant(0), prompt, tf.zeros([batch_size], tf.bool))
+        )
         generated = prompt[:, 1:]
         keep = (generated != 0) & (generated != start_id) & (generated != end_id)
         words = target_tokenizer.detokenize(tf.ragged.boolean_mask(generated, keep))
