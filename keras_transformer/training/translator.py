@@ -7,6 +7,7 @@
 
 import dataclasses
 import json
+import math
 import os
 import time
 
@@ -114,7 +115,10 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
         ).numpy()
         dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
         if shuffle:
-            dataset = dataset.shuffle(len(sources), seed=settings.seed, reshuffle_each_iteration=True)
+            # Repeated before bucketing: buckets then fill across epoch ends,
+            # and an epoch is a fixed number of steps (below), not "until the
+            # buckets run dry", which Keras would warn about every epoch.
+            dataset = dataset.shuffle(len(sources), seed=settings.seed, reshuffle_each_iteration=True).repeat()
             dataset = length_bucketed_batches(dataset, settings.batch_size, settings.sequence_length + 1)
         else:
             dataset = dataset.batch(settings.batch_size)
@@ -149,6 +153,7 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
         train_dataset,
         validation_data=validation_dataset,
         epochs=settings.epochs,
+        steps_per_epoch=math.ceil(len(data.train) / settings.batch_size),
         shuffle=False,
         callbacks=[time_budget, *folder.callbacks(patience=settings.patience), *callbacks],
         verbose=verbose,

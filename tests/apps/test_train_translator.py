@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -30,14 +31,29 @@ def write_pairs(path, count=96, seed=0):
 
 
 @pytest.fixture(scope="module")
-def translator_run(tmp_path_factory):
+def translator_run_and_warnings(tmp_path_factory):
     folder = tmp_path_factory.mktemp("translator")
     data = write_pairs(folder / "pairs.tsv")
     run_dir = str(folder / "run")
-    status = train_translator.main(
-        ["--data", f"tsv:{data}", *FLAGS, "--epochs", "3", "--run-dir", run_dir, "--export-dir", str(folder / "export")]
-    )
-    return status, run_dir
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        status = train_translator.main(
+            ["--data", f"tsv:{data}", *FLAGS, "--epochs", "3", "--run-dir", run_dir,
+             "--export-dir", str(folder / "export")]
+        )
+    return (status, run_dir), [str(warning.message) for warning in caught]
+
+
+@pytest.fixture(scope="module")
+def translator_run(translator_run_and_warnings):
+    return translator_run_and_warnings[0]
+
+
+def test_length_bucketed_epochs_do_not_run_out_of_data(translator_run_and_warnings):
+    # Bucketing leaves the number of batches unknown; an epoch of fixed steps
+    # over a repeated stream keeps Keras from warning (and stopping) each epoch.
+    _, messages = translator_run_and_warnings
+    assert not [message for message in messages if "ran out of data" in message]
 
 
 def test_run_exports_a_first_version(translator_run):
