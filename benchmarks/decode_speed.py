@@ -50,6 +50,7 @@ from keras_transformer.text import build_vocabulary
 from keras_transformer.text import save_vocabulary
 from keras_transformer.text.wordpiece import END
 from keras_transformer.text.wordpiece import START
+from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.translator import TranslatorSettings
 
 RESULTS = os.path.join("benchmarks", "results", "decode_speed.json")
@@ -152,7 +153,8 @@ def export_tutorial_style(model, source_tokenizer, target_tokenizer, base_dir, t
     sequence_length = model.sequence_length
 
     def translate(text):
-        source_ids = source_tokenizer.encode(text, sequence_length)
+        # The tutorial pads a batch to its longest source (`RaggedTensor.to_tensor()`).
+        source_ids = trim_shared_padding(source_tokenizer.encode(text, sequence_length))
         batch_size = tf.shape(source_ids)[0]
         output = tf.TensorArray(tf.int32, size=tokens + 1, element_shape=[None])
         output = output.write(0, tf.fill([batch_size], start_id))

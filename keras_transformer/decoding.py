@@ -122,7 +122,7 @@ def beam_search(
 
         # Reorder every cache to follow its hypothesis' parent beam.
         parent_rows = tf.reshape(parent + tf.range(batch_size)[:, None] * beam_width, [-1])
-        self_cache = tf.gather(self_cache, parent_rows, axis=1)
+        self_cache = tf.nest.map_structure(lambda cache: tf.gather(cache, parent_rows), self_cache)
         return index + 1, tf.reshape(next_tokens, [-1]), log_probs, sequences, finished, lengths, self_cache
 
     _, _, log_probs, sequences, finished, lengths, _ = tf.while_loop(

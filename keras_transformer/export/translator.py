@@ -11,6 +11,7 @@ from keras_transformer.decoding import greedy_decode
 from keras_transformer.export.versions import write_new_version
 from keras_transformer.text.wordpiece import END
 from keras_transformer.text.wordpiece import START
+from keras_transformer.training.batching import trim_shared_padding
 
 CONFIG_FILE = "translator.json"
 
@@ -85,9 +86,14 @@ def export_translator(
     def encode(text):
         return source_tokenizer.encode(text, sequence_length)
 
+    def encode_trimmed(text):
+        # The encoder and every step's cross-attention then cost the batch's
+        # longest source, not `sequence_length`; the outputs are the same.
+        return trim_shared_padding(encode(text))
+
     def translate_beam(text):
         token_ids, _ = beam_search(
-            model, encode(text), max_length, start_id, end_id,
+            model, encode_trimmed(text), max_length, start_id, end_id,
             beam_width=beam_width, length_penalty=length_penalty,
         )
         return {"translation": target_tokenizer.detokenize(token_ids)}
@@ -96,7 +102,7 @@ def export_translator(
         return greedy_decode(model, source_ids, max_length, start_id, end_id)
 
     def translate_greedy(text):
-        return {"translation": target_tokenizer.detokenize(greedy(encode(text)))}
+        return {"translation": target_tokenizer.detokenize(greedy(encode_trimmed(text)))}
 
     def attention(text):
         source_ids = encode(text)

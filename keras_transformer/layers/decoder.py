@@ -191,10 +191,8 @@ class TransformerDecoderBlock(TransformerBlock):
                 length, length, padding_mask, padding_mask, use_causal_mask=use_causal_mask
             )
         else:
-            start = (0, 0, cache_index, 0)
-            key_heads = ops.slice_update(cache[:, 0], start, key_heads)
-            value_heads = ops.slice_update(cache[:, 1], start, value_heads)
-            cache = ops.stack([key_heads, value_heads], axis=1)
+            cache = _write_cache(cache, ops.stack([key_heads, value_heads], axis=1), cache_index)
+            key_heads, value_heads = cache[:, 0], cache[:, 1]
             # Cache slots past the current positions hold zeros; the causal
             # mask (offset by the cache index) keeps them out.
             mask = merge_masks(
@@ -211,3 +209,23 @@ class TransformerDecoderBlock(TransformerBlock):
 
     def compute_mask(self, decoder_sequence, encoder_sequence=None, **kwargs):
         return keras_mask(decoder_sequence)
+
+
+def _write_cache(cache, entries, index):
+    """`cache` `[B, 2, heads, max_length, dim]` with `entries` `[B, 2, heads, T, dim]`
+    written at positions `index .. index + T - 1`.
+
+    A scatter of the new rows rather than `ops.slice_update`: on the
+    TensorFlow backend that is an XLA dynamic-update-slice compiled and
+    launched on its own at every call, and a `where` over the whole cache is a
+    slow broadcasting select; either cost a decoding step more than its
+    attention.
+    """
+    batch_size, _, num_heads, steps, dim = ops.shape(entries)
+    positions = ops.arange(steps, dtype="int32") + ops.cast(index, "int32")
+    grid = ops.meshgrid(
+        ops.arange(batch_size, dtype="int32"), ops.arange(2, dtype="int32"),
+        ops.arange(num_heads, dtype="int32"), positions, indexing="ij",
+    )
+    indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 4))
+    return ops.scatter_update(cache, indices, ops.reshape(entries, (-1, dim)))

@@ -158,29 +158,32 @@ class Seq2SeqTransformer(keras.Model):
         return (logits, scores) if return_attention_scores else logits
 
     def initialize_cache(self, encoder_output, max_length):
-        """Caches for `decode_step`: (self-attention `[L, B, 2, heads, max_length, head_dim]`
-        zeros, cross-attention `[L, B, 2, heads, S, head_dim]` projected once)."""
+        """Caches for `decode_step`, one entry per decoder block: (self-attention
+        zeros `[B, 2, heads, max_length, head_dim]`, cross-attention keys and
+        values `[B, 2, heads, S, head_dim]` projected once).
+
+        Tuples, not one stacked tensor: stacking and slicing them at every
+        step copied every cache twice per token.
+        """
         batch_size = ops.shape(encoder_output)[0]
-        self_cache = ops.stack(
-            [block.initialize_self_attention_cache(batch_size, max_length) for block in self.decoder_blocks]
+        self_cache = tuple(
+            block.initialize_self_attention_cache(batch_size, max_length) for block in self.decoder_blocks
         )
-        cross_cache = ops.stack(
-            [block.compute_cross_attention_cache(encoder_output) for block in self.decoder_blocks]
-        )
+        cross_cache = tuple(block.compute_cross_attention_cache(encoder_output) for block in self.decoder_blocks)
         return self_cache, cross_cache
 
     def decode_step(self, token_ids, index, self_cache, cross_cache, source_mask):
         """One decoding step: `[B, 1]` ids at position `index` -> (logits `[B, V]`, new self cache)."""
         x = self.target_embedding(token_ids, start_index=index)
         new_caches = []
-        for layer, block in enumerate(self.decoder_blocks):
+        for block, block_cache, block_cross_cache in zip(self.decoder_blocks, self_cache, cross_cache):
             x, new_cache = block(
                 x, decoder_padding_mask=None, encoder_padding_mask=source_mask,
-                self_attention_cache=self_cache[layer], self_attention_cache_update_index=index,
-                cross_attention_cache=cross_cache[layer],
+                self_attention_cache=block_cache, self_attention_cache_update_index=index,
+                cross_attention_cache=block_cross_cache,
             )
             new_caches.append(new_cache)
-        return self._logits(x)[:, 0, :], ops.stack(new_caches)
+        return self._logits(x)[:, 0, :], tuple(new_caches)
 
     def _logits(self, x):
         if self.decoder_norm is not None:
