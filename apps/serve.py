@@ -1,0 +1,78 @@
+"""Serves exported models over TensorFlow Serving's REST API.
+
+    python -m apps.serve --model classifier=exported_models/classifier \
+        --model translator=exported_models/translator --port 8501
+
+    curl -s localhost:8501/v1/models/translator:predict \
+        -d '{"instances": ["Y dijo Dios: Sea la luz."]}'
+
+Each `--model NAME=PATH` serves the newest version folder under PATH and
+switches to a newer one when it appears, without dropping requests.
+"""
+
+import argparse
+import logging
+import os
+import sys
+
+
+def parse_model(text):
+    name, separator, path = text.partition("=")
+    if not separator or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH, got {text!r}")
+    if not all(character.isalnum() or character in "-_." for character in name):
+        raise argparse.ArgumentTypeError(f"model name {name!r} may only hold letters, digits, '-', '_' and '.'")
+    return name, path
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", action="append", type=parse_model, required=True, metavar="NAME=PATH",
+                        help="a model name and its base path (repeatable)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8501)
+    parser.add_argument("--poll-seconds", type=float, default=1.0,
+                        help="how often to look for new versions (0: never)")
+    parser.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    parser.add_argument("--max-instances", type=int, default=256, help="most examples in one request")
+    parser.add_argument("--no-batching", dest="batching", action="store_false",
+                        help="run every request on its own instead of merging concurrent ones")
+    parser.add_argument("--max-batch-size", type=int, default=64)
+    parser.add_argument("--batch-timeout-ms", type=float, default=5.0,
+                        help="how long a batch's first request waits for others")
+    parser.add_argument("--num-threads", type=int, default=2, help="model calls running at once")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    names = [name for name, _ in args.model]
+    if len(set(names)) != len(names):
+        sys.exit(f"error: a model name is given twice: {names}")
+    for name, path in args.model:
+        if not os.path.isdir(path):
+            sys.exit(f"error: model {name!r}: no folder at {path}")
+    for value, flag in ((args.max_body_bytes, "--max-body-bytes"), (args.max_instances, "--max-instances"),
+                        (args.max_batch_size, "--max-batch-size"), (args.num_threads, "--num-threads")):
+        if value < 1:
+            sys.exit(f"error: {flag} must be at least 1, got {value}")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+
+    import uvicorn
+
+    from keras_transformer.serving import ModelRepository
+    from keras_transformer.serving import ServerSettings
+    from keras_transformer.serving import create_app
+
+    repository = ModelRepository(dict(args.model), poll_seconds=args.poll_seconds)
+    settings = ServerSettings(
+        max_body_bytes=args.max_body_bytes, max_instances=args.max_instances, batching=args.batching,
+        max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms, num_threads=args.num_threads,
+    )
+    uvicorn.run(create_app(repository, settings), host=args.host, port=args.port, access_log=False,
+                log_level=args.log_level)
+
+
+if __name__ == "__main__":
+    main()

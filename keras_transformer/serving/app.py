@@ -1,0 +1,250 @@
+"""The HTTP side: TensorFlow Serving's REST API over a `ModelRepository`, on Starlette.
+
+Routes (as TensorFlow Serving's, https://www.tensorflow.org/tfx/serving/api_rest):
+
+* `GET  /v1/models/NAME[/versions/V]`: version status.
+* `GET  /v1/models/NAME[/versions/V]/metadata`: signature definitions.
+* `POST /v1/models/NAME[/versions/V]:predict`: row or columnar predict.
+* `GET  /healthz`: 200 once every model has a version loaded, else 503.
+
+Errors are `{"error": "..."}` with TensorFlow Serving's status codes: 400
+for a bad request, 404 for an unknown model or version, plus 413 for a body
+or a batch over the configured limits and 405 for a wrong method.
+"""
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from keras_transformer.serving.batching import Batcher
+from keras_transformer.serving.protocol import RequestError
+from keras_transformer.serving.protocol import format_predict_response
+from keras_transformer.serving.protocol import parse_body
+from keras_transformer.serving.protocol import parse_predict_request
+
+logger = logging.getLogger("keras_transformer.serving")
+
+_MODEL_PATH = re.compile(
+    r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?(?:(?P<metadata>/metadata)|:(?P<verb>[^/:]*))?$"
+)
+
+
+class ServerSettings:
+    """Limits and batching of a server.
+
+    Args:
+        max_body_bytes: largest request body accepted (413 above it).
+        max_instances: most examples in one request (413 above it).
+        batching: merge concurrent requests into one model call.
+        max_batch_size: most examples in one merged call.
+        batch_timeout_ms: how long a batch's first request waits for others.
+        num_threads: model calls that may run at once.
+    """
+
+    def __init__(self, max_body_bytes=1 << 20, max_instances=256, batching=True, max_batch_size=64,
+                 batch_timeout_ms=5.0, num_threads=2):
+        self.max_body_bytes = max_body_bytes
+        self.max_instances = max_instances
+        self.batching = batching
+        self.max_batch_size = max_batch_size
+        self.batch_timeout_ms = batch_timeout_ms
+        self.num_threads = num_threads
+
+
+def create_app(repository, settings=None):
+    """A Starlette app serving `repository`; it loads every model when it starts."""
+    settings = settings or ServerSettings()
+    executor = ThreadPoolExecutor(max_workers=settings.num_threads, thread_name_prefix="model")
+    batcher = Batcher(executor, settings.max_batch_size, settings.batch_timeout_ms / 1000.0)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await asyncio.get_running_loop().run_in_executor(executor, repository.refresh_all)
+        repository.start_polling()
+        try:
+            yield
+        finally:
+            repository.stop_polling()
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    async def healthz(request):
+        models = {
+            name: (model.current.version if model.current else None) for name, model in repository.models.items()
+        }
+        return JSONResponse({"ready": repository.ready(), "models": models}, status_code=200 if repository.ready() else 503)
+
+    async def models_route(request):
+        match = _MODEL_PATH.match(request.path_params["rest"])
+        if match is None:
+            raise RequestError(404, f"No such route: {request.url.path}")
+        model = repository.models.get(match["name"])
+        version = _version_number(match["version"])
+        request.state.model, request.state.version = match["name"], version
+        if model is None:
+            raise RequestError(404, f"Servable not found for request: {_servable(match['name'], version)}")
+        if match["verb"] is not None:
+            if match["verb"] != "predict":
+                raise RequestError(400, f"':{match['verb']}' is not served here; only ':predict' is.")
+            if request.method != "POST":
+                raise RequestError(405, f"':predict' takes POST, not {request.method}.")
+            return await predict(request, model, version)
+        if request.method != "GET":
+            raise RequestError(405, f"{request.url.path} takes GET, not {request.method}.")
+        if match["metadata"]:
+            return metadata(model, version)
+        return status(model, version)
+
+    async def predict(request, model, version):
+        served = model.resolve(version)
+        if served is None:
+            raise RequestError(404, f"Servable not found for request: {_servable(model.name, version)}")
+        request.state.version = served.version
+        body = parse_body(await _read_body(request, settings.max_body_bytes))
+        signature_name = body.pop("signature_name", "serving_default")
+        if not isinstance(signature_name, str):
+            raise RequestError(400, "'signature_name' must be a string.")
+        if signature_name not in served.signatures:
+            raise RequestError(
+                400, f'Serving signature name: "{signature_name}" not found in signature def; '
+                f"this model has {sorted(served.signatures)}."
+            )
+        request_format, inputs, batch_size = parse_predict_request(
+            body, served.inputs[signature_name], settings.max_instances
+        )
+        request.state.instances = batch_size
+        try:
+            if settings.batching and served.batchable(signature_name):
+                outputs = await batcher.submit(served, signature_name, inputs, batch_size)
+            else:
+                outputs = await asyncio.get_running_loop().run_in_executor(
+                    executor, served.run, signature_name, inputs
+                )
+        except Exception as error:
+            raise _model_error(error)
+        return JSONResponse(format_predict_response(request_format, outputs))
+
+    def status(model, version):
+        states = model.states if version is None else {version: model.states.get(version)}
+        if version is not None and states[version] is None:
+            raise RequestError(404, f"Could not find version {version} of model {model.name}.")
+        return JSONResponse({
+            "model_version_status": [
+                {"version": str(number), "state": state,
+                 "status": {"error_code": "UNKNOWN" if message else "OK", "error_message": message}}
+                for number, (state, message) in sorted(states.items(), reverse=True)
+            ]
+        })
+
+    def metadata(model, version):
+        served = model.resolve(version)
+        if served is None:
+            raise RequestError(404, f"Servable not found for request: {_servable(model.name, version)}")
+        signature_defs = {
+            name: {
+                "inputs": {spec.name: _tensor_info(spec) for spec in served.inputs[name].values()},
+                "outputs": {spec.name: _tensor_info(spec) for spec in served.outputs[name].values()},
+                "method_name": "tensorflow/serving/predict",
+            }
+            for name in sorted(served.signatures)
+        }
+        return JSONResponse({
+            "model_spec": {"name": model.name, "signature_name": "", "version": str(served.version)},
+            "metadata": {"signature_def": {"signature_def": signature_defs}},
+        })
+
+    async def request_error(request, error):
+        return JSONResponse({"error": error.message}, status_code=error.status)
+
+    async def not_found(request, error):
+        return JSONResponse({"error": f"No such route: {request.url.path}"}, status_code=404)
+
+    async def method_not_allowed(request, error):
+        return JSONResponse({"error": f"{request.url.path} does not take {request.method}."}, status_code=405)
+
+    app = Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/v1/models/{rest:path}", models_route, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+        ],
+        exception_handlers={RequestError: request_error, 404: not_found, 405: method_not_allowed},
+        lifespan=lifespan,
+    )
+    app.add_middleware(RequestLog)
+    app.state.repository = repository
+    app.state.settings = settings
+    return app
+
+
+class RequestLog:
+    """One log line per request: method, path, model, version, examples, status, latency."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        status = [500]
+
+        async def record_status(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, record_status)
+        finally:
+            state = scope.get("state", {})
+            logger.info(
+                "%s %s model=%s version=%s instances=%s status=%d latency_ms=%.1f",
+                scope["method"], scope["path"], state.get("model", "-"), state.get("version") or "-",
+                state.get("instances", "-"), status[0], (time.perf_counter() - started) * 1000,
+            )
+
+
+async def _read_body(request, limit):
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"The body has {int(declared)} bytes; the limit is {limit}.")
+    chunks, total = [], 0
+    async for chunk in request.stream():
+        total += len(chunk)
+        if total > limit:
+            raise RequestError(413, f"The body is over the limit of {limit} bytes.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _version_number(text):
+    if text is None:
+        return None
+    if not text.isdigit() or int(text) == 0:
+        raise RequestError(400, f"A version is a positive integer, got {text!r}.")
+    return int(text)
+
+
+def _servable(name, version):
+    return f"Latest({name})" if version is None else f"Specific({name}, {version})"
+
+
+def _tensor_info(spec):
+    dims = [{"size": str(-1 if size is None else size), "name": ""} for size in spec.shape]
+    return {"dtype": spec.dtype, "tensor_shape": {"dim": dims, "unknown_rank": False}}
+
+
+def _model_error(error):
+    """A model call that failed: the input's fault (400) or ours (500, logged)."""
+    import tensorflow as tf
+
+    if isinstance(error, (tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError)):
+        return RequestError(400, str(error.message).splitlines()[0][:500])
+    logger.exception("Model call failed", exc_info=error)
+    return RequestError(500, f"Internal error running the model: {type(error).__name__}.")

@@ -1,0 +1,81 @@
+"""Server-side batching: concurrent requests to one signature merged into one model call.
+
+As TensorFlow Serving's batching does, a batch is closed when it holds
+`max_batch_size` examples or when `max_wait_seconds` have passed since its
+first request, whichever comes first; while one batch runs, the next one
+fills. Each request gets back exactly its own rows.
+"""
+
+import asyncio
+
+import numpy as np
+
+
+class Batcher:
+    """Merges `submit` calls that share a (version, signature) into batched calls.
+
+    Args:
+        executor: where model calls run (TensorFlow releases the GIL, so a
+            thread pool lets the event loop go on accepting requests).
+        max_batch_size: most examples in one model call; a request larger than
+            this runs alone.
+        max_wait_seconds: how long the first request of a batch waits for others.
+    """
+
+    def __init__(self, executor, max_batch_size=32, max_wait_seconds=0.005):
+        self.executor = executor
+        self.max_batch_size = max_batch_size
+        self.max_wait_seconds = max_wait_seconds
+        self._queues = {}
+
+    async def submit(self, served_version, signature_name, inputs, batch_size):
+        """Runs `inputs` (`{name: [batch_size, ...] array}`) and returns its own outputs."""
+        key = (served_version, signature_name)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = asyncio.Queue()
+            asyncio.get_running_loop().create_task(self._serve(key, queue))
+        future = asyncio.get_running_loop().create_future()
+        await queue.put((inputs, batch_size, future))
+        return await future
+
+    async def _serve(self, key, queue):
+        served_version, signature_name = key
+        loop = asyncio.get_running_loop()
+        pending = None
+        while True:
+            first = pending or await queue.get()
+            pending = None
+            batch, size = [first], first[1]
+            deadline = loop.time() + self.max_wait_seconds
+            while size < self.max_batch_size:
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout=max(0.0, deadline - loop.time()))
+                except asyncio.TimeoutError:
+                    break
+                if size + item[1] > self.max_batch_size:
+                    pending = item  # it opens the next batch
+                    break
+                batch.append(item)
+                size += item[1]
+            await self._run(served_version, signature_name, batch, loop)
+            if pending is None and queue.empty() and served_version.retired and self._queues.get(key) is queue:
+                # An idle queue of a replaced version would keep that model in memory.
+                del self._queues[key]
+                return
+
+    async def _run(self, served_version, signature_name, batch, loop):
+        names = list(batch[0][0])
+        merged = {name: np.concatenate([inputs[name] for inputs, _, _ in batch], axis=0) for name in names}
+        try:
+            outputs = await loop.run_in_executor(self.executor, served_version.run, signature_name, merged)
+        except Exception as error:
+            for _, _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        start = 0
+        for _, size, future in batch:
+            if not future.done():
+                future.set_result({name: value[start : start + size] for name, value in outputs.items()})
+            start += size

@@ -1,0 +1,236 @@
+"""TensorFlow Serving's REST predict protocol: JSON bodies to input arrays and back.
+
+Two request formats, as TensorFlow Serving reads them
+(https://www.tensorflow.org/tfx/serving/api_rest):
+
+* row: `{"instances": [...]}`, one entry per example (a bare value when the
+  signature has one input, else an object keyed by input name), answered by
+  `{"predictions": [...]}` (bare values when there is one output);
+* columnar: `{"inputs": value-or-object}`, answered by `{"outputs": ...}`.
+
+Binary strings travel as `{"b64": "..."}`. Every problem with a body becomes a
+`RequestError` carrying the HTTP status and a message that names what was
+wrong; nothing here lets a malformed body reach the model.
+"""
+
+import base64
+import binascii
+import json
+import math
+
+import numpy as np
+
+
+class RequestError(Exception):
+    """A request the server refuses: an HTTP status and a message for the client."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# dtype names as TensorFlow Serving's metadata spells them.
+_NUMPY_DTYPES = {
+    "DT_STRING": object,
+    "DT_FLOAT": np.float32,
+    "DT_DOUBLE": np.float64,
+    "DT_HALF": np.float16,
+    "DT_INT8": np.int8,
+    "DT_INT16": np.int16,
+    "DT_INT32": np.int32,
+    "DT_INT64": np.int64,
+    "DT_UINT8": np.uint8,
+    "DT_BOOL": np.bool_,
+}
+
+
+class TensorSpec:
+    """What a signature input or output is: `name`, `dtype` ("DT_STRING", ...),
+    `shape` (a list, None for unknown sizes; the first is the batch)."""
+
+    def __init__(self, name, dtype, shape):
+        self.name, self.dtype, self.shape = name, dtype, list(shape)
+
+    def __repr__(self):
+        return f"TensorSpec({self.name!r}, {self.dtype}, {self.shape})"
+
+
+def parse_body(raw_body):
+    """Bytes -> JSON object (a dict), or a 400 naming what is wrong."""
+    try:
+        text = raw_body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RequestError(400, f"The body is not valid UTF-8 (byte {error.start}); send binary strings as {{\"b64\": ...}}.")
+    try:
+        body = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        raise RequestError(400, f"JSON parse error: {error.msg} at line {error.lineno} column {error.colno}.")
+    except RecursionError:
+        raise RequestError(400, "JSON parse error: the body is nested too deeply.")
+    if not isinstance(body, dict):
+        raise RequestError(400, f"The body must be a JSON object, got {_json_type(body)}.")
+    return body
+
+
+def _reject_constant(name):
+    raise RequestError(400, f"JSON parse error: {name} is not a number JSON allows.")
+
+
+def parse_predict_request(body, input_specs, max_instances):
+    """A predict body -> (`"row"` or `"columnar"`, {input name: array}, batch size).
+
+    Args:
+        body: the parsed JSON object.
+        input_specs: the signature's inputs, `{name: TensorSpec}`.
+        max_instances: the most examples one request may carry.
+    """
+    unknown = set(body) - {"instances", "inputs", "signature_name"}
+    if unknown:
+        raise RequestError(400, f"Unknown key(s) {sorted(unknown)}; a predict body has 'instances' or 'inputs', and optionally 'signature_name'.")
+    if ("instances" in body) == ("inputs" in body):
+        raise RequestError(400, "A predict body needs exactly one of 'instances' (row format) or 'inputs' (columnar format).")
+    if "instances" in body:
+        return ("row", *_row_inputs(body["instances"], input_specs, max_instances))
+    return ("columnar", *_columnar_inputs(body["inputs"], input_specs, max_instances))
+
+
+def _row_inputs(instances, input_specs, max_instances):
+    if not isinstance(instances, list):
+        raise RequestError(400, f"'instances' must be a list, got {_json_type(instances)}.")
+    _check_count(len(instances), max_instances)
+    names = list(input_specs)
+    columns = {name: [] for name in names}
+    for index, instance in enumerate(instances):
+        if len(names) == 1 and not (isinstance(instance, dict) and set(instance) == set(names)):
+            columns[names[0]].append(instance)
+            continue
+        if not isinstance(instance, dict):
+            raise RequestError(400, f"Instance {index} must be an object with keys {names}, got {_json_type(instance)}.")
+        missing, extra = set(names) - set(instance), set(instance) - set(names)
+        if missing or extra:
+            raise RequestError(400, f"Instance {index} has keys {sorted(instance)}; the signature's inputs are {names}.")
+        for name in names:
+            columns[name].append(instance[name])
+    arrays = {name: _to_array(values, input_specs[name], f"input '{name}'") for name, values in columns.items()}
+    return arrays, len(instances)
+
+
+def _columnar_inputs(inputs, input_specs, max_instances):
+    names = list(input_specs)
+    if not (isinstance(inputs, dict) and set(inputs) == set(names)):
+        if len(names) != 1:
+            if not isinstance(inputs, dict):
+                raise RequestError(400, f"'inputs' must be an object with keys {names}, got {_json_type(inputs)}.")
+            raise RequestError(400, f"'inputs' has keys {sorted(inputs)}; the signature's inputs are {names}.")
+        inputs = {names[0]: inputs}
+    arrays, batch_sizes = {}, set()
+    for name in names:
+        values = inputs[name]
+        if not isinstance(values, list):
+            raise RequestError(400, f"Input '{name}' must be a list with one entry per example, got {_json_type(values)}.")
+        _check_count(len(values), max_instances)
+        arrays[name] = _to_array(values, input_specs[name], f"input '{name}'")
+        batch_sizes.add(len(values))
+    if len(batch_sizes) > 1:
+        raise RequestError(400, f"The inputs disagree on the number of examples: {sorted(batch_sizes)}.")
+    return arrays, batch_sizes.pop()
+
+
+def _check_count(count, max_instances):
+    if count > max_instances:
+        raise RequestError(413, f"{count} examples in one request; the limit is {max_instances}.")
+
+
+def _to_array(values, spec, what):
+    """A list of per-example values -> a numpy array of the spec's dtype and shape."""
+    dtype = _NUMPY_DTYPES.get(spec.dtype)
+    if dtype is None:
+        raise RequestError(400, f"{what} has dtype {spec.dtype}, which this server cannot read from JSON.")
+    example_shape = spec.shape[1:]
+    converted = [_convert(value, example_shape, spec.dtype, f"{what}, example {index}") for index, value in enumerate(values)]
+    if not converted:
+        return np.zeros([0, *[size or 0 for size in example_shape]], dtype=dtype)
+    if len({np.shape(value) for value in converted}) > 1:
+        raise RequestError(400, f"{what}: the examples have different shapes; one request is one dense batch.")
+    try:
+        return np.array(converted, dtype=dtype)
+    except (OverflowError, ValueError) as error:
+        raise RequestError(400, f"{what}: {error}.")
+
+
+def _convert(value, shape, dtype, where):
+    """One example's value checked against the example shape (sizes None = any)."""
+    if shape:
+        if not isinstance(value, list):
+            raise RequestError(400, f"{where}: expected a list of {shape[0] if shape[0] is not None else 'any number of'} values, got {_json_type(value)}.")
+        if shape[0] is not None and len(value) != shape[0]:
+            raise RequestError(400, f"{where}: expected {shape[0]} values, got {len(value)}.")
+        items = [_convert(item, shape[1:], dtype, where) for item in value]
+        if len({repr(np.shape(item)) for item in items}) > 1:
+            raise RequestError(400, f"{where}: the nested lists are ragged.")
+        return items
+    if dtype == "DT_STRING":
+        if isinstance(value, str):
+            return value.encode("utf-8", errors="surrogatepass")
+        if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
+            try:
+                return base64.b64decode(value["b64"], validate=True)
+            except (binascii.Error, ValueError):
+                raise RequestError(400, f"{where}: 'b64' is not valid base64.")
+        raise RequestError(400, f"{where}: expected a string or {{\"b64\": ...}}, got {_json_type(value)}.")
+    if dtype == "DT_BOOL":
+        if not isinstance(value, bool):
+            raise RequestError(400, f"{where}: expected true or false, got {_json_type(value)}.")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RequestError(400, f"{where}: expected a number, got {_json_type(value)}.")
+    if dtype.startswith(("DT_INT", "DT_UINT")) and not (isinstance(value, int) or float(value).is_integer()):
+        raise RequestError(400, f"{where}: expected an integer, got {value!r}.")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise RequestError(400, f"{where}: {value!r} is not a finite number.")
+    return value
+
+
+def format_predict_response(request_format, outputs):
+    """{output name: numpy array `[B, ...]`} -> the JSON object to answer with."""
+    names = list(outputs)
+    columns = {name: _to_json(outputs[name]) for name in names}
+    if request_format == "columnar":
+        return {"outputs": columns[names[0]] if len(names) == 1 else columns}
+    if len(names) == 1:
+        return {"predictions": columns[names[0]]}
+    count = len(columns[names[0]])
+    return {"predictions": [{name: columns[name][index] for name in names} for index in range(count)]}
+
+
+def _to_json(array):
+    if array.dtype == object or array.dtype.kind == "S":
+        return _strings_to_json(array.tolist())
+    if array.dtype.kind == "f":
+        # JSON has no NaN or infinity; TensorFlow Serving writes them as strings too.
+        return _floats_to_json(array.tolist())
+    return array.tolist()
+
+
+def _strings_to_json(value):
+    if isinstance(value, list):
+        return [_strings_to_json(item) for item in value]
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"b64": base64.b64encode(value).decode("ascii")}
+
+
+def _floats_to_json(value):
+    if isinstance(value, list):
+        return [_floats_to_json(item) for item in value]
+    return value if math.isfinite(value) else str(value)
+
+
+def _json_type(value):
+    for kind, name in ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string"),
+                       (list, "a list"), (dict, "an object"), (type(None), "null")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
