@@ -9,6 +9,21 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+# The tests run tiny shapes, where XLA's compile time (every new shape on JAX,
+# jit_compile=True on TensorFlow), not the run time, is what costs: LLVM's
+# expensive optimization passes roughly halve the JAX pass's compile time for
+# no gain. They change code generation only; XLA's graph-level rewrites still
+# run and fast-math stays off (XLA's default), so results are the same IEEE
+# arithmetic. Flags the caller set win.
+_XLA_TEST_FLAGS = {
+    "--xla_backend_optimization_level": "0",
+    "--xla_llvm_disable_expensive_passes": "true",
+}
+_xla_flags = os.environ.get("XLA_FLAGS", "")
+os.environ["XLA_FLAGS"] = " ".join(
+    [_xla_flags] + [f"{flag}={value}" for flag, value in _XLA_TEST_FLAGS.items() if flag not in _xla_flags]
+).strip()
+
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
