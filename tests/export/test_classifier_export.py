@@ -24,20 +24,38 @@ EDGE_TEXTS = [b"", b"   ", b"\xff\xfe\xfa", b"goal " * 200_000 + b"x"]  # the la
 KEYWORD_TEXTS = [b"stocks market shares", b"film music actor", b"goal match team"]
 TEXTS = EDGE_TEXTS + KEYWORD_TEXTS
 
-# Runs with only tensorflow and tensorflow_text. Loads the export twice: with
-# `tf.saved_model.load` (TF2) and with the TF1 session loader, feeding and
-# fetching the `serving_default` signature's tensors by name.
+# Runs with only tensorflow and tensorflow_text. Lists the export with
+# `saved_model_cli show --all`, then loads it twice: with `tf.saved_model.load`
+# (TF2) and with the TF1 session loader, feeding and fetching the
+# `serving_default` signature's tensors by name.
 LOADER = textwrap.dedent(
     """
     import importlib.util, json, sys
     assert importlib.util.find_spec("keras_transformer") is None, "the project is importable"
     assert importlib.util.find_spec("apps") is None, "the project is importable"
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  registers the tokenizer ops
 
     path = sys.argv[1]
     with open(sys.argv[2]) as texts_file:
         texts = [bytes.fromhex(text) for text in json.load(texts_file)]
+
+    # `saved_model_cli show --all --dir PATH`: what its console script runs
+    # (`saved_model_cli.main()` on these arguments), here rather than in a
+    # second fresh process (each costs a TensorFlow import), and before
+    # tensorflow_text is imported, as the console script never imports it.
+    import contextlib, io
+    from tensorflow.python.tools import saved_model_cli
+    cli_output = io.StringIO()
+    sys.argv = ["saved_model_cli", "show", "--dir", path, "--all"]
+    with contextlib.redirect_stdout(cli_output):
+        try:
+            saved_model_cli.main()
+            cli_status = 0
+        except SystemExit as exit:
+            cli_status = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    cli = {"status": cli_status, "stdout": cli_output.getvalue()}
+
+    import tensorflow_text  # noqa: F401  registers the tokenizer ops
     model = tf.saved_model.load(path)
     outputs = model.signatures["serving_default"](text=tf.constant(texts, tf.string))
     result = {
@@ -54,6 +72,7 @@ LOADER = textwrap.dedent(
         )
     result["tf1_probabilities"] = probabilities.tolist()
     result["tf1_labels"] = [label.decode("utf-8") for label in labels]
+    result["cli"] = cli
     print("RESULT " + json.dumps(result))
     """
 )
@@ -66,37 +85,22 @@ def fresh_environment():
 
 
 @pytest.fixture(scope="module")
-def outside_runs(trained_classifier, tmp_path_factory):
-    """The loader script and `saved_model_cli show --all`, run side by side in
-    fresh processes from an empty folder."""
+def loaded_outside(trained_classifier, tmp_path_factory):
+    """The loader script's answers (saved_model_cli's listing included), run
+    in a fresh process from an empty folder."""
     cwd = tmp_path_factory.mktemp("elsewhere")
-    version_dir = trained_classifier.version_dir
-    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     texts_path = cwd / "texts.json"
     texts_path.write_text(json.dumps([text.hex() for text in TEXTS]))
-    processes = {
-        "loader": subprocess.Popen(
-            [sys.executable, "-c", LOADER, version_dir, str(texts_path)],
-            cwd=cwd, env=fresh_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        ),
-        "cli": subprocess.Popen(
-            [cli, "show", "--dir", version_dir, "--all"],
-            cwd=cwd, env=fresh_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        ),
-    }
-    results = {}
-    for name, process in processes.items():
-        stdout, stderr = process.communicate(timeout=300)
-        results[name] = (process.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
-    return results
-
-
-@pytest.fixture(scope="module")
-def loaded_outside(outside_runs):
-    status, stdout, stderr = outside_runs["loader"]
-    assert status == 0, stderr[-3000:]
-    [line] = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    return json.loads(line[len("RESULT "):])
+    loader = subprocess.run(
+        [sys.executable, "-c", LOADER, trained_classifier.version_dir, str(texts_path)],
+        cwd=cwd, env=fresh_environment(), capture_output=True, timeout=300,
+    )
+    stderr = loader.stderr.decode(errors="replace")
+    assert loader.returncode == 0, stderr[-3000:]
+    [line] = [line for line in loader.stdout.decode(errors="replace").splitlines() if line.startswith("RESULT ")]
+    result = json.loads(line[len("RESULT "):])
+    result["stderr"] = stderr
+    return result
 
 
 def test_export_loads_and_answers_without_the_project(loaded_outside):
@@ -174,9 +178,9 @@ def test_no_optimizer_state_in_the_export(trained_classifier):
     assert weights <= stored < 1.5 * weights
 
 
-def test_saved_model_cli_lists_the_string_signatures(outside_runs):
-    status, stdout, stderr = outside_runs["cli"]
-    assert status == 0, stderr[-3000:]
+def test_saved_model_cli_lists_the_string_signatures(loaded_outside):
+    status, stdout = loaded_outside["cli"]["status"], loaded_outside["cli"]["stdout"]
+    assert status == 0, loaded_outside["stderr"][-3000:]
     sections = {}
     for block in stdout.split("signature_def['")[1:]:
         name, _, body = block.partition("']")

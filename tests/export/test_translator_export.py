@@ -148,20 +148,38 @@ KNOWN_TEXTS = [source.encode() for source, _ in PAIRS[::5]]
 TEXTS = EDGE_TEXTS + KNOWN_TEXTS
 SIGNATURES = ("serving_default", "greedy")
 
-# Runs with only tensorflow and tensorflow_text: both translation signatures
-# through `tf.saved_model.load` (TF2) and through the TF1 session loader,
-# feeding and fetching the signatures' tensors by name.
+# Runs with only tensorflow and tensorflow_text: `saved_model_cli show --all`,
+# then both translation signatures through `tf.saved_model.load` (TF2) and
+# through the TF1 session loader, feeding and fetching the signatures' tensors
+# by name.
 LOADER = textwrap.dedent(
     """
     import importlib.util, json, sys
     assert importlib.util.find_spec("keras_transformer") is None, "the project is importable"
     assert importlib.util.find_spec("apps") is None, "the project is importable"
     import tensorflow as tf
-    import tensorflow_text  # noqa: F401  registers the tokenizer ops
 
     path = sys.argv[1]
     with open(sys.argv[2]) as texts_file:
         texts = [bytes.fromhex(text) for text in json.load(texts_file)]
+
+    # `saved_model_cli show --all --dir PATH`: what its console script runs
+    # (`saved_model_cli.main()` on these arguments), here rather than in a
+    # second fresh process (each costs a TensorFlow import), and before
+    # tensorflow_text is imported, as the console script never imports it.
+    import contextlib, io
+    from tensorflow.python.tools import saved_model_cli
+    cli_output = io.StringIO()
+    sys.argv = ["saved_model_cli", "show", "--dir", path, "--all"]
+    with contextlib.redirect_stdout(cli_output):
+        try:
+            saved_model_cli.main()
+            cli_status = 0
+        except SystemExit as exit:
+            cli_status = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    cli = {"status": cli_status, "stdout": cli_output.getvalue()}
+
+    import tensorflow_text  # noqa: F401  registers the tokenizer ops
     result = {}
     model = tf.saved_model.load(path)
     for name in ("serving_default", "greedy"):
@@ -180,6 +198,7 @@ LOADER = textwrap.dedent(
                 signature.outputs["translation"].name, {signature.inputs["text"].name: texts}
             )
             result["tf1_" + name] = [text.hex() for text in translation]
+    result["cli"] = cli
     print("RESULT " + json.dumps(result))
     """
 )
@@ -192,47 +211,32 @@ def fresh_environment():
 
 
 @pytest.fixture(scope="module", autouse=True)
-def outside_processes(tiny_translator, tmp_path_factory):
-    """Starts the loader script and `saved_model_cli show --all` in fresh
-    processes from an empty folder, as soon as the export exists: they run
-    while this process does the in-process tests."""
+def outside_process(tiny_translator, tmp_path_factory):
+    """Starts the loader script (saved_model_cli's listing included) in a fresh
+    process from an empty folder, as soon as the export exists: it runs while
+    this process does the in-process tests."""
     cwd = tmp_path_factory.mktemp("elsewhere")
-    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     texts_path = cwd / "texts.json"
     texts_path.write_text(json.dumps([text.hex() for text in TEXTS]))
-    processes = {
-        "loader": subprocess.Popen(
-            [sys.executable, "-c", LOADER, tiny_translator.version_dir, str(texts_path)],
-            cwd=cwd, env=fresh_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        ),
-        "cli": subprocess.Popen(
-            [cli, "show", "--dir", tiny_translator.version_dir, "--all"],
-            cwd=cwd, env=fresh_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        ),
-    }
-    yield processes
-    for process in processes.values():
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    process = subprocess.Popen(
+        [sys.executable, "-c", LOADER, tiny_translator.version_dir, str(texts_path)],
+        cwd=cwd, env=fresh_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
 
 
 @pytest.fixture(scope="module")
-def outside_runs(outside_processes):
-    """`{name: (exit status, stdout, stderr)}` of the outside processes."""
-    results = {}
-    for name, process in outside_processes.items():
-        stdout, stderr = process.communicate(timeout=300)
-        results[name] = (process.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
-    return results
-
-
-@pytest.fixture(scope="module")
-def loaded_outside(outside_runs):
-    status, stdout, stderr = outside_runs["loader"]
-    assert status == 0, stderr[-3000:]
-    [line] = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-    return json.loads(line[len("RESULT "):])
+def loaded_outside(outside_process):
+    stdout, stderr = outside_process.communicate(timeout=300)
+    stderr = stderr.decode(errors="replace")
+    assert outside_process.returncode == 0, stderr[-3000:]
+    [line] = [line for line in stdout.decode(errors="replace").splitlines() if line.startswith("RESULT ")]
+    result = json.loads(line[len("RESULT "):])
+    result["stderr"] = stderr
+    return result
 
 
 def strings(hex_list):
@@ -258,7 +262,7 @@ def expected(in_process):
     }
 
 
-# --- in this process (while the outside processes run) ------------------------
+# --- in this process (while the outside process runs) -------------------------
 
 
 def test_both_vocabularies_travel_as_distinct_assets(tiny_translator):
@@ -361,7 +365,7 @@ def test_mismatched_tokenizers_are_refused(in_process, tmp_path):
     assert not base.exists()
 
 
-# --- the outside processes' answers --------------------------------------------
+# --- the outside process's answers ----------------------------------------------
 
 
 @pytest.mark.parametrize("signature", SIGNATURES)
@@ -390,9 +394,9 @@ def test_the_tiny_model_learned_its_training_pairs(loaded_outside):
     assert correct >= len(wanted) - 1, list(zip(known, wanted))
 
 
-def test_saved_model_cli_lists_the_three_string_signatures(outside_runs):
-    status, stdout, stderr = outside_runs["cli"]
-    assert status == 0, stderr[-3000:]
+def test_saved_model_cli_lists_the_three_string_signatures(loaded_outside):
+    status, stdout = loaded_outside["cli"]["status"], loaded_outside["cli"]["stdout"]
+    assert status == 0, loaded_outside["stderr"][-3000:]
     sections = {}
     for block in stdout.split("signature_def['")[1:]:
         name, _, body = block.partition("']")
