@@ -154,7 +154,12 @@ def _to_array(values, spec, what):
     if len({np.shape(value) for value in converted}) > 1:
         raise RequestError(400, f"{what}: the examples have different shapes; one request is one dense batch.")
     try:
-        return np.array(converted, dtype=dtype)
+        # A number too large for the dtype (1e39 as DT_FLOAT) would silently
+        # become infinity; refuse it as integers out of range are.
+        with np.errstate(over="raise", invalid="raise"):
+            return np.array(converted, dtype=dtype)
+    except FloatingPointError:
+        raise RequestError(400, f"{what}: a number is out of range for {spec.dtype}.")
     except (OverflowError, ValueError) as error:
         raise RequestError(400, f"{what}: {error}.")
 
