@@ -102,8 +102,8 @@ def _row_inputs(instances, input_specs, max_instances):
     names = list(input_specs)
     columns = {name: [] for name in names}
     for index, instance in enumerate(instances):
-        if len(names) == 1 and not (isinstance(instance, dict) and set(instance) == set(names)):
-            columns[names[0]].append(instance)
+        if len(names) == 1 and not (isinstance(instance, dict) and set(instance) != {"b64"}):
+            columns[names[0]].append(instance)  # a bare value, {"b64": ...} included
             continue
         if not isinstance(instance, dict):
             raise RequestError(400, f"Instance {index} must be an object with keys {names}, got {_json_type(instance)}.")
@@ -118,12 +118,12 @@ def _row_inputs(instances, input_specs, max_instances):
 
 def _columnar_inputs(inputs, input_specs, max_instances):
     names = list(input_specs)
-    if not (isinstance(inputs, dict) and set(inputs) == set(names)):
+    if not isinstance(inputs, dict):
         if len(names) != 1:
-            if not isinstance(inputs, dict):
-                raise RequestError(400, f"'inputs' must be an object with keys {names}, got {_json_type(inputs)}.")
-            raise RequestError(400, f"'inputs' has keys {sorted(inputs)}; the signature's inputs are {names}.")
-        inputs = {names[0]: inputs}
+            raise RequestError(400, f"'inputs' must be an object with keys {names}, got {_json_type(inputs)}.")
+        inputs = {names[0]: inputs}  # the bare value of the one input
+    if set(inputs) != set(names):
+        raise RequestError(400, f"'inputs' has keys {sorted(inputs)}; the signature's inputs are {names}.")
     arrays, batch_sizes = {}, set()
     for name in names:
         values = inputs[name]
