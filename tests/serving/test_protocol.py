@@ -94,11 +94,17 @@ def test_row_refuses_a_wrong_type_and_names_the_example():
     assert "input 'text', example 1" in error.message and "a number" in error.message
 
 
-@pytest.mark.parametrize("value, kind", [(None, "null"), (True, "a boolean"), (["a"], "a list"),
-                                         ({"other": "a"}, "an object")])
+@pytest.mark.parametrize("value, kind", [(None, "null"), (True, "a boolean"), (["a"], "a list"), (1.5, "a number")])
 def test_row_refuses_non_strings(value, kind):
     error = refused(parse_predict_request, {"instances": ["ok", value]}, TEXT, 8)
     assert error.status == 400 and "example 1" in error.message and kind in error.message
+
+
+@pytest.mark.parametrize("instance", [{"txt": "a"}, {"text": "a", "extra": "b"}, {}, {"b64": "eQ==", "text": "y"}])
+def test_row_instance_with_wrong_keys_names_them(instance):
+    error = refused(parse_predict_request, {"instances": ["ok", instance]}, TEXT, 8)
+    assert error.status == 400
+    assert f"Instance 1 has keys {sorted(instance)}" in error.message and "['text']" in error.message
 
 
 @pytest.mark.parametrize("b64", ["not base64!", "abc", {"nested": 1}])
@@ -142,6 +148,13 @@ def test_columnar_bare_and_named(inputs):
     request_format, arrays, batch_size = parse_predict_request({"inputs": inputs}, TEXT, 8)
     assert request_format == "columnar" and batch_size == 2
     assert arrays["text"].tolist() == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("inputs", [{"txt": ["a"]}, {"text": ["a"], "extra": ["b"]}, {}])
+def test_columnar_wrong_keys_are_named(inputs):
+    error = refused(parse_predict_request, {"inputs": inputs}, TEXT, 8)
+    assert error.status == 400
+    assert f"'inputs' has keys {sorted(inputs)}; the signature's inputs are ['text']" in error.message
 
 
 def test_columnar_refuses_a_scalar():
