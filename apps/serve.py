@@ -57,6 +57,8 @@ def main(argv=None):
                         (args.max_batch_size, "--max-batch-size"), (args.num_threads, "--num-threads")):
         if value < 1:
             sys.exit(f"error: {flag} must be at least 1, got {value}")
+    if not 0 <= args.port <= 65535:
+        sys.exit(f"error: --port must be between 0 and 65535, got {args.port}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
 
     import uvicorn
