@@ -160,7 +160,10 @@ def create_app(repository, settings=None):
         })
 
     async def request_error(request, error):
-        return JSONResponse({"error": error.message}, status_code=error.status)
+        # A message may quote the client's strings, and JSON can carry lone
+        # surrogates ("\ud800") that the UTF-8 response cannot: escape them.
+        message = error.message.encode("utf-8", "backslashreplace").decode("utf-8")
+        return JSONResponse({"error": message}, status_code=error.status)
 
     async def not_found(request, error):
         return JSONResponse({"error": f"No such route: {request.url.path}"}, status_code=404)
