@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import keras
@@ -209,19 +210,24 @@ def test_second_export_adds_a_version_and_leaves_the_first_untouched(time_budget
 
 # --- --resume after a kill -----------------------------------------------------------
 
+RESUME_TEST = "test_resume_after_sigkill_continues_from_the_last_backup"
 
-def test_resume_after_sigkill_continues_from_the_last_backup(tmp_path):
+
+def kill_then_resume(folder):
+    """Trains in a fresh process, SIGKILLs it once two epochs are logged, then runs
+    the same command with --resume. Returns what the test checks, or
+    {"failure": message} when the first run could not be killed mid-training."""
     # 480 texts in batches of 8: about 50 steps, around a second, per epoch, so
     # the kill lands several epochs before the end.
-    data_path = write_keyword_csv(tmp_path / "data.csv", 480, seed=1)
-    run_dir = str(tmp_path / "run")
+    data_path = write_keyword_csv(folder / "data.csv", 480, seed=1)
+    run_dir = str(folder / "run")
     argv = [sys.executable, "-m", "apps.train_classifier", "--data", f"csv:{data_path}", *MODEL_FLAGS,
             "--epochs", "6", "--batch-size", "8", "--patience", "0", "--verbose", "0",
             "--run-dir", run_dir, "--no-export"]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
     history_path = os.path.join(run_dir, "history.csv")
 
-    with open(tmp_path / "first.log", "wb") as log:
+    with open(folder / "first.log", "wb") as log:
         process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 240
@@ -229,25 +235,66 @@ def test_resume_after_sigkill_continues_from_the_last_backup(tmp_path):
                 if os.path.exists(history_path) and len(read_history(run_dir)) >= 2:
                     break
                 if process.poll() is not None:
-                    pytest.fail(f"training ended (status {process.returncode}) before it could be killed:\n"
-                                + (tmp_path / "first.log").read_text(errors="replace"))
+                    return {"failure": f"training ended (status {process.returncode}) before it could be killed:\n"
+                                       + (folder / "first.log").read_text(errors="replace")}
                 if time.monotonic() > deadline:
-                    pytest.fail("no two epochs logged within 240 s")
+                    return {"failure": "no two epochs logged within 240 s"}
                 time.sleep(0.02)
             process.send_signal(signal.SIGKILL)
         finally:
             if process.poll() is None:
                 process.kill()
             process.wait()
-    assert process.returncode == -signal.SIGKILL
-    assert not os.path.exists(os.path.join(run_dir, "metrics.json"))
-    before_kill = read_history(run_dir)
+    outcome = {"run_dir": run_dir, "first_status": process.returncode,
+               "metrics_after_kill": os.path.exists(os.path.join(run_dir, "metrics.json")),
+               "before_kill": read_history(run_dir)}
     with open(os.path.join(run_dir, "backup", "training_metadata.json")) as metadata_file:
-        epochs_backed_up = json.load(metadata_file)["epoch"]
-    assert 2 <= len(before_kill) < 6
-    kept = {name: snapshot(run_dir)[name] for name in ("vocabulary.txt", "settings.json")}
+        outcome["epochs_backed_up"] = json.load(metadata_file)["epoch"]
+    outcome["kept"] = {name: snapshot(run_dir)[name] for name in ("vocabulary.txt", "settings.json")}
+    outcome["resumed"] = subprocess.run(argv + ["--resume"], cwd=REPO_ROOT, env=env, capture_output=True,
+                                        timeout=300)
+    return outcome
 
-    resumed = subprocess.run(argv + ["--resume"], cwd=REPO_ROOT, env=env, capture_output=True, timeout=300)
+
+@pytest.fixture(scope="module", autouse=True)
+def killed_and_resumed(request, tmp_path_factory):
+    """`kill_then_resume` in a background thread, started with this module: the
+    two fresh processes (each pays for a TensorFlow import) run beside this
+    module's in-process tests instead of after them. The thread only starts
+    them, polls a file and waits; the test asserts on what it returns."""
+    if not any(item.name == RESUME_TEST for item in request.session.items):
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("resume")
+    outcome = {}
+
+    def target():
+        try:
+            outcome.update(kill_then_resume(folder))
+        except BaseException as error:  # reported by the test, not lost in the thread
+            outcome["failure"] = f"{type(error).__name__}: {error}"
+
+    thread = threading.Thread(target=target, name="kill_then_resume", daemon=True)
+    thread.start()
+    yield thread, outcome
+    thread.join(timeout=600)
+
+
+def test_resume_after_sigkill_continues_from_the_last_backup(killed_and_resumed):
+    thread, outcome = killed_and_resumed
+    thread.join(timeout=600)
+    assert not thread.is_alive(), "the kill-and-resume run did not finish within 600 s"
+    if "failure" in outcome:
+        pytest.fail(outcome["failure"])
+    run_dir = outcome["run_dir"]
+    assert outcome["first_status"] == -signal.SIGKILL
+    assert not outcome["metrics_after_kill"]
+    before_kill = outcome["before_kill"]
+    epochs_backed_up = outcome["epochs_backed_up"]
+    assert 2 <= len(before_kill) < 6
+    kept = outcome["kept"]
+
+    resumed = outcome["resumed"]
     assert resumed.returncode == 0, resumed.stderr.decode(errors="replace")[-3000:]
 
     history = read_history(run_dir)

@@ -84,47 +84,33 @@ def fresh_environment():
     return env
 
 
-@pytest.fixture(scope="module")
-def loaded_outside(trained_classifier, tmp_path_factory):
-    """The loader script's answers (saved_model_cli's listing included), run
-    in a fresh process from an empty folder."""
+@pytest.fixture(scope="module", autouse=True)
+def outside_process(trained_classifier, tmp_path_factory):
+    """Starts the loader script (saved_model_cli's listing included) in a fresh
+    process from an empty folder when the module starts: it runs while this
+    process does the in-process tests."""
     cwd = tmp_path_factory.mktemp("elsewhere")
     texts_path = cwd / "texts.json"
     texts_path.write_text(json.dumps([text.hex() for text in TEXTS]))
-    loader = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, "-c", LOADER, trained_classifier.version_dir, str(texts_path)],
-        cwd=cwd, env=fresh_environment(), capture_output=True, timeout=300,
+        cwd=cwd, env=fresh_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
-    stderr = loader.stderr.decode(errors="replace")
-    assert loader.returncode == 0, stderr[-3000:]
-    [line] = [line for line in loader.stdout.decode(errors="replace").splitlines() if line.startswith("RESULT ")]
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
+
+
+@pytest.fixture(scope="module")
+def loaded_outside(outside_process):
+    stdout, stderr = outside_process.communicate(timeout=300)
+    stderr = stderr.decode(errors="replace")
+    assert outside_process.returncode == 0, stderr[-3000:]
+    [line] = [line for line in stdout.decode(errors="replace").splitlines() if line.startswith("RESULT ")]
     result = json.loads(line[len("RESULT "):])
     result["stderr"] = stderr
     return result
-
-
-def test_export_loads_and_answers_without_the_project(loaded_outside):
-    probabilities = np.asarray(loaded_outside["probabilities"])
-    assert loaded_outside["probabilities_dtype"] == "float32"
-    assert probabilities.shape == (len(TEXTS), len(CLASS_NAMES))
-    assert np.all(np.isfinite(probabilities))
-    assert np.all(probabilities >= 0)
-    np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, atol=1e-5)
-    labels = loaded_outside["labels"]
-    assert len(labels) == len(TEXTS)
-    assert set(labels) <= set(CLASS_NAMES)
-    # The label is the most probable class.
-    assert labels == [CLASS_NAMES[index] for index in probabilities.argmax(axis=-1)]
-    # Texts without a single token all pool to the same zero vector.
-    np.testing.assert_allclose(probabilities[0], probabilities[1], atol=1e-6)
-    assert labels[len(EDGE_TEXTS):] == CLASS_NAMES
-
-
-def test_tf1_session_loader_answers_as_the_tf2_loader(loaded_outside):
-    np.testing.assert_allclose(
-        np.asarray(loaded_outside["tf1_probabilities"]), np.asarray(loaded_outside["probabilities"]), atol=1e-5
-    )
-    assert loaded_outside["tf1_labels"] == loaded_outside["labels"]
 
 
 def test_export_answers_as_the_trained_model(trained_classifier):
@@ -178,24 +164,6 @@ def test_no_optimizer_state_in_the_export(trained_classifier):
     assert weights <= stored < 1.5 * weights
 
 
-def test_saved_model_cli_lists_the_string_signatures(loaded_outside):
-    status, stdout = loaded_outside["cli"]["status"], loaded_outside["cli"]["stdout"]
-    assert status == 0, loaded_outside["stderr"][-3000:]
-    sections = {}
-    for block in stdout.split("signature_def['")[1:]:
-        name, _, body = block.partition("']")
-        sections[name] = body
-    assert {"serving_default", "attention"} <= set(sections)
-    serving = sections["serving_default"]
-    inputs, _, outputs = serving.partition("contains the following output(s)")
-    assert "inputs['text']" in inputs and "dtype: DT_STRING" in inputs
-    assert "outputs['probabilities']" in outputs and "outputs['label']" in outputs
-    assert "DT_FLOAT" in outputs and "DT_STRING" in outputs
-    assert f"shape: (-1, {len(CLASS_NAMES)})" in outputs
-    attention_inputs = sections["attention"].partition("contains the following output(s)")[0]
-    assert "inputs['text']" in attention_inputs and "dtype: DT_STRING" in attention_inputs
-
-
 def test_a_failed_export_leaves_earlier_versions_alone(trained_classifier, tmp_path, monkeypatch):
     from keras_transformer.text import WordPieceTokenizer
 
@@ -221,3 +189,48 @@ def test_a_failed_export_leaves_earlier_versions_alone(trained_classifier, tmp_p
     assert len(seen) == 1 and os.path.dirname(seen[0]) == base  # it did start writing
     assert sorted(os.listdir(base)) == ["1"]  # no version 2, no .staging-* leftover
     assert snapshot(base) == before
+
+
+# --- the outside process's answers (it ran while the tests above did) ---------------
+
+
+def test_export_loads_and_answers_without_the_project(loaded_outside):
+    probabilities = np.asarray(loaded_outside["probabilities"])
+    assert loaded_outside["probabilities_dtype"] == "float32"
+    assert probabilities.shape == (len(TEXTS), len(CLASS_NAMES))
+    assert np.all(np.isfinite(probabilities))
+    assert np.all(probabilities >= 0)
+    np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, atol=1e-5)
+    labels = loaded_outside["labels"]
+    assert len(labels) == len(TEXTS)
+    assert set(labels) <= set(CLASS_NAMES)
+    # The label is the most probable class.
+    assert labels == [CLASS_NAMES[index] for index in probabilities.argmax(axis=-1)]
+    # Texts without a single token all pool to the same zero vector.
+    np.testing.assert_allclose(probabilities[0], probabilities[1], atol=1e-6)
+    assert labels[len(EDGE_TEXTS):] == CLASS_NAMES
+
+
+def test_tf1_session_loader_answers_as_the_tf2_loader(loaded_outside):
+    np.testing.assert_allclose(
+        np.asarray(loaded_outside["tf1_probabilities"]), np.asarray(loaded_outside["probabilities"]), atol=1e-5
+    )
+    assert loaded_outside["tf1_labels"] == loaded_outside["labels"]
+
+
+def test_saved_model_cli_lists_the_string_signatures(loaded_outside):
+    status, stdout = loaded_outside["cli"]["status"], loaded_outside["cli"]["stdout"]
+    assert status == 0, loaded_outside["stderr"][-3000:]
+    sections = {}
+    for block in stdout.split("signature_def['")[1:]:
+        name, _, body = block.partition("']")
+        sections[name] = body
+    assert {"serving_default", "attention"} <= set(sections)
+    serving = sections["serving_default"]
+    inputs, _, outputs = serving.partition("contains the following output(s)")
+    assert "inputs['text']" in inputs and "dtype: DT_STRING" in inputs
+    assert "outputs['probabilities']" in outputs and "outputs['label']" in outputs
+    assert "DT_FLOAT" in outputs and "DT_STRING" in outputs
+    assert f"shape: (-1, {len(CLASS_NAMES)})" in outputs
+    attention_inputs = sections["attention"].partition("contains the following output(s)")[0]
+    assert "inputs['text']" in attention_inputs and "dtype: DT_STRING" in attention_inputs
