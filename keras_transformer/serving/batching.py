@@ -27,6 +27,7 @@ class Batcher:
         self.max_batch_size = max_batch_size
         self.max_wait_seconds = max_wait_seconds
         self._queues = {}
+        self._tasks = set()  # the event loop keeps only weak references to tasks
 
     async def submit(self, served_version, signature_name, inputs, batch_size):
         """Runs `inputs` (`{name: [batch_size, ...] array}`) and returns its own outputs."""
@@ -34,7 +35,9 @@ class Batcher:
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = asyncio.Queue()
-            asyncio.get_running_loop().create_task(self._serve(key, queue))
+            task = asyncio.get_running_loop().create_task(self._serve(key, queue))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         future = asyncio.get_running_loop().create_future()
         await queue.put((inputs, batch_size, future))
         return await future
@@ -65,11 +68,17 @@ class Batcher:
                 return
 
     async def _run(self, served_version, signature_name, batch, loop):
-        names = list(batch[0][0])
-        merged = {name: np.concatenate([inputs[name] for inputs, _, _ in batch], axis=0) for name in names}
         try:
+            names = list(batch[0][0])
+            merged = {name: np.concatenate([inputs[name] for inputs, _, _ in batch], axis=0) for name in names}
             outputs = await loop.run_in_executor(self.executor, served_version.run, signature_name, merged)
         except Exception as error:
+            if len(batch) > 1:
+                # One request's bad input must not fail the others merged with it:
+                # each runs alone and gets its own answer or its own error.
+                for item in batch:
+                    await self._run(served_version, signature_name, [item], loop)
+                return
             for _, _, future in batch:
                 if not future.done():
                     future.set_exception(error)
