@@ -1,0 +1,210 @@
+"""Helpers of the server tests: the texts they send, the tiny exports' layout,
+direct calls of a SavedModel, a real `apps.serve` process, answer comparisons."""
+
+import base64
+import dataclasses
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import numpy as np
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+CLASS_NAMES = ["business", "sport", "tech"]
+VOCABULARY_TEXTS = [
+    "the cat sat on the mat",
+    "stocks rose sharply today",
+    "the team won the final",
+    "el perro come pan",
+    "la casa es azul",
+    "the market fell after the report",
+    "a new phone with a faster chip",
+    "y dijo dios sea la luz",
+] * 4
+
+# Texts the tests send: ordinary ones, the empty text, whitespace, a long one
+# (truncated by the tokenizer), words outside the vocabulary, and one that is
+# not UTF-8 (sent as {"b64": ...}).
+NON_UTF8_TEXT = b"caf\xe9 \xff\xfe la casa"
+TEXT_POOL = [
+    "",
+    " ",
+    "\t\n  ",
+    "the cat sat on the mat",
+    "stocks rose sharply today",
+    "the team won the final",
+    "el perro come pan",
+    "la casa es azul",
+    "the market fell after the report",
+    "a new phone with a faster chip",
+    "y dijo dios sea la luz",
+    "cat",
+    "the",
+    "mat mat mat mat",
+    "azul casa la es",
+    "rose stocks",
+    "won team final the",
+    "chip phone new",
+    "dios luz",
+    "The Cat Sat On The Mat!",
+    "stocks, rose; sharply? today.",
+    "perro",
+    "el",
+    "la luz sea",
+    "report after the market",
+    "zebra quantum xylophone",
+    "ñandú café crème brûlée",
+    "日本語のテキスト",
+    "emoji 🙂 text",
+    "123 456 789",
+    "the cat " * 40,
+    "a",
+    "sharply",
+    "el perro y la casa",
+    "the final team",
+    "faster chip today",
+    "casa",
+    "luz luz",
+    "sat on",
+    NON_UTF8_TEXT,
+]
+
+
+def text_bytes(text):
+    return text if isinstance(text, bytes) else text.encode("utf-8")
+
+
+def text_json(text):
+    """How a client sends a text: a JSON string, or {"b64": ...} when not UTF-8."""
+    if isinstance(text, bytes):
+        return {"b64": base64.b64encode(text).decode("ascii")}
+    return text
+
+
+@dataclasses.dataclass
+class Exports:
+    root: str
+    classifier: str  # base path: classifier/1
+    translator: str  # base path: translator/1
+    spare_translator: str  # another translator's version folder (different weights), to publish as a new version
+
+    def version_dir(self, model, version=1):
+        return os.path.join(getattr(self, model), str(version))
+
+
+def load_direct(version_dir):
+    """The SavedModel loaded in this process, as a client of the export would."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    return tf.saved_model.load(version_dir)
+
+
+def call_direct(loaded, texts, signature="serving_default"):
+    """{output name: numpy array} from calling the signature on `texts` (str or bytes)."""
+    import tensorflow as tf
+
+    outputs = loaded.signatures[signature](text=tf.constant([text_bytes(text) for text in texts], dtype=tf.string))
+    return {name: value.numpy() for name, value in outputs.items()}
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class ServerProcess:
+    """`python -m apps.serve` on 127.0.0.1 and a free port; its stderr goes to a log file."""
+
+    def __init__(self, models, log_path, extra_args=(), startup_timeout=180.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = str(log_path)
+        command = [sys.executable, "-m", "apps.serve", "--port", str(self.port), *extra_args]
+        for name, path in models.items():
+            command += ["--model", f"{name}={path}"]
+        environment = dict(os.environ, PYTHONPATH=REPO_ROOT, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=self._log,
+                                        stderr=subprocess.STDOUT)
+        try:
+            self._wait_healthy(startup_timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_healthy(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"The server exited with status {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(self.url + "/healthz", timeout=5.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"The server was not healthy after {timeout:.0f} s:\n{self.log()}")
+
+    def log(self):
+        self._log.flush()
+        with open(self.log_path, encoding="utf-8", errors="replace") as log_file:
+            return log_file.read()
+
+    def stop(self):
+        """Terminates the server (kills it if it does not stop); returns its exit status."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=20)
+        self._log.close()
+        return self.process.returncode
+
+
+def publish_copy(version_dir, base_path):
+    """Publishes a copy of `version_dir` as the next version under `base_path`
+    (atomically, through the library's `write_new_version`); returns its folder."""
+    from keras_transformer.export.versions import write_new_version
+
+    return write_new_version(base_path, lambda folder: shutil.copytree(version_dir, folder, dirs_exist_ok=True))
+
+
+def write_reweighted_copy(version_dir, folder, seed, scale=0.5):
+    """Writes into `folder` a copy of the SavedModel at `version_dir` whose float
+    variables are moved by random normal noise: the same graph and signatures,
+    different weights (a fresh export of another random model would cost half
+    a minute of tracing on a loaded machine; this costs a fraction of a second)."""
+    import tensorflow as tf
+
+    shutil.copytree(version_dir, folder, dirs_exist_ok=True)
+    source_prefix = os.path.join(version_dir, "variables", "variables")
+    reader = tf.train.load_checkpoint(source_prefix)
+    dtypes = reader.get_variable_to_dtype_map()
+    rng = np.random.default_rng(seed)
+    names, tensors = [], []
+    for name in sorted(dtypes):
+        value = reader.get_tensor(name)
+        if dtypes[name].is_floating:
+            value = value + rng.normal(scale=scale, size=np.shape(value)).astype(value.dtype)
+        names.append(name)
+        tensors.append(tf.constant(value, dtype=dtypes[name]))
+    variables_dir = os.path.join(folder, "variables")
+    for entry in os.listdir(variables_dir):
+        os.remove(os.path.join(variables_dir, entry))
+    tf.raw_ops.SaveV2(prefix=os.path.join(variables_dir, "variables"), tensor_names=names,
+                      shape_and_slices=[""] * len(names), tensors=tensors)
+
+
+def assert_classifier_answer(answer, expected, atol=1e-6):
+    probabilities, label = expected
+    np.testing.assert_allclose(np.asarray(answer["probabilities"], dtype=np.float64), probabilities, atol=atol, rtol=0)
+    assert answer["label"] == label.decode("utf-8")
