@@ -217,6 +217,15 @@ def test_unknown_model_and_version_are_404(client):
     assert_error(client.get("/v1/models/classifier/labels"), 404)
 
 
+@pytest.mark.parametrize("path, status", [
+    ("/v1/models/%ff:predict", 404), ("/v1/models/a%2Fb:predict", 404), ("/v1/models/:predict", 404),
+    ("/v1/models/", 404), ("/v1/models/classifier/versions/:predict", 404), ("/v1/models/classifier::predict", 404),
+    ("/v1/models/classifier/versions/99999999999999999999999:predict", 404), ("/v1/models/classifier:", 400),
+])
+def test_odd_paths_are_refused_with_json(client, path, status):
+    assert_error(client.post(path, json={"instances": ["a"]}), status)
+
+
 @pytest.mark.parametrize("version", ["abc", "0", "-1", "1.5"])
 def test_a_version_must_be_a_positive_integer(client, version):
     assert_error(predict(client, "classifier", {"instances": ["a"]}, version=version), 400, repr(version))
