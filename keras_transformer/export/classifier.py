@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.export.versions import write_new_version
+from keras_transformer.training.batching import trim_shared_padding
 
 
 def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None):
@@ -45,7 +46,10 @@ def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None):
         return tokenizer.encode(text, sequence_length, add_cls=add_cls)
 
     def serve(text):
-        probabilities = tf.cast(model(encode(text), training=False), tf.float32)
+        # Padding every row shares is dropped: a batch of short texts costs
+        # their length, not `sequence_length`; the probabilities are the same.
+        token_ids = trim_shared_padding(encode(text))
+        probabilities = tf.cast(model(token_ids, training=False), tf.float32)
         label = tf.gather(names, tf.argmax(probabilities, axis=-1))
         return {"probabilities": probabilities, "label": label}
 

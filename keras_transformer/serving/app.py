@@ -62,7 +62,10 @@ def create_app(repository, settings=None):
     """A Starlette app serving `repository`; it loads every model when it starts."""
     settings = settings or ServerSettings()
     executor = ThreadPoolExecutor(max_workers=settings.num_threads, thread_name_prefix="model")
-    batcher = Batcher(executor, settings.max_batch_size, settings.batch_timeout_ms / 1000.0)
+    batcher = Batcher(
+        executor, settings.max_batch_size, settings.batch_timeout_ms / 1000.0,
+        max_concurrent_batches=settings.num_threads,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

@@ -20,12 +20,16 @@ class Batcher:
         max_batch_size: most examples in one model call; a request larger than
             this runs alone.
         max_wait_seconds: how long the first request of a batch waits for others.
+        max_concurrent_batches: merged calls running at once, over all
+            signatures (TensorFlow Serving's `num_batch_threads`); size it to
+            the executor's threads so batching uses them all.
     """
 
-    def __init__(self, executor, max_batch_size=32, max_wait_seconds=0.005):
+    def __init__(self, executor, max_batch_size=32, max_wait_seconds=0.005, max_concurrent_batches=1):
         self.executor = executor
         self.max_batch_size = max_batch_size
         self.max_wait_seconds = max_wait_seconds
+        self._slots = asyncio.Semaphore(max_concurrent_batches)
         self._queues = {}
         self._tasks = set()  # the event loop keeps only weak references to tasks
 
@@ -49,6 +53,9 @@ class Batcher:
         while True:
             first = pending or await queue.get()
             pending = None
+            # While every slot is busy, requests pile up in the queue and the
+            # next batch forms from them.
+            await self._slots.acquire()
             batch, size = [first], first[1]
             deadline = loop.time() + self.max_wait_seconds
             while size < self.max_batch_size:
@@ -61,11 +68,19 @@ class Batcher:
                     break
                 batch.append(item)
                 size += item[1]
-            await self._run(served_version, signature_name, batch, loop)
+            task = loop.create_task(self._run_in_slot(served_version, signature_name, batch, loop))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
             if pending is None and queue.empty() and served_version.retired and self._queues.get(key) is queue:
                 # An idle queue of a replaced version would keep that model in memory.
                 del self._queues[key]
                 return
+
+    async def _run_in_slot(self, served_version, signature_name, batch, loop):
+        try:
+            await self._run(served_version, signature_name, batch, loop)
+        finally:
+            self._slots.release()
 
     async def _run(self, served_version, signature_name, batch, loop):
         try:
