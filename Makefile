@@ -65,6 +65,7 @@ bench: bench-venv
 	PYTHONPATH=. $(VENV_PYTHON) benchmarks/layer_speed.py
 	PYTHONPATH=. $(VENV_PYTHON) benchmarks/decode_speed.py
 	PYTHONPATH=. $(VENV_PYTHON) benchmarks/classifier_quality.py bbc
+	PYTHONPATH=. $(VENV_PYTHON) benchmarks/serve_load.py
 
 # About 70 minutes: both translators for 30 minutes each, then BLEU on 1,000 test verses.
 bench-translation: bench-venv
