@@ -17,6 +17,7 @@ import pytest
 from keras_transformer.export import export_classifier
 from tests.classifier_fixtures import CLASS_NAMES
 from tests.classifier_fixtures import snapshot
+from tests.export.fresh_loader import LOADER_HEADER
 
 # Edge cases first, then one keyword text per class in CLASS_NAMES order
 # (business, culture, sport).
@@ -28,33 +29,8 @@ TEXTS = EDGE_TEXTS + KEYWORD_TEXTS
 # `saved_model_cli show --all`, then loads it twice: with `tf.saved_model.load`
 # (TF2) and with the TF1 session loader, feeding and fetching the
 # `serving_default` signature's tensors by name.
-LOADER = textwrap.dedent(
+LOADER = LOADER_HEADER + textwrap.dedent(
     """
-    import importlib.util, json, sys
-    assert importlib.util.find_spec("keras_transformer") is None, "the project is importable"
-    assert importlib.util.find_spec("apps") is None, "the project is importable"
-    import tensorflow as tf
-
-    path = sys.argv[1]
-    with open(sys.argv[2]) as texts_file:
-        texts = [bytes.fromhex(text) for text in json.load(texts_file)]
-
-    # `saved_model_cli show --all --dir PATH`: what its console script runs
-    # (`saved_model_cli.main()` on these arguments), here rather than in a
-    # second fresh process (each costs a TensorFlow import), and before
-    # tensorflow_text is imported, as the console script never imports it.
-    import contextlib, io
-    from tensorflow.python.tools import saved_model_cli
-    cli_output = io.StringIO()
-    sys.argv = ["saved_model_cli", "show", "--dir", path, "--all"]
-    with contextlib.redirect_stdout(cli_output):
-        try:
-            saved_model_cli.main()
-            cli_status = 0
-        except SystemExit as exit:
-            cli_status = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-    cli = {"status": cli_status, "stdout": cli_output.getvalue()}
-
     import tensorflow_text  # noqa: F401  registers the tokenizer ops
     model = tf.saved_model.load(path)
     outputs = model.signatures["serving_default"](text=tf.constant(texts, tf.string))

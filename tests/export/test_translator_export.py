@@ -20,6 +20,8 @@ import time
 import numpy as np
 import pytest
 
+from tests.export.fresh_loader import LOADER_HEADER
+
 # --- the shared tiny translator --------------------------------------------------
 
 COLORS = {"rojo": "red", "verde": "green", "azul": "blue", "negro": "black", "blanco": "white", "gris": "grey"}
@@ -152,33 +154,8 @@ SIGNATURES = ("serving_default", "greedy")
 # then both translation signatures through `tf.saved_model.load` (TF2) and
 # through the TF1 session loader, feeding and fetching the signatures' tensors
 # by name.
-LOADER = textwrap.dedent(
+LOADER = LOADER_HEADER + textwrap.dedent(
     """
-    import importlib.util, json, sys
-    assert importlib.util.find_spec("keras_transformer") is None, "the project is importable"
-    assert importlib.util.find_spec("apps") is None, "the project is importable"
-    import tensorflow as tf
-
-    path = sys.argv[1]
-    with open(sys.argv[2]) as texts_file:
-        texts = [bytes.fromhex(text) for text in json.load(texts_file)]
-
-    # `saved_model_cli show --all --dir PATH`: what its console script runs
-    # (`saved_model_cli.main()` on these arguments), here rather than in a
-    # second fresh process (each costs a TensorFlow import), and before
-    # tensorflow_text is imported, as the console script never imports it.
-    import contextlib, io
-    from tensorflow.python.tools import saved_model_cli
-    cli_output = io.StringIO()
-    sys.argv = ["saved_model_cli", "show", "--dir", path, "--all"]
-    with contextlib.redirect_stdout(cli_output):
-        try:
-            saved_model_cli.main()
-            cli_status = 0
-        except SystemExit as exit:
-            cli_status = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-    cli = {"status": cli_status, "stdout": cli_output.getvalue()}
-
     import tensorflow_text  # noqa: F401  registers the tokenizer ops
     result = {}
     model = tf.saved_model.load(path)
