@@ -44,7 +44,6 @@ import tensorflow_text  # noqa: F401  (registers the ops the exports need)
 from keras_transformer.data import load_translation_data
 from keras_transformer.export.translator import export_translator
 from keras_transformer.export.versions import write_new_version
-from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text import WordPieceTokenizer
 from keras_transformer.text import build_vocabulary
 from keras_transformer.text import save_vocabulary
@@ -52,6 +51,7 @@ from keras_transformer.text.wordpiece import END
 from keras_transformer.text.wordpiece import START
 from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.translator import TranslatorSettings
+from keras_transformer.training.translator import build_translator_model
 
 RESULTS = os.path.join("benchmarks", "results", "decode_speed.json")
 
@@ -128,13 +128,7 @@ def _model_and_tokenizers(run_dir, data):
         ),
         lower_case=False,
     )
-    model = Seq2SeqTransformer(
-        source.vocabulary_size, target.vocabulary_size, sequence_length=settings.sequence_length + 1,
-        num_encoder_layers=settings.num_layers, num_decoder_layers=settings.num_layers,
-        d_model=settings.d_model, num_heads=settings.num_heads,
-        intermediate_dim=settings.intermediate_dim, dropout=settings.dropout,
-    )
-    model.build()
+    model = build_translator_model(settings, source.vocabulary_size, target.vocabulary_size)
     return model, source, target, "random (default TranslatorSettings sizes)"
 
 

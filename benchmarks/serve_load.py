@@ -241,8 +241,8 @@ def build_export(name, base_dir):
     else:
         from keras_transformer.data import load_translation_data
         from keras_transformer.export.translator import export_translator
-        from keras_transformer.models import Seq2SeqTransformer
         from keras_transformer.training.translator import TranslatorSettings
+        from keras_transformer.training.translator import build_translator_model
 
         settings = TranslatorSettings()
         data = load_translation_data("bible:es-en", seed=1337, max_examples=2000)
@@ -254,13 +254,7 @@ def build_export(name, base_dir):
             build_vocabulary(data.train.targets, settings.vocabulary_size, lower_case=False),
             os.path.join(vocabulary_dir, "target.txt"),
         ), lower_case=False)
-        model = Seq2SeqTransformer(
-            source.vocabulary_size, target.vocabulary_size, sequence_length=settings.sequence_length + 1,
-            num_encoder_layers=settings.num_layers, num_decoder_layers=settings.num_layers,
-            d_model=settings.d_model, num_heads=settings.num_heads,
-            intermediate_dim=settings.intermediate_dim, dropout=settings.dropout,
-        )
-        model.build()
+        model = build_translator_model(settings, source.vocabulary_size, target.vocabulary_size)
         # As apps/train_translator.py exports it.
         export_translator(model, source, target, base_dir, max_output_length=settings.sequence_length)
     return base_dir

@@ -127,18 +127,7 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
     train_dataset = batches(data.train, shuffle=True)
     validation_dataset = batches(data.validation, shuffle=False)
 
-    model = Seq2SeqTransformer(
-        source_vocabulary_size=source_tokenizer.vocabulary_size,
-        target_vocabulary_size=target_tokenizer.vocabulary_size,
-        sequence_length=settings.sequence_length + 1,
-        num_encoder_layers=settings.num_layers,
-        num_decoder_layers=settings.num_layers,
-        d_model=settings.d_model,
-        num_heads=settings.num_heads,
-        intermediate_dim=settings.intermediate_dim,
-        dropout=settings.dropout,
-    )
-    model.build()
+    model = build_translator_model(settings, source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
     model.compile(
         optimizer=keras.optimizers.Adam(
             TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale),
@@ -192,6 +181,24 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
         training_seconds=training_seconds,
         run_dir=folder.path,
     )
+
+
+def build_translator_model(settings, source_vocabulary_size, target_vocabulary_size):
+    """A built `Seq2SeqTransformer` of `settings`' sizes (what `train_translator` trains)."""
+    model = Seq2SeqTransformer(
+        source_vocabulary_size=source_vocabulary_size,
+        target_vocabulary_size=target_vocabulary_size,
+        # Targets carry [START] or [END] on top of `sequence_length` tokens.
+        sequence_length=settings.sequence_length + 1,
+        num_encoder_layers=settings.num_layers,
+        num_decoder_layers=settings.num_layers,
+        d_model=settings.d_model,
+        num_heads=settings.num_heads,
+        intermediate_dim=settings.intermediate_dim,
+        dropout=settings.dropout,
+    )
+    model.build()
+    return model
 
 
 def _teacher_forcing(source_ids, target_ids):
