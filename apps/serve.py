@@ -39,7 +39,8 @@ def build_parser():
                         help="run every request on its own instead of merging concurrent ones")
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--batch-timeout-ms", type=float, default=5.0,
-                        help="how long a batch's first request waits for others")
+                        help="how long a batch waits for company once a model thread is free; "
+                             "only while other requests to its signature are running")
     parser.add_argument("--num-threads", type=int, default=2, help="model calls running at once")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return parser

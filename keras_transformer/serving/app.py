@@ -44,7 +44,8 @@ class ServerSettings:
         max_instances: most examples in one request (413 above it).
         batching: merge concurrent requests into one model call.
         max_batch_size: most examples in one merged call.
-        batch_timeout_ms: how long a batch's first request waits for others.
+        batch_timeout_ms: how long a batch waits for company once a model
+            thread is free, only while other requests to its signature run.
         num_threads: model calls that may run at once.
     """
 

@@ -1,9 +1,12 @@
 """Server-side batching: concurrent requests to one signature merged into one model call.
 
-As TensorFlow Serving's batching does, a batch is closed when it holds
-`max_batch_size` examples or when `max_wait_seconds` have passed since its
-first request, whichever comes first; while one batch runs, the next one
-fills. Each request gets back exactly its own rows.
+As in TensorFlow Serving's batching, a batch is closed when it holds
+`max_batch_size` examples or when `max_wait_seconds` have passed since a
+model slot became free for it; while every slot is busy, arriving requests
+queue and form the next batch. Unlike TensorFlow Serving, a batch waits for
+company only while other requests to its signature are running: a lone
+client's request, which nothing could join, runs at once instead of paying
+the wait. Each request gets back exactly its own rows.
 """
 
 import asyncio
@@ -19,7 +22,8 @@ class Batcher:
             thread pool lets the event loop go on accepting requests).
         max_batch_size: most examples in one model call; a request larger than
             this runs alone.
-        max_wait_seconds: how long the first request of a batch waits for others.
+        max_wait_seconds: how long a batch waits for more requests once a
+            slot is free (requests already queued join at once).
         max_concurrent_batches: merged calls running at once, over all
             signatures (TensorFlow Serving's `num_batch_threads`); size it to
             the executor's threads so batching uses them all.
@@ -31,6 +35,7 @@ class Batcher:
         self.max_wait_seconds = max_wait_seconds
         self._slots = asyncio.Semaphore(max_concurrent_batches)
         self._queues = {}
+        self._in_flight = {}  # (version, signature) -> requests submitted and not yet answered
         self._tasks = set()  # the event loop keeps only weak references to tasks
 
     async def submit(self, served_version, signature_name, inputs, batch_size):
@@ -43,8 +48,14 @@ class Batcher:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         future = asyncio.get_running_loop().create_future()
-        await queue.put((inputs, batch_size, future))
-        return await future
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        try:
+            await queue.put((inputs, batch_size, future))
+            return await future
+        finally:
+            self._in_flight[key] -= 1
+            if not self._in_flight[key]:
+                del self._in_flight[key]
 
     async def _serve(self, key, queue):
         served_version, signature_name = key
@@ -59,10 +70,15 @@ class Batcher:
             batch, size = [first], first[1]
             deadline = loop.time() + self.max_wait_seconds
             while size < self.max_batch_size:
-                try:
-                    item = await asyncio.wait_for(queue.get(), timeout=max(0.0, deadline - loop.time()))
-                except asyncio.TimeoutError:
+                if not queue.empty():
+                    item = queue.get_nowait()
+                elif loop.time() >= deadline or not self._others_running(key, batch):
                     break
+                else:
+                    try:
+                        item = await asyncio.wait_for(queue.get(), timeout=deadline - loop.time())
+                    except asyncio.TimeoutError:
+                        break
                 if size + item[1] > self.max_batch_size:
                     pending = item  # it opens the next batch
                     break
@@ -75,6 +91,11 @@ class Batcher:
                 # An idle queue of a replaced version would keep that model in memory.
                 del self._queues[key]
                 return
+
+    def _others_running(self, key, batch):
+        """Whether requests to `key` outside `batch` are being answered (their
+        clients may send again soon, so waiting can pay)."""
+        return self._in_flight.get(key, 0) > len(batch)
 
     async def _run_in_slot(self, served_version, signature_name, batch, loop):
         try:
