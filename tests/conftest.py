@@ -178,72 +178,10 @@ def randomize():
 
 
 
-# Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), tests are
-# scheduled in groups: the test files that share one session-scoped artifact
-# (a trained model, an export) form one group, so it is built once rather than
-# once per worker, and every other test file is a group of its own, so its
-# module-scoped fixtures are built once too. The groups are chosen here, from
-# the file of each test id, rather than with `xdist_group` marks: pytest-xdist
-# 3.8 passes those marks by rewriting node ids, which pytest 9.2 ignores
-# (pytest-dev/pytest-xdist#1386).
-_SHARED_GROUPS = {
-    # build_translator (tests/export/test_translator_export.py)
-    "tests/export/test_translator_export.py": "tiny_translator",
-    "tests/apps/test_translate.py": "tiny_translator",
-    # trained_classifier (tests/classifier_fixtures.py)
-    "tests/apps/test_predict.py": "trained_classifier",
-    "tests/apps/test_train_classifier.py": "trained_classifier",
-    "tests/export/test_classifier_export.py": "trained_classifier",
-    # exports, direct_models, direct_answers (tests/serving/conftest.py)
-    "tests/serving/test_app.py": "serving_exports",
-    "tests/serving/test_fuzz.py": "serving_exports",
-    "tests/serving/test_load.py": "serving_exports",
-}
-# The longest groups start first (longest-first keeps the two workers' ends
-# close); the others follow in collection order.
-_LONGEST_FIRST = [
-    "serving_exports",
-    "trained_classifier",
-    "tiny_translator",
-    "tests/apps/test_train_translator.py",
-    "tests/layers/test_mixed_precision.py",
-    "tests/models/test_seq2seq.py",
-    "tests/test_decoding.py",
-    "tests/models/test_classifier.py",
-]
-
-
-def scheduling_group(nodeid):
-    """The scheduling group of a test id: its shared-artifact group, else its file."""
-    path = nodeid.split("::", 1)[0]
-    return _SHARED_GROUPS.get(path, path)
-
 
 def pytest_configure(config):
+    # `make test` runs pytest-xdist; tests/scheduling.py groups the tests.
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(_GroupScheduling(), "keras_transformer_group_scheduling")
+        from tests.scheduling import GroupSchedulingPlugin
 
-
-class _GroupScheduling:
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_xdist_make_scheduler(self, config, log):
-        if config.getvalue("dist") != "loadgroup":
-            return None
-        from xdist.scheduler import LoadScopeScheduling
-
-        class GroupScheduling(LoadScopeScheduling):
-            _ordered = False
-
-            def _split_scope(self, nodeid):
-                return scheduling_group(nodeid)
-
-            def _assign_work_unit(self, node):
-                if not self._ordered:  # the queue is complete on the first call
-                    self._ordered = True
-                    rank = {group: index for index, group in enumerate(_LONGEST_FIRST)}
-                    order = sorted(self.workqueue, key=lambda group: rank.get(group, len(rank)))
-                    for group in order:
-                        self.workqueue.move_to_end(group)
-                return super()._assign_work_unit(node)
-
-        return GroupScheduling(config, log)
+        config.pluginmanager.register(GroupSchedulingPlugin(), "keras_transformer_group_scheduling")
