@@ -52,13 +52,19 @@ crosscheck: venv
 	$(VENV_PYTHON) -m apps.crosscheck
 
 # The whole suite on TensorFlow, then the layers again on JAX (layers use keras.ops only).
+# Both on TEST_WORKERS pytest-xdist workers (two: CI has 2 CPU cores), scheduled by
+# tests/conftest.py's groups (the files that share a trained model or an export run
+# on one worker); TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
+PYTEST := $(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
 test: test-tensorflow test-jax
 
 test-tensorflow: venv
-	KERAS_BACKEND=tensorflow $(VENV_PYTHON) -m pytest tests
+	KERAS_BACKEND=tensorflow $(PYTEST) tests
 
 test-jax: venv
-	KERAS_BACKEND=jax $(VENV_PYTHON) -m pytest tests/layers
+	KERAS_BACKEND=jax $(PYTEST) tests/layers
 
 # Minutes to hours on 2 CPU cores; results land in benchmarks/results/.
 bench: bench-venv

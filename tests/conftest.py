@@ -175,3 +175,13 @@ def randomize_weights(layer, seed=0, scale=0.3):
 def randomize():
     """`randomize(layer, seed=0, scale=0.3)`: random values for every weight of a built layer."""
     return randomize_weights
+
+
+
+
+def pytest_configure(config):
+    # `make test` runs pytest-xdist; tests/scheduling.py groups the tests.
+    if config.pluginmanager.hasplugin("xdist"):
+        from tests.scheduling import GroupSchedulingPlugin
+
+        config.pluginmanager.register(GroupSchedulingPlugin(), "keras_transformer_group_scheduling")

@@ -26,6 +26,12 @@ def usage_error(argv, capsys):
     return expect_usage_error(predict.main, argv, capsys)
 
 
+@pytest.fixture(autouse=True)
+def loaded(saved_model_cache):
+    """The classifier's export, loaded once for the module (tests/apps/conftest.py)."""
+    return saved_model_cache
+
+
 def test_prints_the_model_and_one_label_per_text(trained_classifier, capsys):
     assert predict.main([trained_classifier.export_dir, *TEXTS[:2]]) == 0
     output = capsys.readouterr().out

@@ -25,23 +25,9 @@ def translator(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def loaded(translator):
-    """Loads each SavedModel folder once for the module: every `main` call
-    would otherwise spend seconds loading the same export again."""
-    import tensorflow as tf
-
-    cache = {}
-    real_load = tf.saved_model.load
-
-    def load(path, *args, **kwargs):
-        if path not in cache:
-            cache[path] = real_load(path, *args, **kwargs)
-        return cache[path]
-
-    patch = pytest.MonkeyPatch()
-    patch.setattr(tf.saved_model, "load", load)
-    yield cache
-    patch.undo()
+def loaded(translator, saved_model_cache):
+    """The translator's export, loaded once for the module (tests/apps/conftest.py)."""
+    return saved_model_cache
 
 
 def usage_error(argv, capsys):

@@ -91,6 +91,9 @@ def test_fit_learns_to_copy_the_source():
         keras.optimizers.Adam(3e-3),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
+    # Built before fit: on TensorFlow, optimizer variables first created inside
+    # the traced train step make tf.function trace it twice (seconds each).
+    model.optimizer.build(model.trainable_variables)
     history = model.fit(
         {"source_ids": source, "target_ids": target_in}, target_out, epochs=30, batch_size=16, verbose=0
     )

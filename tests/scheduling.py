@@ -1,0 +1,86 @@
+"""How `make test` spreads the tests over pytest-xdist workers (`-n 2 --dist loadgroup`).
+
+The unit of scheduling is a group, run whole by one worker:
+
+* the test files that share one session-scoped artifact (a trained model, an
+  export) form one group, so the artifact is built once rather than once per
+  worker (tests/test_scheduling.py checks that no file using one is left out);
+* every other test file is a group of its own, so its module-scoped fixtures
+  are built once too.
+
+The longest groups start first, which keeps the two workers' ends close.
+
+The groups are chosen here, from the file in each test id, rather than with
+`xdist_group` marks: pytest-xdist 3.8 passes those marks by rewriting node ids,
+which pytest 9.2 ignores (pytest-dev/pytest-xdist#1386).
+"""
+
+import pytest
+
+# Test file -> group, for the files that share a session-scoped artifact.
+SHARED_GROUPS = {
+    # build_translator (tests/export/test_translator_export.py)
+    "tests/export/test_translator_export.py": "tiny_translator",
+    "tests/apps/test_translate.py": "tiny_translator",
+    # trained_classifier (tests/classifier_fixtures.py)
+    "tests/apps/test_predict.py": "trained_classifier",
+    "tests/apps/test_train_classifier.py": "trained_classifier",
+    "tests/export/test_classifier_export.py": "trained_classifier",
+    # exports, and direct_models / direct_answers built on it (tests/serving/conftest.py)
+    "tests/serving/test_app.py": "serving_exports",
+    "tests/serving/test_fuzz.py": "serving_exports",
+    "tests/serving/test_load.py": "serving_exports",
+}
+
+# The session-scoped fixtures behind those groups: fixture name -> group.
+SHARED_FIXTURES = {
+    "tiny_translator": "tiny_translator",
+    "translator": "tiny_translator",  # tests/apps/test_translate.py, through build_translator
+    "trained_classifier": "trained_classifier",
+    "exports": "serving_exports",
+}
+
+# Groups of a minute or more on two busy cores, longest first (measured);
+# the other groups follow in pytest-xdist's order (most tests first).
+LONGEST_FIRST = [
+    "serving_exports",
+    "trained_classifier",
+    "tiny_translator",
+    "tests/layers/test_crosscheck.py",
+    "tests/apps/test_train_translator.py",
+    "tests/layers/test_mixed_precision.py",
+    "tests/models/test_seq2seq.py",
+    "tests/test_decoding.py",
+]
+
+
+def scheduling_group(nodeid):
+    """The group of a test id: its shared-artifact group, else its file."""
+    path = nodeid.split("::", 1)[0]
+    return SHARED_GROUPS.get(path, path)
+
+
+class GroupSchedulingPlugin:
+    """Makes `--dist loadgroup` schedule by `scheduling_group`."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class GroupScheduling(LoadScopeScheduling):
+            _ordered = False
+
+            def _split_scope(self, nodeid):
+                return scheduling_group(nodeid)
+
+            def _assign_work_unit(self, node):
+                if not self._ordered:  # the queue is complete by the first call
+                    self._ordered = True
+                    rank = {group: index for index, group in enumerate(LONGEST_FIRST)}
+                    for group in sorted(self.workqueue, key=lambda group: rank.get(group, len(rank))):
+                        self.workqueue.move_to_end(group)
+                return super()._assign_work_unit(node)
+
+        return GroupScheduling(config, log)
