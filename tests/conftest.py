@@ -177,8 +177,6 @@ def randomize():
     return randomize_weights
 
 
-
-
 def pytest_configure(config):
     # `make test` runs pytest-xdist; tests/scheduling.py groups the tests.
     if config.pluginmanager.hasplugin("xdist"):
