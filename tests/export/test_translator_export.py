@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from tests.export.fresh_loader import LOADER_HEADER
+from tests.fitting import build_optimizer
 
 # --- the shared tiny translator --------------------------------------------------
 
@@ -89,10 +90,8 @@ def _train_and_export(folder):
         optimizer=keras.optimizers.Adam(3e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=0),
     )
-    # Built before fit: on TensorFlow, optimizer variables first created inside
-    # the traced train step make tf.function trace it twice (seconds each).
     model.build()
-    model.optimizer.build(model.trainable_variables)
+    build_optimizer(model)
     started = time.perf_counter()
     # One epoch of TRAIN_STEPS full batches: Keras' per-epoch overhead would
     # cost more than the steps themselves.

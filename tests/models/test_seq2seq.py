@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.models.seq2seq import Seq2SeqTransformer
+from tests.fitting import build_optimizer
 
 SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 3, 4, 0, 0, 0]], np.int32)
 TARGET = np.array([[4, 10, 11, 12, 13], [4, 14, 15, 0, 0]], np.int32)
@@ -91,9 +92,7 @@ def test_fit_learns_to_copy_the_source():
         keras.optimizers.Adam(3e-3),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    # Built before fit: on TensorFlow, optimizer variables first created inside
-    # the traced train step make tf.function trace it twice (seconds each).
-    model.optimizer.build(model.trainable_variables)
+    build_optimizer(model)
     history = model.fit(
         {"source_ids": source, "target_ids": target_in}, target_out, epochs=30, batch_size=16, verbose=0
     )
