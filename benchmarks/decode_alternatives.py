@@ -1,0 +1,123 @@
+"""Two ways one might hope to speed up batch-1 greedy decoding, measured.
+
+At one sentence a decoding step reads all of the decoder's float32 weights
+(about 19 MB at the default sizes, 8 MB of them the output projection) to do
+little arithmetic with them, so its speed is set by memory bandwidth and by
+the cost of launching ~200 small ops. Two changes could help either:
+
+* **XLA**: the same greedy loop (`keras_transformer.decoding.greedy_decode`)
+  in a `tf.function(jit_compile=True)`, which fuses the small ops;
+* **bfloat16**: the same model with every weight and activation in
+  bfloat16 (`dtype="bfloat16"`), which halves the bytes a step reads.
+
+Each is timed against the float32 graph we export, interleaved (float32,
+XLA, bfloat16, float32, ...) on one source sentence decoding `--tokens`
+tokens with `[END]` suppressed, median of `--repeats`. With `--run-dir`
+(a trained translator's run folder) it also decodes `--sentences` test
+verses of `bible:es-en` with float32 and with bfloat16, and prints how many
+come out token-for-token identical and both BLEU scores (sacrebleu, needs
+`make bench-venv`). Random weights say nothing about agreement.
+
+Usage (from the repository root):
+
+    PYTHONPATH=. .venv/bin/python benchmarks/decode_alternatives.py --threads 1
+    PYTHONPATH=. .venv/bin/python benchmarks/decode_alternatives.py --threads 1 \\
+        --run-dir benchmarks/results/translation_quality/runs/bible_es-en-60min-ours
+"""
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from benchmarks.decode_speed import _model_and_tokenizers
+from benchmarks.decode_speed import _never_end
+from keras_transformer.data import load_translation_data
+from keras_transformer.decoding import greedy_decode
+from keras_transformer.models import Seq2SeqTransformer
+from keras_transformer.text.wordpiece import END
+from keras_transformer.text.wordpiece import START
+from keras_transformer.training.batching import trim_shared_padding
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--run-dir", help="a translator run folder (model.keras and vocabularies)")
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--sentences", type=int, default=200, help="test verses for the agreement check")
+    parser.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: all)")
+    args = parser.parse_args()
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+
+    data = load_translation_data("bible:es-en", seed=1337, max_examples=20000 if args.run_dir else 2000)
+    model, source_tokenizer, target_tokenizer, weights = _model_and_tokenizers(args.run_dir, data)
+    low_precision = _bfloat16_copy(model)
+    start_id, end_id = target_tokenizer.token_id(START), target_tokenizer.token_id(END)
+
+    def encode(texts):
+        return trim_shared_padding(source_tokenizer.encode(tf.constant(texts), model.sequence_length))
+
+    def greedy(some_model, jit_compile=False):
+        return tf.function(
+            lambda source_ids: greedy_decode(some_model, source_ids, args.tokens, start_id, end_id),
+            jit_compile=jit_compile,
+        )
+
+    if args.run_dir:
+        _agreement(data, encode, greedy(model), greedy(low_precision), target_tokenizer, args.sentences)
+
+    _never_end(model, end_id)
+    _never_end(low_precision, end_id)
+    decoders = {
+        "float32 graph (exported)": greedy(model),
+        "float32 XLA": greedy(model, jit_compile=True),
+        "bfloat16 graph": greedy(low_precision),
+    }
+    one_sentence = encode(data.test.sources[:1])
+    reference = decoders["float32 graph (exported)"](one_sentence).numpy()
+    for name, decode in decoders.items():
+        same = np.array_equal(decode(one_sentence).numpy(), reference)  # also the warm-up (XLA compiles)
+        print(f"{name}: same tokens as the float32 graph: {same}", flush=True)
+    seconds = {name: [] for name in decoders}
+    for _ in range(args.repeats):
+        for name, decode in decoders.items():
+            started = time.perf_counter()
+            decode(one_sentence).numpy()
+            seconds[name].append(time.perf_counter() - started)
+    baseline = statistics.median(seconds["float32 graph (exported)"])
+    print(f"\nWeights: {weights}; batch 1, {args.tokens} tokens, median of {args.repeats}")
+    print(f"{'decoder':28s} {'seconds':>8s} {'speed-up':>9s}")
+    for name, values in seconds.items():
+        median = statistics.median(values)
+        print(f"{name:28s} {median:8.3f} {baseline / median:8.2f}x")
+
+
+def _bfloat16_copy(model):
+    config = model.get_config()
+    config["dtype"] = "bfloat16"
+    copy = Seq2SeqTransformer.from_config(config)
+    copy.build()
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def _agreement(data, encode, float32_greedy, bfloat16_greedy, target_tokenizer, sentences):
+    import sacrebleu
+
+    sources, references = data.test.sources[:sentences], data.test.targets[:sentences]
+    source_ids = encode(sources)
+    outputs = {"float32": float32_greedy(source_ids).numpy(), "bfloat16": bfloat16_greedy(source_ids).numpy()}
+    identical = np.mean([np.array_equal(a, b) for a, b in zip(outputs["float32"], outputs["bfloat16"])])
+    print(f"{sentences} test verses: {identical:.1%} decode token-for-token identically in bfloat16")
+    for name, token_ids in outputs.items():
+        hypotheses = [text.decode("utf-8") for text in target_tokenizer.detokenize(token_ids).numpy()]
+        print(f"  greedy BLEU {name}: {sacrebleu.corpus_bleu(hypotheses, [references]).score:.2f}")
+
+
+if __name__ == "__main__":
+    main()
