@@ -12,7 +12,10 @@ the cost of launching ~200 small ops. Two changes could help either:
 
 Each is timed against the float32 graph we export, interleaved (float32,
 XLA, bfloat16, float32, ...) on one source sentence decoding `--tokens`
-tokens with `[END]` suppressed, median of `--repeats`. With `--run-dir`
+tokens with `[END]` suppressed, median of `--repeats`. It also times the
+step's largest product alone (one row times the output projection,
+`[1, d] x [d, V]`) in float32, bfloat16 and int8 (`tf.matmul` with
+`output_type=tf.int32`, what int8 weights would run). With `--run-dir`
 (a trained translator's run folder) it also decodes `--sentences` test
 verses of `bible:es-en` with float32 and with bfloat16, and prints how many
 come out token-for-token identical and both BLEU scores (sacrebleu, needs
@@ -89,12 +92,41 @@ def main():
             started = time.perf_counter()
             decode(one_sentence).numpy()
             seconds[name].append(time.perf_counter() - started)
+    _time_products(model.d_model, model.target_vocabulary_size, args.repeats)
     baseline = statistics.median(seconds["float32 graph (exported)"])
     print(f"\nWeights: {weights}; batch 1, {args.tokens} tokens, median of {args.repeats}")
     print(f"{'decoder':28s} {'seconds':>8s} {'speed-up':>9s}")
     for name, values in seconds.items():
         median = statistics.median(values)
         print(f"{name:28s} {median:8.3f} {baseline / median:8.2f}x")
+
+
+def _time_products(d_model, vocabulary_size, repeats, calls=50):
+    row = tf.random.normal([1, d_model])
+    weights = tf.random.normal([d_model, vocabulary_size])
+    row_int8 = tf.cast(tf.clip_by_value(row * 40, -127, 127), tf.int8)
+    weights_int8 = tf.cast(tf.clip_by_value(weights * 40, -127, 127), tf.int8)
+    products = {
+        "float32": tf.function(lambda: tf.matmul(row, weights)),
+        "bfloat16": tf.function(lambda: tf.matmul(tf.cast(row, tf.bfloat16), weights_bfloat16)),
+        "int8 -> int32": tf.function(lambda: tf.matmul(row_int8, weights_int8, output_type=tf.int32)),
+    }
+    weights_bfloat16 = tf.cast(weights, tf.bfloat16)
+    seconds = {name: [] for name in products}
+    for product in products.values():
+        product()
+    for _ in range(repeats):
+        for name, product in products.items():
+            started = time.perf_counter()
+            for _ in range(calls):
+                result = product()
+            result.numpy()
+            seconds[name].append((time.perf_counter() - started) / calls)
+    baseline = statistics.median(seconds["float32"])
+    print(f"\nThe output projection's product alone, [1, {d_model}] x [{d_model}, {vocabulary_size}]:")
+    for name, values in seconds.items():
+        median = statistics.median(values)
+        print(f"  {name:14s} {median * 1e6:8.1f} us  {baseline / median:5.2f}x")
 
 
 def _bfloat16_copy(model):
