@@ -43,7 +43,10 @@ def build_parser():
     model.add_argument("--max-length", type=int, default=DEFAULTS.sequence_length,
                        help="longest source and output, in tokens")
     model.add_argument("--vocab-size", type=int, default=DEFAULTS.vocabulary_size)
-    model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers)
+    model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers,
+                       help="encoder blocks (and decoder blocks unless --decoder-layers)")
+    model.add_argument("--decoder-layers", type=int, default=DEFAULTS.num_decoder_layers,
+                       help="decoder blocks (default: --num-layers)")
     model.add_argument("--d-model", type=int, default=DEFAULTS.d_model)
     model.add_argument("--num-heads", type=int, default=DEFAULTS.num_heads)
     model.add_argument("--intermediate-dim", type=int, default=DEFAULTS.intermediate_dim)
@@ -77,7 +80,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     settings = TranslatorSettings(
         epochs=args.epochs, batch_size=args.batch_size, sequence_length=args.max_length,
-        vocabulary_size=args.vocab_size, num_layers=args.num_layers, d_model=args.d_model,
+        vocabulary_size=args.vocab_size, num_layers=args.num_layers,
+        num_decoder_layers=args.decoder_layers, d_model=args.d_model,
         num_heads=args.num_heads, intermediate_dim=args.intermediate_dim, dropout=args.dropout,
         label_smoothing=args.label_smoothing, warmup_steps=args.warmup_steps,
         learning_rate_scale=args.learning_rate_scale, patience=args.patience, seed=args.seed,

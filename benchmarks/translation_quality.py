@@ -62,9 +62,19 @@ def main():
     parser.add_argument("--max-examples", type=int, default=None, help="training pairs to keep")
     parser.add_argument("--test-size", type=int, default=1000, help="held-out pairs scored")
     parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--layers", default=None, metavar="ENC+DEC",
+                        help="ours with other block counts, e.g. 5+1 (results kept as arm 'ours-5+1')")
     parser.add_argument("--report", action="store_true", help="only print the saved results")
     args = parser.parse_args()
     snapshots = sorted({float(value) for value in args.snapshots.split(",") if value.strip()})
+    try:
+        args.layers = None if args.layers is None else tuple(int(n) for n in args.layers.split("+"))
+    except ValueError:
+        args.layers = ()
+    if args.layers is not None and (len(args.layers) != 2 or min(args.layers) < 1):
+        parser.error("--layers takes two positive block counts, e.g. 5+1")
+    if args.layers and args.arm != "ours":
+        parser.error("--layers changes our arm only: add --arm ours")
     if any(minute > args.minutes for minute in snapshots):
         parser.error("--snapshots must not exceed --minutes")
     os.makedirs(RESULTS_DIR, exist_ok=True)
@@ -73,7 +83,7 @@ def main():
         data = _load(args)
         for arm in ("ours", "peer") if args.arm == "both" else (args.arm,):
             result = (run_ours if arm == "ours" else run_peer)(data, args, snapshots)
-            with open(_result_path(args, arm), "w") as result_file:
+            with open(_result_path(args, _arm_name(args, arm)), "w") as result_file:
                 json.dump(result, result_file, indent=2)
     report(args)
 
@@ -102,6 +112,10 @@ def _load(args):
 def _result_path(args, arm):
     name = args.data.replace(":", "_").replace("/", "_")
     return os.path.join(RESULTS_DIR, f"{name}-{args.minutes:g}min-{arm}.json")
+
+
+def _arm_name(args, arm):
+    return f"{arm}-{args.layers[0]}+{args.layers[1]}" if arm == "ours" and args.layers else arm
 
 
 def _run_dir(args, arm):
@@ -173,7 +187,9 @@ def run_ours(data, args, snapshots):
     from keras_transformer.training.translator import train_translator
 
     settings = TranslatorSettings(epochs=10_000, seed=args.seed)
-    run_dir = _run_dir(args, "ours")
+    if args.layers:
+        settings.num_layers, settings.num_decoder_layers = args.layers
+    run_dir = _run_dir(args, _arm_name(args, "ours"))
     snapshot_callback = Snapshots(snapshots, os.path.join(run_dir, "snapshots"))
     run = train_translator(
         data, settings, run_dir, time_budget_minutes=args.minutes, verbose=2, callbacks=[snapshot_callback]
@@ -419,7 +435,12 @@ class WarmupCosineByTime(keras.callbacks.Callback):
 
 def report(args):
     results = {}
-    for arm in ("ours", "peer"):
+    prefix = os.path.basename(_result_path(args, ""))[: -len(".json")]
+    variants = sorted(
+        name[len(prefix): -len(".json")] for name in os.listdir(RESULTS_DIR)
+        if name.startswith(prefix + "ours-") and name.endswith(".json")
+    )
+    for arm in ("ours", *variants, "peer"):
         path = _result_path(args, arm)
         if os.path.exists(path):
             with open(path) as result_file:
@@ -427,21 +448,21 @@ def report(args):
     if not results:
         sys.exit(f"No results for {args.data} at {args.minutes:g} minutes in {RESULTS_DIR}.")
     print(f"\n{args.data}, {args.minutes:g} minutes of training per arm")
-    print(f"{'arm':6} {'decoding':8} {'BLEU':>6} {'chrF':>6} {'epochs':>6} {'train s':>8} {'threads':>7}")
+    print(f"{'arm':8} {'decoding':8} {'BLEU':>6} {'chrF':>6} {'epochs':>6} {'train s':>8} {'threads':>7}")
     for arm, result in results.items():
         for decoding in ("beam", "greedy"):
             if decoding in result["final"]:
                 metrics = result["final"][decoding]
                 print(
-                    f"{arm:6} {decoding:8} {metrics['bleu']:6.2f} {metrics['chrf']:6.2f} {result['epochs']:6d} "
+                    f"{arm:8} {decoding:8} {metrics['bleu']:6.2f} {metrics['chrf']:6.2f} {result['epochs']:6d} "
                     f"{result['training_seconds']:8.0f} {result['threads'] or 'all':>7}"
                 )
-    if len(results) == 2:
+    if "ours" in results and "peer" in results:
         gap = results["ours"]["final"]["beam"]["bleu"] - results["peer"]["final"]["greedy"]["bleu"]
         print(f"BLEU gap, ours (beam) - peer: {gap:+.2f} (target: at least +5)")
     for arm, result in results.items():
         if result["snapshots"]:
-            key = "beam" if arm == "ours" else "greedy"
+            key = "greedy" if arm == "peer" else "beam"
             curve = ", ".join(f"{p['minutes']:g} min {p[key]['bleu']:.1f}" for p in result["snapshots"])
             print(f"{arm} BLEU over training time: {curve}, {args.minutes:g} min {result['final'][key]['bleu']:.1f}")
     _plot(args, results)
@@ -457,7 +478,7 @@ def _plot(args, results):
         return
     figure, axes = plt.subplots(figsize=(6, 4))
     for arm, result in results.items():
-        key = "beam" if arm == "ours" else "greedy"
+        key = "greedy" if arm == "peer" else "beam"
         minutes = [p["minutes"] for p in result["snapshots"]] + [result["training_seconds"] / 60]
         bleu = [p[key]["bleu"] for p in result["snapshots"]] + [result["final"][key]["bleu"]]
         axes.plot(minutes, bleu, marker="o", label=f"{arm} ({key})")

@@ -38,6 +38,9 @@ class TranslatorSettings:
     sequence_length: int = 64
     vocabulary_size: int = 8000
     num_layers: int = 3
+    # None: as many decoder blocks as encoder blocks (`num_layers`). A deep
+    # encoder with a shallow decoder decodes faster: the encoder runs once.
+    num_decoder_layers: int = None
     d_model: int = 256
     num_heads: int = 4
     intermediate_dim: int = 1024
@@ -50,7 +53,8 @@ class TranslatorSettings:
     seed: int = 1337
 
     def validate(self):
-        return check_settings(self, extra_integers=("warmup_steps",))
+        extra = ("warmup_steps",) if self.num_decoder_layers is None else ("warmup_steps", "num_decoder_layers")
+        return check_settings(self, extra_integers=extra)
 
 
 @dataclasses.dataclass
@@ -191,7 +195,7 @@ def build_translator_model(settings, source_vocabulary_size, target_vocabulary_s
         # Targets carry [START] or [END] on top of `sequence_length` tokens.
         sequence_length=settings.sequence_length + 1,
         num_encoder_layers=settings.num_layers,
-        num_decoder_layers=settings.num_layers,
+        num_decoder_layers=settings.num_decoder_layers or settings.num_layers,
         d_model=settings.d_model,
         num_heads=settings.num_heads,
         intermediate_dim=settings.intermediate_dim,

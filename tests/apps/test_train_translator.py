@@ -113,3 +113,27 @@ def test_heads_that_do_not_divide_the_width_are_a_usage_error(tmp_path, capsys):
         capsys,
     )
     assert "num_heads" in message
+
+
+def test_decoder_depth_can_differ_from_the_encoder_depth():
+    from keras_transformer.training.translator import TranslatorSettings
+    from keras_transformer.training.translator import build_translator_model
+
+    settings = TranslatorSettings(
+        sequence_length=8, num_layers=2, num_decoder_layers=1, d_model=16, num_heads=2, intermediate_dim=32
+    )
+    model = build_translator_model(settings.validate(), 30, 40)
+    assert (len(model.encoder_blocks), len(model.decoder_blocks)) == (2, 1)
+    same_depth = build_translator_model(
+        TranslatorSettings(sequence_length=8, num_layers=2, d_model=16, num_heads=2, intermediate_dim=32), 30, 40
+    )
+    assert (len(same_depth.encoder_blocks), len(same_depth.decoder_blocks)) == (2, 2)
+
+
+def test_zero_decoder_layers_is_a_usage_error(tmp_path, capsys):
+    message = expect_usage_error(
+        train_translator.main,
+        ["--data", "bible:es-en", *FLAGS, "--decoder-layers", "0", "--run-dir", str(tmp_path / "run")],
+        capsys,
+    )
+    assert "num_decoder_layers" in message
