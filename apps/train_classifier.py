@@ -20,10 +20,15 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from apps.training_flags import add_hardware_flags  # noqa: E402
 from keras_transformer.data import DataError  # noqa: E402
 from keras_transformer.data import load_classification_data  # noqa: E402
 from keras_transformer.models.classifier import POOLINGS  # noqa: E402
 from keras_transformer.training.classifier import ClassifierSettings  # noqa: E402
+from keras_transformer.training.distribute import describe_strategy  # noqa: E402
+from keras_transformer.training.distribute import is_chief  # noqa: E402
+from keras_transformer.training.distribute import make_strategy  # noqa: E402
+from keras_transformer.training.distribute import worker_name  # noqa: E402
 
 DEFAULTS = ClassifierSettings()
 
@@ -67,6 +72,7 @@ def build_parser():
     training.add_argument("--run-dir", default="runs/classifier")
     training.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1,
                           help="Keras verbosity: 1 progress bars, 2 one line per epoch")
+    add_hardware_flags(parser)
 
     export = parser.add_argument_group("export")
     export.add_argument("--export-dir", default="exported_models/classifier")
@@ -90,6 +96,8 @@ def settings_from(args):
         weight_decay=args.weight_decay,
         patience=args.patience,
         seed=args.seed,
+        mixed_precision=args.mixed_precision,
+        jit_compile=args.jit_compile,
     )
 
 
@@ -103,6 +111,8 @@ def main(argv=None):
             raise ValueError(f"--time-budget must be positive, got {args.time_budget}.")
         if args.max_examples is not None and args.max_examples < 2:
             raise ValueError(f"--max-examples must be at least 2, got {args.max_examples}.")
+        # Before any TensorFlow op runs (loading data may run some).
+        strategy = make_strategy(args.distribute)
         data = load_classification_data(
             args.data,
             text_column=args.text_column,
@@ -122,6 +132,8 @@ def main(argv=None):
         f"{len(data.test)} test texts; classes {', '.join(data.class_names)}",
         flush=True,
     )
+    if strategy is not None:
+        print(describe_strategy(strategy), flush=True)
     try:
         run = train_classifier(
             data,
@@ -130,9 +142,13 @@ def main(argv=None):
             resume=args.resume,
             time_budget_minutes=args.time_budget,
             verbose=args.verbose,
+            strategy=strategy,
         )
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")
+    if not is_chief(strategy):
+        print(f"{worker_name(strategy)} done; the chief writes the run folder and the export.")
+        return 0
     print(f"Run folder: {run.run_dir} (metrics.json, confusion_matrix.png, learning_curves.png)")
     if not args.no_export:
         version_dir = export_classifier(run.model, run.tokenizer, run.class_names, args.export_dir)
