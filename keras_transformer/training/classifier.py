@@ -3,6 +3,9 @@
 `apps/train_classifier.py` parses flags into a `ClassifierSettings` and calls
 `train_classifier`; `benchmarks/classifier_quality.py` calls it too, so the
 benchmark measures exactly what users run.
+Mixed precision, XLA and tf.distribute strategies come from
+`keras_transformer.training.distribute`; across machines, `fit_multi_worker`
+stands in for `fit`.
 """
 
 import dataclasses

@@ -109,12 +109,18 @@ def make_strategy(distribute):
     if distribute == "mirrored":
         return tf.distribute.MirroredStrategy()
     read_tf_config()
-    # AUTO: NCCL between GPUs, ring all-reduce over gRPC on CPUs.
-    return tf.distribute.MultiWorkerMirroredStrategy(
-        communication_options=tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
+    try:
+        # AUTO: NCCL between GPUs, ring all-reduce over gRPC on CPUs.
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
+            )
         )
-    )
+    except RuntimeError as error:  # "Collective ops must be configured at program startup"
+        raise ValueError(
+            f"Cannot start a multi-worker run in this process ({error}): create the strategy "
+            "before TensorFlow runs anything, e.g. run the app in a fresh process."
+        ) from None
 
 
 def is_multi_worker(strategy):
@@ -135,13 +141,16 @@ def worker_name(strategy):
 
 
 def describe_strategy(strategy):
-    """E.g. "MirroredStrategy: 2 replicas (/gpu:0, /gpu:1)", or, on a worker of a
+    """E.g. "MirroredStrategy: 2 replicas (GPU:0, GPU:1)", or, on a worker of a
     multi-worker run, "MultiWorkerMirroredStrategy: 4 replicas; this is worker 1"."""
     replicas = strategy.num_replicas_in_sync
-    text = f"{type(strategy).__name__}: {replicas} replica{'s' if replicas != 1 else ''}"
+    # MultiWorkerMirroredStrategy objects are of its implementation class, CollectiveAllReduceStrategy.
+    name = "MultiWorkerMirroredStrategy" if is_multi_worker(strategy) else type(strategy).__name__
+    text = f"{name}: {replicas} replica{'s' if replicas != 1 else ''}"
     if is_multi_worker(strategy):
         return f"{text}; this is {worker_name(strategy)}"
-    return f"{text} ({', '.join(strategy.extended.worker_devices)})"
+    devices = [device.rsplit("device:", 1)[-1] for device in strategy.extended.worker_devices]
+    return f"{text} ({', '.join(devices)})"
 
 
 def strategy_scope(strategy):
@@ -211,7 +220,9 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
 
     Every worker must run the same pipeline (same data, same seed): it is
     sharded by batch (`AutoShardPolicy.DATA`), each worker keeping its part
-    of every global batch.
+    of every global batch. Pass `steps_per_epoch` for a repeated dataset
+    (one iterator then runs on across epochs); without it each epoch is one
+    pass over the dataset.
 
     Returns the `keras.callbacks.History`.
     """
@@ -227,8 +238,9 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
     validation_batches = None if validation_dataset is None else distribute(validation_dataset)
     chief = is_chief(strategy)
     steps = steps_per_epoch or int(train_dataset.cardinality())  # for the progress bar
+    history = keras.callbacks.History()
     callbacks = keras.callbacks.CallbackList(
-        list(callbacks), add_history=True, add_progbar=chief and verbose != 0,
+        [*callbacks, history], add_progbar=chief and verbose != 0,
         verbose=verbose if chief else 0, epochs=epochs, steps=steps if steps > 0 else None, model=model,
     )
     train_step = tf.function(
@@ -291,7 +303,7 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
         if agree_to_stop():
             break
     callbacks.on_train_end(logs)
-    return model.history
+    return history
 
 
 def _agreed_initial_epoch(strategy, epoch):

@@ -3,6 +3,9 @@
 `apps/train_translator.py` parses flags into a `TranslatorSettings` and calls
 `train_translator`. The run folder has the same layout as the classifier's
 (`RunFolder`), so `--resume` and `--time-budget` behave the same.
+Mixed precision, XLA and tf.distribute strategies come from
+`keras_transformer.training.distribute`; across machines, `fit_multi_worker`
+stands in for `fit`.
 """
 
 import dataclasses
