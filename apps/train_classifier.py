@@ -26,6 +26,7 @@ from keras_transformer.data import DataError  # noqa: E402
 from keras_transformer.data import load_classification_data  # noqa: E402
 from keras_transformer.models.classifier import POOLINGS  # noqa: E402
 from keras_transformer.training.classifier import ClassifierSettings  # noqa: E402
+from keras_transformer.training.distribute import check_jit_compile  # noqa: E402
 from keras_transformer.training.distribute import describe_strategy  # noqa: E402
 from keras_transformer.training.distribute import is_chief  # noqa: E402
 from keras_transformer.training.distribute import make_strategy  # noqa: E402
@@ -112,6 +113,7 @@ def main(argv=None):
             raise ValueError(f"--time-budget must be positive, got {args.time_budget}.")
         if args.max_examples is not None and args.max_examples < 2:
             raise ValueError(f"--max-examples must be at least 2, got {args.max_examples}.")
+        check_jit_compile(args.distribute, args.jit_compile)
         # Before any TensorFlow op runs (loading data may run some).
         strategy = make_strategy(args.distribute)
         data = load_classification_data(

@@ -22,6 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from apps.training_flags import add_hardware_flags  # noqa: E402
 from keras_transformer.data import DataError  # noqa: E402
 from keras_transformer.data import load_translation_data  # noqa: E402
+from keras_transformer.training.distribute import check_jit_compile  # noqa: E402
 from keras_transformer.training.distribute import describe_strategy  # noqa: E402
 from keras_transformer.training.distribute import is_chief  # noqa: E402
 from keras_transformer.training.distribute import make_strategy  # noqa: E402
@@ -96,6 +97,7 @@ def main(argv=None):
             raise ValueError(f"--time-budget must be positive, got {args.time_budget}.")
         if args.beam_width < 1:
             raise ValueError(f"--beam-width must be at least 1, got {args.beam_width}.")
+        check_jit_compile(args.distribute, args.jit_compile)
         # Before any TensorFlow op runs (loading data may run some).
         strategy = make_strategy(args.distribute)
         data = load_translation_data(

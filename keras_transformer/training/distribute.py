@@ -61,6 +61,18 @@ def dtype_policy(mixed_precision):
         keras.config.set_dtype_policy(previous)
 
 
+def check_jit_compile(distribute, jit_compile):
+    """Raises ValueError for XLA with `"multi_worker"`: the replicated step holds the
+    cross-worker all-reduce, which XLA does not compile (on CPU TensorFlow 2.21 raises
+    "No registered 'CollectiveGatherV2' OpKernel for XLA_CPU_JIT devices")."""
+    if jit_compile and distribute == "multi_worker":
+        raise ValueError(
+            "--jit-compile does not work with --distribute multi_worker: XLA cannot compile the "
+            "all-reduce between workers inside the training step. Drop --jit-compile, or use "
+            "--distribute mirrored on one machine."
+        )
+
+
 def read_tf_config(environ=None):
     """`TF_CONFIG` (the cluster of a multi-worker run) as a dict, checked.
 
@@ -228,6 +240,7 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
     """
     if not model.compiled:
         raise ValueError("Compile the model (in `strategy.scope()`) before `fit_multi_worker`.")
+    check_jit_compile("multi_worker", model.jit_compile)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
 
@@ -243,14 +256,8 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
         [*callbacks, history], add_progbar=chief and verbose != 0,
         verbose=verbose if chief else 0, epochs=epochs, steps=steps if steps > 0 else None, model=model,
     )
-    train_step = tf.function(
-        lambda batch: strategy.run(model.train_step, args=(batch,)),
-        reduce_retracing=True, jit_compile=model.jit_compile,
-    )
-    test_step = tf.function(
-        lambda batch: strategy.run(model.test_step, args=(batch,)),
-        reduce_retracing=True, jit_compile=model.jit_compile,
-    )
+    train_step = tf.function(lambda batch: strategy.run(model.train_step, args=(batch,)), reduce_retracing=True)
+    test_step = tf.function(lambda batch: strategy.run(model.test_step, args=(batch,)), reduce_retracing=True)
 
     @tf.function
     def any_replica(flag):

@@ -145,6 +145,17 @@ def test_multi_worker_without_tf_config_is_a_usage_error(tmp_path, capsys, monke
     assert not os.path.exists(tmp_path / "run")
 
 
+def test_xla_across_workers_is_a_usage_error(tmp_path, capsys):
+    """XLA does not compile the all-reduce between workers (CollectiveGatherV2 on CPU)."""
+    data = write_keyword_csv(tmp_path / "data.csv", 30)
+    for main in (train_classifier.main, train_translator.main):
+        message = expect_usage_error(
+            main, ["--data", f"csv:{data}", "--distribute", "multi_worker", "--jit-compile",
+                   "--run-dir", str(tmp_path / "run")], capsys,
+        )
+        assert "--jit-compile" in message and "multi_worker" in message
+
+
 @pytest.mark.parametrize("tf_config, expected", [
     ("{not json", "not valid JSON"),
     ('{"cluster": {"worker": ["127.0.0.1:1"]}}', '"task"'),
