@@ -339,8 +339,9 @@ def _agreed_initial_epoch(strategy, epoch):
     chief_epoch, mismatch = chief_value_and_mismatch(tf.constant(epoch, tf.int32))
     if int(mismatch):
         raise ValueError(
-            f"The workers would start at different epochs (the chief at {int(chief_epoch)}, "
-            f"{worker_name(strategy)} at {epoch}): every worker must see the same run folder "
-            "(a shared file system) to --resume a multi-worker run."
+            f"The workers would start at different epochs (the chief at epoch {int(chief_epoch)}, "
+            f"this process, {worker_name(strategy)}, at {epoch}; one of them found no backup): "
+            "every worker must see the same run folder (a shared file system) to --resume a "
+            "multi-worker run."
         )
     return int(chief_epoch)
