@@ -201,8 +201,8 @@ def worker_run_dir(run_dir, strategy, resume=False):
 def local_copy(model):
     """A copy of a (multi-worker) distributed `model` with plain variables and the same weights.
 
-    Evaluating, decoding and exporting after a multi-worker run is each
-    process's own business; a model whose variables live in a
+    Evaluating, decoding and exporting after a multi-worker run is the
+    chief's business alone; a model whose variables live in a
     MultiWorkerMirroredStrategy would turn every `predict` into a collective
     that all workers must join.
     """
@@ -256,8 +256,17 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
         [*callbacks, history], add_progbar=chief and verbose != 0,
         verbose=verbose if chief else 0, epochs=epochs, steps=steps if steps > 0 else None, model=model,
     )
-    train_step = tf.function(lambda batch: strategy.run(model.train_step, args=(batch,)), reduce_retracing=True)
-    test_step = tf.function(lambda batch: strategy.run(model.test_step, args=(batch,)), reduce_retracing=True)
+
+    def compiled(step):
+        # The step on every replica, then its metrics summed over all replicas
+        # (in the same graph: one round of collectives, not one per variable).
+        def run(batch):
+            strategy.run(step, args=(batch,))
+            return model.get_metrics_result()
+
+        return tf.function(run, reduce_retracing=True)
+
+    train_step, test_step = compiled(model.train_step), compiled(model.test_step)
 
     @tf.function
     def any_replica(flag):
@@ -267,9 +276,8 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
     def agree_to_stop():
         return bool(any_replica(tf.constant(bool(model.stop_training))))
 
-    def results():
-        # Reading the metrics all-reduces them: every worker calls this at the same points.
-        return {name: float(value) for name, value in model.get_metrics_result().items()}
+    def python_floats(logs):
+        return {name: float(value) for name, value in logs.items()}
 
     model.stop_training = False
     if not model.optimizer.built:
@@ -288,21 +296,22 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
             batches = (next(iterator) for _ in range(steps_per_epoch))
         else:
             batches = iter(train_batches)
+        batch_logs = {}
         for step, batch in enumerate(batches):
             callbacks.on_train_batch_begin(step)
-            train_step(batch)
-            callbacks.on_train_batch_end(step, results())
+            batch_logs = python_floats(train_step(batch))
+            callbacks.on_train_batch_end(step, batch_logs)
             if agree_to_stop():
                 break
-        epoch_logs = results()
+        epoch_logs = dict(batch_logs)  # the metrics accumulate over the epoch
         if validation_batches is not None:
             model.reset_metrics()
             callbacks.on_test_begin()
+            validation_logs = {}
             for step, batch in enumerate(validation_batches):
                 callbacks.on_test_batch_begin(step)
-                test_step(batch)
-                callbacks.on_test_batch_end(step)
-            validation_logs = results()
+                validation_logs = python_floats(test_step(batch))
+                callbacks.on_test_batch_end(step, validation_logs)
             callbacks.on_test_end(validation_logs)
             epoch_logs.update({f"val_{name}": value for name, value in validation_logs.items()})
         callbacks.on_epoch_end(epoch, epoch_logs)

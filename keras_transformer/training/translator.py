@@ -28,6 +28,7 @@ from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.callbacks import TimeBudget
 from keras_transformer.training.distribute import dtype_policy
 from keras_transformer.training.distribute import fit_multi_worker
+from keras_transformer.training.distribute import is_chief
 from keras_transformer.training.distribute import is_multi_worker
 from keras_transformer.training.distribute import local_copy
 from keras_transformer.training.distribute import strategy_scope
@@ -92,7 +93,8 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
         strategy: a `tf.distribute.Strategy` from
             `keras_transformer.training.distribute.make_strategy`, or None.
             Under a multi-worker strategy every worker calls this with the
-            same data and settings; only the chief writes `run_dir`.
+            same data and settings; only the chief writes `run_dir` and
+            returns a `TranslatorRun`; the others return None.
     """
     with worker_run_dir(run_dir, strategy, resume=resume) as own_run_dir:
         return _train_translator(data, settings, RunFolder(own_run_dir), run_dir, resume,
@@ -179,6 +181,8 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
             verbose=verbose,
         )
     training_seconds = time.monotonic() - started
+    if not is_chief(strategy):
+        return None  # the chief translates the samples and writes the results
     history = folder.read_history()
 
     sources = data.test.sources[:num_samples]
