@@ -3,6 +3,7 @@
     python -m apps.train_classifier --data bbc --export-dir exported_models/classifier
     python -m apps.train_classifier --data csv:reviews.csv --text-column review --label-column stars
     python -m apps.train_classifier --resume            # after a crash or Ctrl-C
+    python -m apps.train_classifier --mixed-precision bfloat16 --jit-compile --distribute mirrored  # GPUs
 
 Data: `bbc` (BBC News, offline), `csv:PATH` / `tsv:PATH` (your own file with a
 header row), `tfds:NAME` (TensorFlow Datasets, online, optional package).
@@ -20,10 +21,16 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from apps.training_flags import add_hardware_flags  # noqa: E402
 from keras_transformer.data import DataError  # noqa: E402
 from keras_transformer.data import load_classification_data  # noqa: E402
 from keras_transformer.models.classifier import POOLINGS  # noqa: E402
 from keras_transformer.training.classifier import ClassifierSettings  # noqa: E402
+from keras_transformer.training.distribute import check_jit_compile  # noqa: E402
+from keras_transformer.training.distribute import describe_strategy  # noqa: E402
+from keras_transformer.training.distribute import is_chief  # noqa: E402
+from keras_transformer.training.distribute import make_strategy  # noqa: E402
+from keras_transformer.training.distribute import worker_name  # noqa: E402
 
 DEFAULTS = ClassifierSettings()
 
@@ -67,6 +74,7 @@ def build_parser():
     training.add_argument("--run-dir", default="runs/classifier")
     training.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1,
                           help="Keras verbosity: 1 progress bars, 2 one line per epoch")
+    add_hardware_flags(parser)
 
     export = parser.add_argument_group("export")
     export.add_argument("--export-dir", default="exported_models/classifier")
@@ -90,6 +98,8 @@ def settings_from(args):
         weight_decay=args.weight_decay,
         patience=args.patience,
         seed=args.seed,
+        mixed_precision=args.mixed_precision,
+        jit_compile=args.jit_compile,
     )
 
 
@@ -103,6 +113,9 @@ def main(argv=None):
             raise ValueError(f"--time-budget must be positive, got {args.time_budget}.")
         if args.max_examples is not None and args.max_examples < 2:
             raise ValueError(f"--max-examples must be at least 2, got {args.max_examples}.")
+        check_jit_compile(args.distribute, args.jit_compile)
+        # Before any TensorFlow op runs (loading data may run some).
+        strategy = make_strategy(args.distribute)
         data = load_classification_data(
             args.data,
             text_column=args.text_column,
@@ -122,6 +135,8 @@ def main(argv=None):
         f"{len(data.test)} test texts; classes {', '.join(data.class_names)}",
         flush=True,
     )
+    if strategy is not None:
+        print(describe_strategy(strategy), flush=True)
     try:
         run = train_classifier(
             data,
@@ -130,9 +145,13 @@ def main(argv=None):
             resume=args.resume,
             time_budget_minutes=args.time_budget,
             verbose=args.verbose,
+            strategy=strategy,
         )
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")
+    if not is_chief(strategy):
+        print(f"{worker_name(strategy)} done; the chief writes the run folder and the export.")
+        return 0
     print(f"Run folder: {run.run_dir} (metrics.json, confusion_matrix.png, learning_curves.png)")
     if not args.no_export:
         version_dir = export_classifier(run.model, run.tokenizer, run.class_names, args.export_dir)

@@ -3,6 +3,7 @@
     python -m apps.train_translator --data bible:es-en --run-dir runs/translator
     python -m apps.train_translator --data tsv:spa.txt --max-examples 20000 --time-budget 30
     python -m apps.train_translator --resume            # after a crash or Ctrl-C
+    python -m apps.train_translator --mixed-precision bfloat16 --jit-compile --distribute mirrored  # GPUs
 
 Data: `bible:SRC-TGT` (offline Bible verses: es, fr, it, kjv -> en, ...),
 `tsv:PATH` (Anki/Tatoeba pairs: source TAB target), `tfds:NAME` (online).
@@ -18,8 +19,14 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from apps.training_flags import add_hardware_flags  # noqa: E402
 from keras_transformer.data import DataError  # noqa: E402
 from keras_transformer.data import load_translation_data  # noqa: E402
+from keras_transformer.training.distribute import check_jit_compile  # noqa: E402
+from keras_transformer.training.distribute import describe_strategy  # noqa: E402
+from keras_transformer.training.distribute import is_chief  # noqa: E402
+from keras_transformer.training.distribute import make_strategy  # noqa: E402
+from keras_transformer.training.distribute import worker_name  # noqa: E402
 from keras_transformer.training.translator import TranslatorSettings  # noqa: E402
 
 DEFAULTS = TranslatorSettings()
@@ -65,6 +72,7 @@ def build_parser():
     training.add_argument("--resume", action="store_true")
     training.add_argument("--run-dir", default="runs/translator")
     training.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1)
+    add_hardware_flags(parser)
 
     export = parser.add_argument_group("export")
     export.add_argument("--export-dir", default="exported_models/translator")
@@ -85,6 +93,7 @@ def main(argv=None):
         num_heads=args.num_heads, intermediate_dim=args.intermediate_dim, dropout=args.dropout,
         label_smoothing=args.label_smoothing, warmup_steps=args.warmup_steps,
         learning_rate_scale=args.learning_rate_scale, patience=args.patience, seed=args.seed,
+        mixed_precision=args.mixed_precision, jit_compile=args.jit_compile,
     )
     try:
         settings.validate()
@@ -92,6 +101,9 @@ def main(argv=None):
             raise ValueError(f"--time-budget must be positive, got {args.time_budget}.")
         if args.beam_width < 1:
             raise ValueError(f"--beam-width must be at least 1, got {args.beam_width}.")
+        check_jit_compile(args.distribute, args.jit_compile)
+        # Before any TensorFlow op runs (loading data may run some).
+        strategy = make_strategy(args.distribute)
         data = load_translation_data(
             args.data, seed=args.seed, validation_size=args.validation_size,
             test_size=args.test_size, max_words=args.max_words, max_examples=args.max_examples,
@@ -106,13 +118,18 @@ def main(argv=None):
         f"{len(data.validation)} validation, {len(data.test)} test pairs",
         flush=True,
     )
+    if strategy is not None:
+        print(describe_strategy(strategy), flush=True)
     try:
         run = train_translator(
             data, settings, args.run_dir, resume=args.resume,
-            time_budget_minutes=args.time_budget, verbose=args.verbose,
+            time_budget_minutes=args.time_budget, verbose=args.verbose, strategy=strategy,
         )
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")
+    if not is_chief(strategy):
+        print(f"{worker_name(strategy)} done; the chief writes the run folder and the export.")
+        return 0
     print(f"Run folder: {run.run_dir} (samples.json, learning_curves.png, model.keras)")
     if not args.no_export:
         from keras_transformer.export.translator import export_translator

@@ -3,6 +3,9 @@
 `apps/train_classifier.py` parses flags into a `ClassifierSettings` and calls
 `train_classifier`; `benchmarks/classifier_quality.py` calls it too, so the
 benchmark measures exactly what users run.
+Mixed precision, XLA and tf.distribute strategies come from
+`keras_transformer.training.distribute`; across machines, `fit_multi_worker`
+stands in for `fit`.
 """
 
 import dataclasses
@@ -23,6 +26,13 @@ from keras_transformer.text import save_vocabulary
 from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.callbacks import TimeBudget
+from keras_transformer.training.distribute import dtype_policy
+from keras_transformer.training.distribute import fit_multi_worker
+from keras_transformer.training.distribute import is_chief
+from keras_transformer.training.distribute import is_multi_worker
+from keras_transformer.training.distribute import local_copy
+from keras_transformer.training.distribute import strategy_scope
+from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.settings import check_settings
 from keras_transformer.training.evaluation import classification_report
 from keras_transformer.training.evaluation import format_classification_report
@@ -48,6 +58,8 @@ class ClassifierSettings:
     clip_norm: float = 1.0
     patience: int = 4
     seed: int = 1337
+    mixed_precision: str = "off"  # "off", "float16" or "bfloat16"
+    jit_compile: bool = False  # XLA
 
     def validate(self):
         check_settings(self)
@@ -70,7 +82,8 @@ class ClassifierRun:
     run_dir: str
 
 
-def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=None, verbose=1):
+def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=None, verbose=1,
+                     strategy=None):
     """Builds the vocabulary, trains with `fit`, evaluates on the test split.
 
     Args:
@@ -83,8 +96,19 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
         time_budget_minutes: stop training after this much wall-clock time,
             then evaluate as usual.
         verbose: Keras verbosity (progress bars at 1).
+        strategy: a `tf.distribute.Strategy` from
+            `keras_transformer.training.distribute.make_strategy`, or None.
+            Under a multi-worker strategy every worker calls this with the
+            same data and settings; only the chief writes `run_dir`,
+            evaluates and returns a `ClassifierRun`; the others return None.
     """
-    folder = RunFolder(run_dir)
+    with worker_run_dir(run_dir, strategy, resume=resume) as own_run_dir:
+        return _train_classifier(
+            data, settings, RunFolder(own_run_dir), run_dir, resume, time_budget_minutes, verbose, strategy
+        )
+
+
+def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minutes, verbose, strategy):
     settings_path = folder.file("settings.json")
     vocabulary_path = folder.file("vocabulary.txt")
     if resume and folder.has_backup() and os.path.exists(settings_path):
@@ -134,42 +158,31 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
     validation_ids, validation_labels = encode(data.validation)
     test_ids, test_labels = encode(data.test)
 
-    model = TransformerClassifier(
-        vocabulary_size=tokenizer.vocabulary_size,
-        num_classes=len(data.class_names),
-        sequence_length=settings.sequence_length,
-        num_layers=settings.num_layers,
-        d_model=settings.d_model,
-        num_heads=settings.num_heads,
-        intermediate_dim=settings.intermediate_dim,
-        dropout=settings.dropout,
-        pooling=settings.pooling,
-    )
-    # BackupAndRestore loads weights before the first batch, so they must exist.
-    model.build((None, settings.sequence_length))
     steps_per_epoch = math.ceil(len(train_ids) / settings.batch_size)
-    model.compile(
-        optimizer=keras.optimizers.AdamW(
-            learning_rate=_warmup_cosine(settings, steps_per_epoch),
-            weight_decay=settings.weight_decay,
-            clipnorm=settings.clip_norm,
-        ),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
+    model = build_classifier_model(
+        settings, tokenizer.vocabulary_size, len(data.class_names), steps_per_epoch, strategy
     )
     train_dataset = _batches(train_ids, train_labels, settings.batch_size, shuffle_seed=settings.seed)
     validation_dataset = _batches(validation_ids, validation_labels, settings.batch_size)
     time_budget = TimeBudget(time_budget_minutes)
+    callbacks = [time_budget, *folder.callbacks(patience=settings.patience)]
     started = time.monotonic()
-    model.fit(
-        train_dataset,
-        validation_data=validation_dataset,
-        epochs=settings.epochs,
-        shuffle=False,  # the dataset reshuffles itself, seeded
-        callbacks=[time_budget, *folder.callbacks(patience=settings.patience)],
-        verbose=verbose,
-    )
+    if is_multi_worker(strategy):
+        fit_multi_worker(model, strategy, train_dataset, validation_dataset, epochs=settings.epochs,
+                         callbacks=callbacks, verbose=verbose)
+        model = local_copy(model)
+    else:
+        model.fit(
+            train_dataset,
+            validation_data=validation_dataset,
+            epochs=settings.epochs,
+            shuffle=False,  # the dataset reshuffles itself, seeded
+            callbacks=callbacks,
+            verbose=verbose,
+        )
     training_seconds = time.monotonic() - started
+    if not is_chief(strategy):
+        return None  # the chief evaluates and writes the results
 
     history = folder.read_history()
     probabilities = model.predict(_batches(test_ids, test_labels, settings.batch_size), verbose=0)
@@ -201,8 +214,43 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
         epochs_completed=report["epochs_completed"],
         stopped_by_time_budget=time_budget.exhausted,
         training_seconds=training_seconds,
-        run_dir=folder.path,
+        run_dir=os.fspath(run_dir),
     )
+
+
+def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epoch, strategy=None):
+    """The built and compiled `TransformerClassifier` that `train_classifier` trains.
+
+    Created in `strategy`'s scope (its variables then live on every replica)
+    under `settings.mixed_precision`'s dtype policy, compiled with XLA when
+    `settings.jit_compile`. Under mixed_float16, `compile` wraps the
+    optimizer in a `keras.optimizers.LossScaleOptimizer`.
+    """
+    with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
+        model = TransformerClassifier(
+            vocabulary_size=vocabulary_size,
+            num_classes=num_classes,
+            sequence_length=settings.sequence_length,
+            num_layers=settings.num_layers,
+            d_model=settings.d_model,
+            num_heads=settings.num_heads,
+            intermediate_dim=settings.intermediate_dim,
+            dropout=settings.dropout,
+            pooling=settings.pooling,
+        )
+        # BackupAndRestore loads weights before the first batch, so they must exist.
+        model.build((None, settings.sequence_length))
+        model.compile(
+            optimizer=keras.optimizers.AdamW(
+                learning_rate=_warmup_cosine(settings, steps_per_epoch),
+                weight_decay=settings.weight_decay,
+                clipnorm=settings.clip_norm,
+            ),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+            jit_compile=settings.jit_compile,
+        )
+    return model
 
 
 def _batches(token_ids, labels, batch_size, shuffle_seed=None):

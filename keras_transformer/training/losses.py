@@ -15,7 +15,7 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     """
 
     def __init__(self, label_smoothing=0.0, padding_id=0, name="masked_crossentropy", **kwargs):
-        super().__init__(name=name, reduction="sum", **kwargs)
+        super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing}.")
         self.label_smoothing = label_smoothing
@@ -33,8 +33,14 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
                 log_probs, axis=-1
             )
         real = ops.cast(ops.not_equal(y_true, self.padding_id), "float32")
-        # "sum" reduction over this already-normalized value: the mean over real tokens.
-        return ops.sum(per_token * real) / ops.maximum(ops.sum(real), 1.0)
+        # Keras' "sum_over_batch_size" divides the sum of these by their
+        # number, so weighting each real token by (tokens / real tokens) gives
+        # the mean over real tokens. Keras then also divides by the number of
+        # replicas under tf.distribute, as the replicas' gradients are summed;
+        # a scalar returned here would skip that and count every replica's
+        # gradient in full.
+        size = ops.cast(ops.size(real), "float32")
+        return per_token * real * (size / ops.maximum(ops.sum(real), 1.0))
 
     def get_config(self):
         config = super().get_config()

@@ -1,5 +1,7 @@
 """Checks the training settings of every application share."""
 
+from keras_transformer.training.distribute import check_mixed_precision
+
 SHARED_INTEGERS = (
     "epochs", "batch_size", "sequence_length", "vocabulary_size", "num_layers",
     "d_model", "num_heads", "intermediate_dim",
@@ -18,4 +20,7 @@ def check_settings(settings, extra_integers=()):
         )
     if not 0.0 <= settings.dropout < 1.0:
         raise ValueError(f"`dropout` must be in [0, 1), got {settings.dropout}.")
+    check_mixed_precision(settings.mixed_precision)
+    if not isinstance(settings.jit_compile, bool):
+        raise ValueError(f"`jit_compile` must be True or False, got {settings.jit_compile!r}.")
     return settings

@@ -3,6 +3,9 @@
 `apps/train_translator.py` parses flags into a `TranslatorSettings` and calls
 `train_translator`. The run folder has the same layout as the classifier's
 (`RunFolder`), so `--resume` and `--time-budget` behave the same.
+Mixed precision, XLA and tf.distribute strategies come from
+`keras_transformer.training.distribute`; across machines, `fit_multi_worker`
+stands in for `fit`.
 """
 
 import dataclasses
@@ -23,6 +26,13 @@ from keras_transformer.training.batching import length_bucketed_batches
 from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.callbacks import TimeBudget
+from keras_transformer.training.distribute import dtype_policy
+from keras_transformer.training.distribute import fit_multi_worker
+from keras_transformer.training.distribute import is_chief
+from keras_transformer.training.distribute import is_multi_worker
+from keras_transformer.training.distribute import local_copy
+from keras_transformer.training.distribute import strategy_scope
+from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.settings import check_settings
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.losses import TransformerSchedule
@@ -51,6 +61,8 @@ class TranslatorSettings:
     clip_norm: float = 1.0
     patience: int = 3
     seed: int = 1337
+    mixed_precision: str = "off"  # "off", "float16" or "bfloat16"
+    jit_compile: bool = False  # XLA
 
     def validate(self):
         extra = ("warmup_steps",) if self.num_decoder_layers is None else ("warmup_steps", "num_decoder_layers")
@@ -70,7 +82,7 @@ class TranslatorRun:
 
 
 def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=None, verbose=1,
-                     num_samples=5, callbacks=()):
+                     num_samples=5, callbacks=(), strategy=None):
     """Builds one vocabulary per language, trains with `fit`, translates a few test sources.
 
     Args:
@@ -82,8 +94,19 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
         verbose: Keras verbosity.
         num_samples: test sources to translate (greedy) and print at the end.
         callbacks: more Keras callbacks for `fit` (benchmarks take snapshots).
+        strategy: a `tf.distribute.Strategy` from
+            `keras_transformer.training.distribute.make_strategy`, or None.
+            Under a multi-worker strategy every worker calls this with the
+            same data and settings; only the chief writes `run_dir` and
+            returns a `TranslatorRun`; the others return None.
     """
-    folder = RunFolder(run_dir)
+    with worker_run_dir(run_dir, strategy, resume=resume) as own_run_dir:
+        return _train_translator(data, settings, RunFolder(own_run_dir), run_dir, resume,
+                                 time_budget_minutes, verbose, num_samples, callbacks, strategy)
+
+
+def _train_translator(data, settings, folder, run_dir, resume, time_budget_minutes, verbose,
+                      num_samples, callbacks, strategy):
     settings_path = folder.file("settings.json")
     source_vocabulary = folder.file("source_vocabulary.txt")
     target_vocabulary = folder.file("target_vocabulary.txt")
@@ -131,27 +154,39 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
     train_dataset = batches(data.train, shuffle=True)
     validation_dataset = batches(data.validation, shuffle=False)
 
-    model = build_translator_model(settings, source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
-    model.compile(
-        optimizer=keras.optimizers.Adam(
-            TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale),
-            beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=settings.clip_norm,
-        ),
-        loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
-        metrics=[masked_accuracy],
-    )
+    with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
+        model = build_translator_model(settings, source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
+        # Under mixed_float16, compile wraps the optimizer in a LossScaleOptimizer.
+        model.compile(
+            optimizer=keras.optimizers.Adam(
+                TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale),
+                beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=settings.clip_norm,
+            ),
+            loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
+            metrics=[masked_accuracy],
+            jit_compile=settings.jit_compile,
+        )
     time_budget = TimeBudget(time_budget_minutes)
+    callbacks = [time_budget, *folder.callbacks(patience=settings.patience), *callbacks]
+    steps_per_epoch = math.ceil(len(data.train) / settings.batch_size)
     started = time.monotonic()
-    model.fit(
-        train_dataset,
-        validation_data=validation_dataset,
-        epochs=settings.epochs,
-        steps_per_epoch=math.ceil(len(data.train) / settings.batch_size),
-        shuffle=False,
-        callbacks=[time_budget, *folder.callbacks(patience=settings.patience), *callbacks],
-        verbose=verbose,
-    )
+    if is_multi_worker(strategy):
+        fit_multi_worker(model, strategy, train_dataset, validation_dataset, epochs=settings.epochs,
+                         steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
+        model = local_copy(model)
+    else:
+        model.fit(
+            train_dataset,
+            validation_data=validation_dataset,
+            epochs=settings.epochs,
+            steps_per_epoch=steps_per_epoch,
+            shuffle=False,
+            callbacks=callbacks,
+            verbose=verbose,
+        )
     training_seconds = time.monotonic() - started
+    if not is_chief(strategy):
+        return None  # the chief translates the samples and writes the results
     history = folder.read_history()
 
     sources = data.test.sources[:num_samples]
@@ -183,7 +218,7 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
         epochs_completed=len(history.get("loss", [])),
         stopped_by_time_budget=time_budget.exhausted,
         training_seconds=training_seconds,
-        run_dir=folder.path,
+        run_dir=os.fspath(run_dir),
     )
 
 

@@ -35,6 +35,44 @@ def test_padding_logits_do_not_change_the_loss():
     assert float(loss(TARGETS, changed)) == pytest.approx(float(loss(TARGETS, LOGITS)), rel=1e-6)
 
 
+# Two replicas need two logical CPUs, set before TensorFlow starts: a fresh process.
+TWO_REPLICAS = """
+import json, sys
+import numpy as np
+import tensorflow as tf
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+targets, logits = (np.asarray(value, dtype) for value, dtype in zip(json.load(sys.stdin), ("int32", "float32")))
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+rows = strategy.experimental_distribute_values_from_function(
+    lambda context: (targets[context.replica_id_in_sync_group::2], logits[context.replica_id_in_sync_group::2]))
+values = strategy.run(MaskedSparseCategoricalCrossentropy(), args=rows)
+print(json.dumps([float(value) for value in strategy.experimental_local_results(values)]))
+"""
+
+
+def test_loss_under_two_replicas_is_divided_by_them():
+    """Keras sums the replicas' gradients, so each replica's loss must be its
+    share: its mean over real tokens divided by the number of replicas (what
+    Keras' own losses do). Undivided, two workers reported twice the loss."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run(
+        [sys.executable, "-c", TWO_REPLICAS], input=json.dumps([TARGETS.tolist(), LOGITS.tolist()]),
+        capture_output=True, text=True, cwd=root, timeout=120,
+        env=dict(os.environ, PYTHONPATH=root, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    per_replica = json.loads(result.stdout.strip().splitlines()[-1])
+    expected = [numpy_crossentropy(TARGETS[row:row + 1], LOGITS[row:row + 1]) / 2 for row in (0, 1)]
+    np.testing.assert_allclose(per_replica, expected, rtol=1e-5)
+
+
 def test_accuracy_counts_real_tokens_only():
     logits = np.zeros((2, 4, 5), np.float32)
     logits[0, 0, 3] = logits[0, 1, 4] = 1.0  # right, wrong

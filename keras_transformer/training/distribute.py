@@ -1,0 +1,356 @@
+"""Where and how a training run computes: mixed precision, XLA, tf.distribute.
+
+* Mixed precision: the model is built under Keras' `mixed_float16` or
+  `mixed_bfloat16` dtype policy (`dtype_policy`); variables stay float32, the
+  layers compute in the low precision (softmax, layer norm and the classifier's
+  head in float32). Under `mixed_float16`, `model.compile` wraps the optimizer
+  in a `keras.optimizers.LossScaleOptimizer` itself.
+* XLA: `jit_compile=True` in `model.compile`.
+* Distribution (`make_strategy`): `"mirrored"` is `tf.distribute.MirroredStrategy`
+  over this machine's GPUs (one replica on a CPU-only machine), trained with
+  `model.fit`; `"multi_worker"` is `tf.distribute.MultiWorkerMirroredStrategy`
+  over the machines named in the `TF_CONFIG` environment variable, trained with
+  `fit_multi_worker`, because Keras 3's `fit` fails under that strategy
+  ("Attempt to convert a value (PerReplica...)", keras-team/keras#20585).
+  In both, `--batch-size` is the global batch, split over all replicas.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+
+import keras
+import tensorflow as tf
+
+# `--mixed-precision` value -> Keras dtype policy.
+MIXED_PRECISION_POLICIES = {"off": "float32", "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
+DISTRIBUTE_CHOICES = ("none", "mirrored", "multi_worker")
+
+TF_CONFIG_EXAMPLE = (
+    'TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+    '"task": {"type": "worker", "index": 0}}\''
+)
+
+
+def check_mixed_precision(mixed_precision):
+    """Raises ValueError unless `mixed_precision` is one of `MIXED_PRECISION_POLICIES`."""
+    if mixed_precision not in MIXED_PRECISION_POLICIES:
+        raise ValueError(
+            f"`mixed_precision` must be one of {', '.join(MIXED_PRECISION_POLICIES)}, "
+            f"got {mixed_precision!r}."
+        )
+    return mixed_precision
+
+
+@contextlib.contextmanager
+def dtype_policy(mixed_precision):
+    """Keras' global dtype policy for `mixed_precision` (`"off"`, `"float16"`,
+    `"bfloat16"`) inside the block, the previous one after it.
+
+    Build the model inside: its layers keep the policy they were built with,
+    and nothing else in the process (the tests, a later model) inherits it.
+    """
+    check_mixed_precision(mixed_precision)
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(MIXED_PRECISION_POLICIES[mixed_precision])
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def check_jit_compile(distribute, jit_compile):
+    """Raises ValueError for XLA with `"multi_worker"`: the replicated step holds the
+    cross-worker all-reduce, which XLA does not compile (on CPU TensorFlow 2.21 raises
+    "No registered 'CollectiveGatherV2' OpKernel for XLA_CPU_JIT devices")."""
+    if jit_compile and distribute == "multi_worker":
+        raise ValueError(
+            "--jit-compile does not work with --distribute multi_worker: XLA cannot compile the "
+            "all-reduce between workers inside the training step. Drop --jit-compile, or use "
+            "--distribute mirrored on one machine."
+        )
+
+
+def read_tf_config(environ=None):
+    """`TF_CONFIG` (the cluster of a multi-worker run) as a dict, checked.
+
+    Raises ValueError, saying what is wrong and what is expected, when it is
+    unset, not JSON, or does not name this process as one of its workers.
+    """
+    text = (os.environ if environ is None else environ).get("TF_CONFIG", "").strip()
+    if not text:
+        raise ValueError(
+            "--distribute multi_worker needs the TF_CONFIG environment variable: the cluster's "
+            f"workers and this process's place among them, e.g. {TF_CONFIG_EXAMPLE}."
+        )
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG is not valid JSON ({error}): {text!r}.") from None
+    cluster = config.get("cluster") if isinstance(config, dict) else None
+    task = config.get("task") if isinstance(config, dict) else None
+    if not isinstance(cluster, dict) or not isinstance(task, dict):
+        raise ValueError(f"TF_CONFIG needs a \"cluster\" and a \"task\", e.g. {TF_CONFIG_EXAMPLE}.")
+    task_type, index = task.get("type"), task.get("index")
+    if task_type not in ("worker", "chief"):
+        raise ValueError(f"TF_CONFIG's task type must be \"worker\" or \"chief\", got {task_type!r}.")
+    addresses = cluster.get(task_type)
+    if not isinstance(addresses, list) or not addresses:
+        raise ValueError(f"TF_CONFIG's cluster has no {task_type!r} list of host:port addresses.")
+    if not isinstance(index, int) or not 0 <= index < len(addresses):
+        raise ValueError(
+            f"TF_CONFIG's task index must be 0 to {len(addresses) - 1} for its {len(addresses)} "
+            f"{task_type}(s), got {index!r}."
+        )
+    return config
+
+
+def make_strategy(distribute):
+    """The `tf.distribute.Strategy` for `distribute` (`DISTRIBUTE_CHOICES`), or None for `"none"`.
+
+    Call it before any TensorFlow op runs in the process: a
+    MultiWorkerMirroredStrategy must configure the runtime's collective ops at
+    program startup (TensorFlow raises otherwise).
+    """
+    if distribute not in DISTRIBUTE_CHOICES:
+        raise ValueError(f"`distribute` must be one of {', '.join(DISTRIBUTE_CHOICES)}, got {distribute!r}.")
+    if distribute == "none":
+        return None
+    if distribute == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    read_tf_config()
+    try:
+        # AUTO: NCCL between GPUs, ring all-reduce over gRPC on CPUs.
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=tf.distribute.experimental.CommunicationImplementation.AUTO
+            )
+        )
+    except RuntimeError as error:  # "Collective ops must be configured at program startup"
+        raise ValueError(
+            f"Cannot start a multi-worker run in this process ({error}): create the strategy "
+            "before TensorFlow runs anything, e.g. run the app in a fresh process."
+        ) from None
+
+
+def is_multi_worker(strategy):
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def is_chief(strategy):
+    """Whether this process writes the run folder and the export: always, except
+    on the workers of a multi-worker run other than the chief (worker 0, or the
+    `chief` task when TF_CONFIG names one)."""
+    return strategy is None or strategy.extended.should_checkpoint
+
+
+def worker_name(strategy):
+    """"worker N" of a multi-worker run, for messages."""
+    resolver = strategy.cluster_resolver
+    return f"{resolver.task_type} {resolver.task_id}"
+
+
+def describe_strategy(strategy):
+    """E.g. "MirroredStrategy: 2 replicas (GPU:0, GPU:1)", or, on a worker of a
+    multi-worker run, "MultiWorkerMirroredStrategy: 4 replicas; this is worker 1"."""
+    replicas = strategy.num_replicas_in_sync
+    # MultiWorkerMirroredStrategy objects are of its implementation class, CollectiveAllReduceStrategy.
+    name = "MultiWorkerMirroredStrategy" if is_multi_worker(strategy) else type(strategy).__name__
+    text = f"{name}: {replicas} replica{'s' if replicas != 1 else ''}"
+    if is_multi_worker(strategy):
+        return f"{text}; this is {worker_name(strategy)}"
+    devices = [device.rsplit("device:", 1)[-1] for device in strategy.extended.worker_devices]
+    return f"{text} ({', '.join(devices)})"
+
+
+def strategy_scope(strategy):
+    """`strategy.scope()`, or no scope for None: models and optimizers are created in it."""
+    return contextlib.nullcontext() if strategy is None else strategy.scope()
+
+
+@contextlib.contextmanager
+def worker_run_dir(run_dir, strategy, resume=False):
+    """The folder this process writes its run folder to.
+
+    The chief writes `run_dir`. The other workers of a multi-worker run write
+    the same files (checkpoints, backup, logs) to a temporary folder, removed
+    afterwards, MultiWorkerMirroredStrategy's usual convention: they run the
+    same callbacks, which must agree step by step, without overwriting the
+    chief's files. To `resume`, that folder starts as a copy of `run_dir`
+    (settings, vocabularies, backup), which every worker must then see (a
+    shared file system, or workers on one machine); `fit_multi_worker` stops
+    with an error if a worker would start at another epoch than the chief.
+    """
+    if is_chief(strategy):
+        yield os.fspath(run_dir)
+        return
+    scratch = tempfile.mkdtemp(prefix=f"keras_transformer_{worker_name(strategy).replace(' ', '')}_")
+    if resume and os.path.isdir(run_dir):
+        try:
+            shutil.copytree(run_dir, scratch, dirs_exist_ok=True)
+        except (OSError, shutil.Error):
+            pass  # the chief started afresh meanwhile; the epoch check catches any disagreement
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def local_copy(model):
+    """A copy of a (multi-worker) distributed `model` with plain variables and the same weights.
+
+    Evaluating, decoding and exporting after a multi-worker run is the
+    chief's business alone; a model whose variables live in a
+    MultiWorkerMirroredStrategy would turn every `predict` into a collective
+    that all workers must join.
+    """
+    copy = model.__class__.from_config(model.get_config())
+    build_config = model.get_build_config()
+    if build_config:
+        copy.build_from_config(build_config)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, epochs=1,
+                     steps_per_epoch=None, callbacks=(), verbose=1):
+    """`model.fit(train_dataset, validation_data=..., ...)` under a MultiWorkerMirroredStrategy.
+
+    The same epochs of the same steps as `fit`: each step runs Keras'
+    `model.train_step` on every replica (`strategy.run`), on its share of the
+    global batch (the dataset's batches, split over all replicas); gradients
+    are summed across workers by the optimizer. The same Keras callbacks see
+    the same calls as under `fit` (a `keras.callbacks.CallbackList` with a
+    History and, on the chief, a progress bar), so checkpoints, backups for
+    `--resume`, CSV and TensorBoard logs, early stopping and time budgets work
+    unchanged. Logs are metrics summed over all workers, so every worker sees
+    the same values; a stop (early stopping, a time budget) asked for on any
+    worker stops them all after the same step, since one left running would
+    wait for the others forever.
+
+    Every worker must run the same pipeline (same data, same seed): it is
+    sharded by batch (`AutoShardPolicy.DATA`), each worker keeping its part
+    of every global batch. Pass `steps_per_epoch` for a repeated dataset
+    (one iterator then runs on across epochs); without it each epoch is one
+    pass over the dataset.
+
+    Returns the `keras.callbacks.History`.
+    """
+    if not model.compiled:
+        raise ValueError("Compile the model (in `strategy.scope()`) before `fit_multi_worker`.")
+    check_jit_compile("multi_worker", model.jit_compile)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+
+    def distribute(dataset):
+        return strategy.experimental_distribute_dataset(dataset.with_options(options))
+
+    train_batches = distribute(train_dataset)
+    validation_batches = None if validation_dataset is None else distribute(validation_dataset)
+    chief = is_chief(strategy)
+    steps = steps_per_epoch or int(train_dataset.cardinality())  # for the progress bar
+    history = keras.callbacks.History()
+    callbacks = keras.callbacks.CallbackList(
+        [*callbacks, history], add_progbar=chief and verbose != 0,
+        verbose=verbose if chief else 0, epochs=epochs, steps=steps if steps > 0 else None, model=model,
+    )
+
+    def compiled(step):
+        # The step on every replica, then its metrics summed over all replicas
+        # (in the same graph: one round of collectives, not one per variable).
+        def run(batch):
+            strategy.run(step, args=(batch,))
+            return model.get_metrics_result()
+
+        return tf.function(run, reduce_retracing=True)
+
+    train_step, test_step = compiled(model.train_step), compiled(model.test_step)
+
+    @tf.function
+    def any_replica(flag):
+        votes = strategy.run(lambda value: tf.cast(value, tf.float32), args=(flag,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None) > 0
+
+    def agree_to_stop():
+        return bool(any_replica(tf.constant(bool(model.stop_training))))
+
+    def python_floats(logs):
+        return {name: float(value) for name, value in logs.items()}
+
+    model.stop_training = False
+    if not model.optimizer.built:
+        with strategy.scope():
+            model.optimizer.build(model.trainable_variables)
+    callbacks.on_train_begin()
+    initial_epoch = _agreed_initial_epoch(strategy, model._initial_epoch or 0)
+    # A finite dataset is iterated afresh each epoch (reshuffled), a repeated
+    # one continues across epochs, as under `fit`.
+    iterator = iter(train_batches) if steps_per_epoch else None
+    logs = None
+    for epoch in range(initial_epoch, epochs):
+        model.reset_metrics()
+        callbacks.on_epoch_begin(epoch)
+        if steps_per_epoch:
+            batches = (next(iterator) for _ in range(steps_per_epoch))
+        else:
+            batches = iter(train_batches)
+        batch_logs = {}
+        for step, batch in enumerate(batches):
+            callbacks.on_train_batch_begin(step)
+            batch_logs = python_floats(train_step(batch))
+            callbacks.on_train_batch_end(step, batch_logs)
+            if agree_to_stop():
+                break
+        epoch_logs = dict(batch_logs)  # the metrics accumulate over the epoch
+        if validation_batches is not None:
+            model.reset_metrics()
+            callbacks.on_test_begin()
+            validation_logs = {}
+            for step, batch in enumerate(validation_batches):
+                callbacks.on_test_batch_begin(step)
+                validation_logs = python_floats(test_step(batch))
+                callbacks.on_test_batch_end(step, validation_logs)
+            callbacks.on_test_end(validation_logs)
+            epoch_logs.update({f"val_{name}": value for name, value in validation_logs.items()})
+        callbacks.on_epoch_end(epoch, epoch_logs)
+        logs = epoch_logs
+        if agree_to_stop():
+            break
+    callbacks.on_train_end(logs)
+    return history
+
+
+def _agreed_initial_epoch(strategy, epoch):
+    """The chief's first epoch (after a restored backup), checked to be every worker's.
+
+    Raises ValueError on every worker when they differ: a worker that
+    restored another backup (or none) would train different weights, and the
+    run would end in a hang rather than an error.
+    """
+
+    @tf.function
+    def chief_value_and_mismatch(value):
+        def replica(value):
+            context = tf.distribute.get_replica_context()
+            # The chief's first replica is replica 0 of the whole cluster.
+            chief_value = context.all_reduce(
+                tf.distribute.ReduceOp.SUM,
+                tf.where(context.replica_id_in_sync_group == 0, value, tf.zeros_like(value)),
+            )
+            mismatch = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(value != chief_value, tf.int32))
+            return chief_value, mismatch
+
+        chief_value, mismatch = strategy.run(replica, args=(value,))
+        return strategy.experimental_local_results(chief_value)[0], strategy.experimental_local_results(mismatch)[0]
+
+    chief_epoch, mismatch = chief_value_and_mismatch(tf.constant(epoch, tf.int32))
+    if int(mismatch):
+        raise ValueError(
+            f"The workers would start at different epochs (the chief at epoch {int(chief_epoch)}, "
+            f"this process, {worker_name(strategy)}, at {epoch}; one of them found no backup): "
+            "every worker must see the same run folder (a shared file system) to --resume a "
+            "multi-worker run."
+        )
+    return int(chief_epoch)
