@@ -26,6 +26,7 @@ from keras_transformer.training.callbacks import TimeBudget
 from keras_transformer.training.settings import check_settings
 from keras_transformer.training.evaluation import classification_report
 from keras_transformer.training.evaluation import format_classification_report
+from keras_transformer.training.fitting import build_optimizer
 
 
 @dataclasses.dataclass
@@ -155,8 +156,11 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
             clipnorm=settings.clip_norm,
         ),
         loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
+        # An object, not "accuracy": Keras builds a metric named by a string
+        # inside the first traced train step, which then traces twice.
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
     )
+    build_optimizer(model)
     train_dataset = _batches(train_ids, train_labels, settings.batch_size, shuffle_seed=settings.seed)
     validation_dataset = _batches(validation_ids, validation_labels, settings.batch_size)
     time_budget = TimeBudget(time_budget_minutes)

@@ -23,6 +23,7 @@ from keras_transformer.training.batching import length_bucketed_batches
 from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.callbacks import TimeBudget
+from keras_transformer.training.fitting import build_optimizer
 from keras_transformer.training.settings import check_settings
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.losses import TransformerSchedule
@@ -134,8 +135,11 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
             beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=settings.clip_norm,
         ),
         loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
-        metrics=[masked_accuracy],
+        # An object, not the bare function: Keras wraps a function into a
+        # metric inside the first traced train step, which then traces twice.
+        metrics=[keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")],
     )
+    build_optimizer(model)
     time_budget = TimeBudget(time_budget_minutes)
     started = time.monotonic()
     model.fit(
