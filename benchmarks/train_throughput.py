@@ -56,7 +56,8 @@ are free):
 MFU = achieved training FLOP/s / measured matmul ceiling, where the ceiling is
 the best FLOP/s of a `--matmul-size`^2 float32 matmul through TensorFlow
 (`tf.linalg.matmul` in a `tf.function`) on the same machine and threads,
-measured before and after the runs.
+measured before, between and after the configurations (the best of all: on a
+shared machine the load drifts, and the ceiling is what the machine can do).
 
 Usage (from the repository root; keras-hub from requirements-bench.txt):
 
@@ -559,7 +560,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", choices=("all", "classifier", "seq2seq"), default="all")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per model (median taken)")
-    parser.add_argument("--steps", type=int, default=2, help="training steps per round")
+    parser.add_argument("--steps", type=int, default=1, help="training steps per round")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (the first traces)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a few steps (seconds)")
     parser.add_argument("--only", default=None, help="only configurations whose name contains this text")
@@ -617,6 +618,7 @@ def main(argv=None):
                                    seq2seq_batch(config, args.seed + index), args.rounds, args.steps,
                                    args.warmup, args.seed)
             results.append(result)
+            ceilings.append(matmul_ceiling(args.matmul_size, repeats=5))  # the machine's load drifts
             print(", ".join(f"{kind} {result['kinds'][kind]['tokens_per_second']:,.0f} tok/s" for kind in kinds)
                   + f" ({time.perf_counter() - config_started:.0f} s)", flush=True)
         report["families"][family] = {"kinds": kinds, "results": results}
