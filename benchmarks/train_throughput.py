@@ -32,7 +32,7 @@ what Keras picks on a CPU-only machine):
   paper's `d_model // num_heads`, so all three have the same sizes.
   `--tutorial-key-dim d_model` builds it as the tutorial's code does instead.
 
-Timing: in one process, after a warm-up (trace + 2 steps each), rounds of
+Timing: in one process, after `--warmup` steps each (the first traces), rounds of
 `--steps` steps per model, interleaved A B C, B C A, C A B, ... (the order
 rotates each round so no model always runs first). Tokens/s is
 `batch * length / median seconds per step` (padding positions counted: they
