@@ -69,6 +69,8 @@ test-jax: venv
 # Minutes to hours on 2 CPU cores; results land in benchmarks/results/.
 bench: bench-venv
 	PYTHONPATH=. $(VENV_PYTHON) benchmarks/layer_speed.py
+	PYTHONPATH=. $(VENV_PYTHON) benchmarks/train_throughput.py
+	PYTHONPATH=. $(VENV_PYTHON) benchmarks/attention_scaling.py
 	PYTHONPATH=. $(VENV_PYTHON) benchmarks/decode_speed.py
 	PYTHONPATH=. $(VENV_PYTHON) benchmarks/classifier_quality.py bbc
 	PYTHONPATH=. $(VENV_PYTHON) benchmarks/serve_load.py

@@ -71,19 +71,24 @@ class KerasReferenceEncoderBlock(keras.layers.Layer):
     """The paper's post-norm encoder block from Keras layers only.
 
     `norm(x + MHA(x, x))`, then `norm(x + Dense(d)(relu(Dense(ff)(x))))`,
-    dropout 0, head size `d // num_heads`, the same weight order as ours.
+    head size `d // num_heads`, the same weight order as ours. With
+    `dropout`, as ours: on the attention weights (inside Keras' MHA) and on
+    both sub-layer outputs before the residual sum.
     """
 
-    def __init__(self, num_heads, intermediate_dim, layer_norm_epsilon=LAYER_NORM_EPSILON, **kwargs):
+    def __init__(self, num_heads, intermediate_dim, layer_norm_epsilon=LAYER_NORM_EPSILON,
+                 activation="relu", dropout=0.0, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.activation = activation
+        self.dropout = dropout
 
     def build(self, input_shape):
         model_dim = input_shape[-1]
         self.attention = keras.layers.MultiHeadAttention(
-            self.num_heads, model_dim // self.num_heads, dropout=0.0, name="attention"
+            self.num_heads, model_dim // self.num_heads, dropout=self.dropout, name="attention"
         )
         self.attention.build(input_shape, input_shape)
         self.attention_norm = keras.layers.LayerNormalization(
@@ -91,7 +96,7 @@ class KerasReferenceEncoderBlock(keras.layers.Layer):
         )
         self.attention_norm.build(input_shape)
         self.intermediate_dense = keras.layers.Dense(
-            self.intermediate_dim, activation="relu", name="intermediate_dense"
+            self.intermediate_dim, activation=self.activation, name="intermediate_dense"
         )
         self.intermediate_dense.build(input_shape)
         self.output_dense = keras.layers.Dense(model_dim, name="output_dense")
@@ -100,17 +105,20 @@ class KerasReferenceEncoderBlock(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, name="feed_forward_norm"
         )
         self.feed_forward_norm.build(input_shape)
+        self.attention_dropout = keras.layers.Dropout(self.dropout)
+        self.feed_forward_dropout = keras.layers.Dropout(self.dropout)
 
-    def call(self, inputs, padding_mask=None):
+    def call(self, inputs, padding_mask=None, training=None):
         attention_mask = None
         if padding_mask is not None:
             # What Keras MHA builds from mask_zero inputs: query mask AND key mask.
             attention_mask = ops.logical_and(
                 ops.expand_dims(padding_mask, -1), ops.expand_dims(padding_mask, -2)
             )
-        attended = self.attention(inputs, inputs, attention_mask=attention_mask)
-        x = self.attention_norm(inputs + attended)
-        return self.feed_forward_norm(x + self.output_dense(self.intermediate_dense(x)))
+        attended = self.attention(inputs, inputs, attention_mask=attention_mask, training=training)
+        x = self.attention_norm(inputs + self.attention_dropout(attended, training=training))
+        transformed = self.output_dense(self.intermediate_dense(x))
+        return self.feed_forward_norm(x + self.feed_forward_dropout(transformed, training=training))
 
 
 def copy_weights(ours, reference):

@@ -254,6 +254,7 @@ def run_peer(data, args, snapshots):
 
     from keras_transformer.text.wordpiece import join_punctuation
     from keras_transformer.training.callbacks import TimeBudget
+    from keras_transformer.training.fitting import build_optimizer
     from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
     from keras_transformer.training.translator import TranslatorSettings
 
@@ -321,6 +322,7 @@ def run_peer(data, args, snapshots):
         optimizer=optimizer,
         loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
     )
+    build_optimizer(model)  # as train_translator does: one trace of the train step, not two
     run_dir = _run_dir(args, "peer")
     snapshot_callback = Snapshots(snapshots, os.path.join(run_dir, "snapshots"))
     schedule = WarmupCosineByTime(args.minutes, PEER_WARMUP_FRACTION, peak_learning_rate)

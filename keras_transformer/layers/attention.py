@@ -12,6 +12,27 @@ from keras_transformer.layers.masks import merge_masks
 _MASKED_LOGIT = -1e9
 
 
+def _biased_softmax(logits, mask):
+    """float32 softmax over the last axis with masked positions at weight 0.
+
+    A row with no allowed position comes out uniform; callers zero it.
+    """
+    logits = ops.cast(logits, "float32")
+    if mask is None:
+        return ops.softmax(logits, axis=-1)
+    # An additive bias in the mask's own (broadcast) shape: the selects run on
+    # the small mask, not on [B, heads, T, S], and the backward pass has none.
+    # Masked logits are exp(-1e9 - max) = 0 exactly, as with `where`.
+    return ops.softmax(logits + ops.where(ops.cast(mask, "bool"), 0.0, _MASKED_LOGIT), axis=-1)
+
+
+def _attending_rows(mask):
+    """`[..., T, 1]` bool, False for a query row with no allowed key; None without a mask."""
+    if mask is None:
+        return None
+    return ops.any(ops.cast(mask, "bool"), axis=-1, keepdims=True)
+
+
 def masked_softmax(logits, mask=None):
     """Softmax over the last axis, computed in float32.
 
@@ -19,16 +40,11 @@ def masked_softmax(logits, mask=None):
     gets all-zero weights, never NaN, so a padded query contributes nothing.
     Returns float32 weights; callers cast to their compute dtype.
     """
-    logits = ops.cast(logits, "float32")
+    weights = _biased_softmax(logits, mask)
     if mask is None:
-        return ops.softmax(logits, axis=-1)
-    mask = ops.cast(mask, "bool")
-    # An additive bias in the mask's own (broadcast) shape: the selects run on
-    # the small mask, not on [B, heads, T, S], and the backward pass has none.
-    # Masked logits are exp(-1e9 - max) = 0 exactly, as with `where`.
-    weights = ops.softmax(logits + ops.where(mask, 0.0, _MASKED_LOGIT), axis=-1)
+        return weights
     # A row with no allowed key came out uniform: zero it.
-    return weights * ops.cast(ops.any(mask, axis=-1, keepdims=True), "float32")
+    return weights * ops.cast(_attending_rows(mask), "float32")
 
 
 def scaled_dot_product_attention(query, key, value, mask=None):
@@ -256,7 +272,9 @@ class MultiHeadAttention(keras.layers.Layer):
         query_heads = query_heads * ops.cast(1.0 / math.sqrt(self.key_dim), query_heads.dtype)
         return ops.einsum("bnth,bnsh->bnts", query_heads, key_heads)
 
-    def compute_attention(self, query_heads, key_heads, value_heads, attention_mask=None, training=None):
+    def compute_attention(
+        self, query_heads, key_heads, value_heads, attention_mask=None, training=None, query_mask=None
+    ):
         """Attends projected heads.
 
         Args:
@@ -265,6 +283,11 @@ class MultiHeadAttention(keras.layers.Layer):
             value_heads: `[B, heads, S, value_dim]`.
             attention_mask: bool broadcastable to `[B, T, S]`, True = may attend.
             training: whether attention dropout is active.
+            query_mask: bool `[B, T]`, True at real queries, or None. A query
+                row that is False here, or that `attention_mask` lets attend
+                nowhere, gets zero weights and a zero output. Given apart from
+                `attention_mask` (rather than merged into it), a padding mask
+                stays a `[B, 1, S]` bias instead of a `[B, T, S]` one.
 
         Returns:
             `(attended [B, heads, T, value_dim], weights [B, heads, T, S])`.
@@ -272,9 +295,22 @@ class MultiHeadAttention(keras.layers.Layer):
         if attention_mask is not None:
             attention_mask = ops.expand_dims(attention_mask, 1)  # broadcast over heads
         logits = self.compute_attention_logits(query_heads, key_heads)
-        weights = ops.cast(masked_softmax(logits, attention_mask), self.compute_dtype)
+        weights = ops.cast(_biased_softmax(logits, attention_mask), self.compute_dtype)
         dropped = self.dropout_layer(weights, training=training) if self.dropout > 0 else weights
-        return ops.einsum("bnts,bnsh->bnth", dropped, value_heads), weights
+        attended = ops.einsum("bnts,bnsh->bnth", dropped, value_heads)
+        rows = _attending_rows(attention_mask)
+        if query_mask is not None:
+            real_queries = ops.expand_dims(ops.expand_dims(ops.cast(query_mask, "bool"), 1), -1)
+            rows = real_queries if rows is None else ops.logical_and(rows, real_queries)
+        if rows is None:
+            return attended, weights
+        # Rows that may attend nowhere came out of the softmax uniform: zero
+        # them on the output, [B, heads, T, value_dim], rather than on the
+        # weights, [B, heads, T, S], in the forward and the backward pass. The
+        # zeroed weights are computed only if the caller uses them (graph
+        # execution drops unused results).
+        rows = ops.cast(rows, self.compute_dtype)
+        return attended * rows, weights * rows
 
     def call(
         self,
@@ -294,10 +330,10 @@ class MultiHeadAttention(keras.layers.Layer):
             key_mask = None
         if key_mask is not None:
             value_mask = key_mask if value_mask is None else ops.logical_and(value_mask, key_mask)
+        # The query mask stays apart (see `compute_attention`).
         mask = merge_masks(
             ops.shape(query)[1],
             ops.shape(value)[1],
-            query_mask=query_mask,
             key_mask=value_mask,
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
@@ -308,6 +344,7 @@ class MultiHeadAttention(keras.layers.Layer):
             self.project_value(value),
             attention_mask=mask,
             training=training,
+            query_mask=query_mask,
         )
         output = self.project_output(attended)
         if return_attention_scores:

@@ -186,10 +186,11 @@ class TransformerDecoderBlock(TransformerBlock):
         key_heads = attention.project_key(x)
         value_heads = attention.project_value(x)
         length = ops.shape(x)[1]
+        query_mask = None
         if cache is None:
-            mask = merge_masks(
-                length, length, padding_mask, padding_mask, use_causal_mask=use_causal_mask
-            )
+            # The query mask goes to `compute_attention` on its own (a smaller bias).
+            mask = merge_masks(length, length, key_mask=padding_mask, use_causal_mask=use_causal_mask)
+            query_mask = padding_mask
         else:
             cache = _write_cache(cache, ops.stack([key_heads, value_heads], axis=1), cache_index)
             key_heads, value_heads = cache[:, 0], cache[:, 1]
@@ -203,7 +204,7 @@ class TransformerDecoderBlock(TransformerBlock):
                 causal_offset=cache_index,
             )
         attended, weights = attention.compute_attention(
-            query_heads, key_heads, value_heads, mask, training=training
+            query_heads, key_heads, value_heads, mask, training=training, query_mask=query_mask
         )
         return attention.project_output(attended), weights, cache
 

@@ -36,6 +36,7 @@ from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.settings import check_settings
 from keras_transformer.training.evaluation import classification_report
 from keras_transformer.training.evaluation import format_classification_report
+from keras_transformer.training.fitting import build_optimizer
 
 
 @dataclasses.dataclass
@@ -247,9 +248,12 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
                 clipnorm=settings.clip_norm,
             ),
             loss="sparse_categorical_crossentropy",
-            metrics=["accuracy"],
+            # An object, not "accuracy": Keras builds a metric named by a string
+            # inside the first traced train step, which then traces twice.
+            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
             jit_compile=settings.jit_compile,
         )
+        build_optimizer(model)
     return model
 
 

@@ -33,6 +33,7 @@ from keras_transformer.training.distribute import is_multi_worker
 from keras_transformer.training.distribute import local_copy
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
+from keras_transformer.training.fitting import build_optimizer
 from keras_transformer.training.settings import check_settings
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.losses import TransformerSchedule
@@ -163,9 +164,12 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
                 beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=settings.clip_norm,
             ),
             loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
-            metrics=[masked_accuracy],
+            # An object, not the bare function: Keras wraps a function into a
+            # metric inside the first traced train step, which then traces twice.
+            metrics=[keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")],
             jit_compile=settings.jit_compile,
         )
+        build_optimizer(model)
     time_budget = TimeBudget(time_budget_minutes)
     callbacks = [time_budget, *folder.callbacks(patience=settings.patience), *callbacks]
     steps_per_epoch = math.ceil(len(data.train) / settings.batch_size)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.export.fresh_loader import LOADER_HEADER
-from tests.fitting import build_optimizer
+from keras_transformer.training.fitting import build_optimizer
 
 # --- the shared tiny translator --------------------------------------------------
 
