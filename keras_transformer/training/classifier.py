@@ -27,10 +27,8 @@ from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.callbacks import TimeBudget
 from keras_transformer.training.distribute import dtype_policy
-from keras_transformer.training.distribute import fit_multi_worker
+from keras_transformer.training.distribute import fit
 from keras_transformer.training.distribute import is_chief
-from keras_transformer.training.distribute import is_multi_worker
-from keras_transformer.training.distribute import local_copy
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.settings import check_settings
@@ -168,19 +166,8 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     time_budget = TimeBudget(time_budget_minutes)
     callbacks = [time_budget, *folder.callbacks(patience=settings.patience)]
     started = time.monotonic()
-    if is_multi_worker(strategy):
-        fit_multi_worker(model, strategy, train_dataset, validation_dataset, epochs=settings.epochs,
-                         callbacks=callbacks, verbose=verbose)
-        model = local_copy(model)
-    else:
-        model.fit(
-            train_dataset,
-            validation_data=validation_dataset,
-            epochs=settings.epochs,
-            shuffle=False,  # the dataset reshuffles itself, seeded
-            callbacks=callbacks,
-            verbose=verbose,
-        )
+    model = fit(model, strategy, train_dataset, validation_dataset, settings.epochs, callbacks=callbacks,
+                verbose=verbose)
     training_seconds = time.monotonic() - started
     if not is_chief(strategy):
         return None  # the chief evaluates and writes the results

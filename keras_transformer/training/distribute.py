@@ -214,6 +214,29 @@ def local_copy(model):
     return copy
 
 
+def fit(model, strategy, train_dataset, validation_dataset, epochs, steps_per_epoch=None, callbacks=(),
+        verbose=1):
+    """`model.fit` on one machine, `fit_multi_worker` across several; returns
+    the model to evaluate and save (a local copy after multi-worker training).
+
+    The datasets reshuffle themselves, seeded, so `fit` does not shuffle.
+    """
+    if is_multi_worker(strategy):
+        fit_multi_worker(model, strategy, train_dataset, validation_dataset, epochs=epochs,
+                         steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
+        return local_copy(model)
+    model.fit(
+        train_dataset,
+        validation_data=validation_dataset,
+        epochs=epochs,
+        steps_per_epoch=steps_per_epoch,
+        shuffle=False,
+        callbacks=callbacks,
+        verbose=verbose,
+    )
+    return model
+
+
 def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, epochs=1,
                      steps_per_epoch=None, callbacks=(), verbose=1):
     """`model.fit(train_dataset, validation_data=..., ...)` under a MultiWorkerMirroredStrategy.

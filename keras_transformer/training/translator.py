@@ -27,10 +27,8 @@ from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.callbacks import TimeBudget
 from keras_transformer.training.distribute import dtype_policy
-from keras_transformer.training.distribute import fit_multi_worker
+from keras_transformer.training.distribute import fit
 from keras_transformer.training.distribute import is_chief
-from keras_transformer.training.distribute import is_multi_worker
-from keras_transformer.training.distribute import local_copy
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.fitting import build_optimizer
@@ -174,20 +172,8 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
     callbacks = [time_budget, *folder.callbacks(patience=settings.patience), *callbacks]
     steps_per_epoch = math.ceil(len(data.train) / settings.batch_size)
     started = time.monotonic()
-    if is_multi_worker(strategy):
-        fit_multi_worker(model, strategy, train_dataset, validation_dataset, epochs=settings.epochs,
-                         steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
-        model = local_copy(model)
-    else:
-        model.fit(
-            train_dataset,
-            validation_data=validation_dataset,
-            epochs=settings.epochs,
-            steps_per_epoch=steps_per_epoch,
-            shuffle=False,
-            callbacks=callbacks,
-            verbose=verbose,
-        )
+    model = fit(model, strategy, train_dataset, validation_dataset, settings.epochs,
+                steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
     training_seconds = time.monotonic() - started
     if not is_chief(strategy):
         return None  # the chief translates the samples and writes the results
