@@ -6,8 +6,10 @@ Both run the encoder once per batch and then one decoder position per step
 stop as soon as every sequence has produced `[END]`.
 
 `model` is anything with the `Seq2SeqTransformer` decoding methods:
-`encode(source_ids)`, `initialize_cache(encoder_output, max_length)` and
-`decode_step(token_ids, index, self_cache, cross_cache, source_mask)`.
+`encode(source_ids)`, `initialize_cache(encoder_output, source_mask, max_length)`
+and `decode_step(token_ids, index, self_cache, step_constants)`,
+where `step_constants` is what every step reads unchanged (computed once,
+outside the loop).
 """
 
 import tensorflow as tf
@@ -28,7 +30,7 @@ def greedy_decode(model, source_ids, max_length, start_id, end_id):
         int32 `[B, max_length]`: generated ids, `[END]` included, 0 after it.
     """
     encoder_output, source_mask = model.encode(source_ids, training=False)
-    self_cache, cross_cache = model.initialize_cache(encoder_output, max_length)
+    self_cache, step_constants = model.initialize_cache(encoder_output, source_mask, max_length)
     batch_size = tf.shape(source_ids)[0]
     tokens = tf.fill([batch_size], tf.constant(start_id, tf.int32))
     finished = tf.zeros([batch_size], tf.bool)
@@ -40,7 +42,7 @@ def greedy_decode(model, source_ids, max_length, start_id, end_id):
         return tf.logical_and(index < max_length, tf.logical_not(tf.reduce_all(finished)))
 
     def step(index, tokens, finished, self_cache, outputs):
-        logits, self_cache = model.decode_step(tokens[:, None], index, self_cache, cross_cache, source_mask)
+        logits, self_cache = model.decode_step(tokens[:, None], index, self_cache, step_constants)
         next_tokens = tf.argmax(logits, axis=-1, output_type=tf.int32)
         next_tokens = tf.where(finished, 0, next_tokens)
         outputs = tf.tensor_scatter_nd_update(outputs, [[index]], next_tokens[None])
@@ -82,7 +84,7 @@ def beam_search(
     # Every beam of a source starts from the same encoder output.
     encoder_output = tf.repeat(encoder_output, beam_width, axis=0)
     source_mask = tf.repeat(source_mask, beam_width, axis=0)
-    self_cache, cross_cache = model.initialize_cache(encoder_output, max_length)
+    self_cache, step_constants = model.initialize_cache(encoder_output, source_mask, max_length)
 
     # Only the first beam is live at the start, so the first step does not
     # pick the same token beam_width times.
@@ -98,7 +100,7 @@ def beam_search(
         return tf.logical_and(index < max_length, tf.logical_not(tf.reduce_all(finished)))
 
     def step(index, tokens, log_probs, sequences, finished, lengths, self_cache):
-        logits, self_cache = model.decode_step(tokens[:, None], index, self_cache, cross_cache, source_mask)
+        logits, self_cache = model.decode_step(tokens[:, None], index, self_cache, step_constants)
         step_log_probs = tf.nn.log_softmax(logits)
         vocabulary_size = tf.shape(step_log_probs)[-1]
         step_log_probs = tf.reshape(step_log_probs, [batch_size, beam_width, vocabulary_size])
@@ -122,7 +124,8 @@ def beam_search(
 
         # Reorder every cache to follow its hypothesis' parent beam.
         parent_rows = tf.reshape(parent + tf.range(batch_size)[:, None] * beam_width, [-1])
-        self_cache = tf.nest.map_structure(lambda cache: tf.gather(cache, parent_rows), self_cache)
+        # Caches are [2 (keys, values), B * beam_width, ...].
+        self_cache = tf.nest.map_structure(lambda cache: tf.gather(cache, parent_rows, axis=1), self_cache)
         return index + 1, tf.reshape(next_tokens, [-1]), log_probs, sequences, finished, lengths, self_cache
 
     _, _, log_probs, sequences, finished, lengths, _ = tf.while_loop(

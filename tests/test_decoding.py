@@ -120,6 +120,20 @@ def test_a_batch_mixing_short_and_long_sources_decodes_each_as_alone(model):
         np.testing.assert_array_equal(greedy_alone[0], greedy_together[index])
 
 
+def test_an_empty_source_decodes_the_same_in_any_batch(model):
+    # An empty text tokenizes to padding only: its cross-attention attends
+    # nowhere, whatever the width the rest of the batch pads it to.
+    with_empty = np.concatenate([SOURCES, np.zeros((1, SOURCES.shape[1]), np.int32)])
+    empty = np.zeros((1, 1), np.int32)
+    np.testing.assert_array_equal(
+        greedy_decode(model, with_empty, MAX_LENGTH, START, END).numpy()[-1],
+        greedy_decode(model, empty, MAX_LENGTH, START, END).numpy()[0],
+    )
+    together, _ = beam_search(model, with_empty, MAX_LENGTH, START, END, beam_width=3)
+    alone, _ = beam_search(model, empty, MAX_LENGTH, START, END, beam_width=3)
+    np.testing.assert_array_equal(together.numpy()[-1], alone.numpy()[0])
+
+
 def test_decoding_traces_with_unknown_batch_and_source_length(model):
     signature = [tf.TensorSpec([None, None], tf.int32)]
     greedy = tf.function(lambda ids: greedy_decode(model, ids, MAX_LENGTH, START, END), input_signature=signature)

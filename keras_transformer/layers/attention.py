@@ -12,6 +12,11 @@ from keras_transformer.layers.masks import merge_masks
 _MASKED_LOGIT = -1e9
 
 
+def attention_bias(mask):
+    """Bool mask (True = may attend) -> float32 additive bias, 0 or -1e9, for logits."""
+    return ops.where(ops.cast(mask, "bool"), 0.0, _MASKED_LOGIT)
+
+
 def _biased_softmax(logits, mask):
     """float32 softmax over the last axis with masked positions at weight 0.
 
@@ -23,7 +28,7 @@ def _biased_softmax(logits, mask):
     # An additive bias in the mask's own (broadcast) shape: the selects run on
     # the small mask, not on [B, heads, T, S], and the backward pass has none.
     # Masked logits are exp(-1e9 - max) = 0 exactly, as with `where`.
-    return ops.softmax(logits + ops.where(ops.cast(mask, "bool"), 0.0, _MASKED_LOGIT), axis=-1)
+    return ops.softmax(logits + attention_bias(mask), axis=-1)
 
 
 def _attending_rows(mask):
@@ -225,45 +230,61 @@ class MultiHeadAttention(keras.layers.Layer):
     # Projections. Heads go before length ([B, heads, length, dim]) so that
     # attention is a batched matmul over the two trailing axes.
 
-    def _project_heads(self, inputs, kernel, bias):
-        # One 2-D matmul [B*T, d] x [d, heads*dim] (ops.matmul of a rank-3 by a
-        # rank-2 tensor), the bias on the trailing axis, then a transpose to
-        # [B, heads, T, dim]. As one einsum "btd,dnh->bnth" it costs 1.3-1.7x
-        # more forward+backward on the TensorFlow backend.
-        input_dim, heads, dim = kernel.shape
-        projected = ops.matmul(inputs, ops.reshape(kernel, (input_dim, heads * dim)))
+    def projection_matrix(self, name):
+        """`(kernel, bias)` of the `"query"`, `"key"`, `"value"` or `"output"`
+        projection as one matmul takes them: kernel `[in, out]`, bias `[out]`
+        (None without biases), in the layer's compute dtype."""
+        kernel, bias = {
+            "query": (self.query_kernel, self.query_bias),
+            "key": (self.key_kernel, self.key_bias),
+            "value": (self.value_kernel, self.value_bias),
+            "output": (self.output_kernel, self.output_bias),
+        }[name]
+        # Output kernel [heads, dim, *out], the others [in, heads, dim].
+        inputs = math.prod(kernel.shape[: 2 if name == "output" else 1])
+        kernel = ops.cast(ops.reshape(kernel, (inputs, -1)), self.compute_dtype)
         if bias is not None:
-            projected = projected + ops.reshape(bias, (heads * dim,))
+            bias = ops.cast(ops.reshape(bias, (-1,)), self.compute_dtype)
+        return kernel, bias
+
+    def _project_heads(self, inputs, name, dim):
+        # One 2-D matmul [B*T, d] x [d, heads*dim], the bias on the trailing
+        # axis, then a transpose to [B, heads, T, dim]. As one einsum
+        # "btd,dnh->bnth" it costs 1.3-1.7x more forward+backward on the
+        # TensorFlow backend; and a rank-3 `ops.matmul` becomes a `tensordot`
+        # there, whose dynamic-shape bookkeeping is many small ops.
+        kernel, bias = self.projection_matrix(name)
         shape = ops.shape(inputs)
-        projected = ops.reshape(projected, (shape[0], shape[1], heads, dim))
+        projected = ops.matmul(ops.reshape(inputs, (-1, kernel.shape[0])), kernel)
+        if bias is not None:
+            projected = projected + bias
+        projected = ops.reshape(projected, (shape[0], shape[1], self.num_heads, dim))
         return ops.transpose(projected, (0, 2, 1, 3))
 
     def project_query(self, query):
         """`[B, T, d]` -> `[B, heads, T, key_dim]`."""
-        return self._project_heads(query, self.query_kernel, self.query_bias)
+        return self._project_heads(query, "query", self.key_dim)
 
     def project_key(self, key):
         """`[B, S, d]` -> `[B, heads, S, key_dim]`."""
-        return self._project_heads(key, self.key_kernel, self.key_bias)
+        return self._project_heads(key, "key", self.key_dim)
 
     def project_value(self, value):
         """`[B, S, d]` -> `[B, heads, S, value_dim]`."""
-        return self._project_heads(value, self.value_kernel, self.value_bias)
+        return self._project_heads(value, "value", self.value_dim)
 
     def project_output(self, attended):
         """`[B, heads, T, value_dim]` -> `[B, T, *output_shape]`."""
         output_dims = self.output_kernel.shape[2:]
         shape = ops.shape(attended)
-        # [B, heads, T, dim] -> [B, T, heads*dim], then one 2-D matmul.
+        # [B, heads, T, dim] -> [B*T, heads*dim], then one 2-D matmul.
         attended = ops.transpose(attended, (0, 2, 1, 3))
-        attended = ops.reshape(attended, (shape[0], shape[2], self.num_heads * self.value_dim))
-        kernel = ops.reshape(self.output_kernel, (self.num_heads * self.value_dim, -1))
+        attended = ops.reshape(attended, (-1, self.num_heads * self.value_dim))
+        kernel, bias = self.projection_matrix("output")
         output = ops.matmul(attended, kernel)
-        if self.output_bias is not None:
-            output = output + ops.reshape(self.output_bias, (-1,))
-        if len(output_dims) > 1:
-            output = ops.reshape(output, (shape[0], shape[2], *output_dims))
-        return output
+        if bias is not None:
+            output = output + bias
+        return ops.reshape(output, (shape[0], shape[2], *output_dims))
 
     # Attention over projected heads.
 

@@ -1,8 +1,11 @@
 """The Transformer decoder block, with a key/value cache for incremental decoding."""
 
+import math
+
 import keras
 from keras import ops
 
+from keras_transformer.layers.attention import attention_bias
 from keras_transformer.layers.block import TransformerBlock
 from keras_transformer.layers.masks import keras_mask
 from keras_transformer.layers.masks import merge_masks
@@ -17,7 +20,7 @@ class TransformerDecoderBlock(TransformerBlock):
     Whether it has cross-attention is fixed by the first call (its build).
 
     For incremental decoding, the self-attention keys and values of earlier
-    positions are kept in a cache `[B, 2, heads, max_length, head_dim]`
+    positions are kept in a cache `[2, B, heads, max_length, head_dim]`
     (keys, then values) that each step writes at `self_attention_cache_update_index`,
     and the cross-attention keys and values are computed once per source with
     `compute_cross_attention_cache`. Decoding one token at a time with the
@@ -40,11 +43,11 @@ class TransformerDecoderBlock(TransformerBlock):
             True at real tokens; defaults to the Keras mask of `decoder_sequence`.
         encoder_padding_mask: bool `[B, S]`; defaults to the Keras mask of
             `encoder_sequence`. Pass it explicitly with `cross_attention_cache`.
-        self_attention_cache: `[B, 2, heads, max_length, head_dim]` from
+        self_attention_cache: `[2, B, heads, max_length, head_dim]` from
             `initialize_self_attention_cache`, or None for a full pass.
         self_attention_cache_update_index: position of `decoder_sequence[:, 0]`
             in the sequence being decoded (int or scalar tensor).
-        cross_attention_cache: `[B, 2, heads, S, head_dim]` from
+        cross_attention_cache: `[2, B, heads, S, head_dim]` from
             `compute_cross_attention_cache`, used instead of `encoder_sequence`.
         use_causal_mask: whether position `i` only attends positions `<= i`.
         training: whether dropout is active.
@@ -93,13 +96,19 @@ class TransformerDecoderBlock(TransformerBlock):
         self.sublayer_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def initialize_self_attention_cache(self, batch_size, max_length):
-        """Zeros `[B, 2, heads, max_length, head_dim]` to decode up to `max_length` tokens."""
+        """Zeros `[2, B, heads, max_length, head_dim]` (keys, then values) to
+        decode up to `max_length` tokens.
+
+        Keys and values on the first axis so that taking either is a view,
+        not a copy: a `[B, 2, ...]` slice cost each decoding step two copies of
+        every cache.
+        """
         return ops.zeros(
-            (batch_size, 2, self.num_heads, max_length, self.head_dim), dtype=self.compute_dtype
+            (2, batch_size, self.num_heads, max_length, self.head_dim), dtype=self.compute_dtype
         )
 
     def compute_cross_attention_cache(self, encoder_sequence):
-        """Projected keys and values of one source, `[B, 2, heads, S, head_dim]`."""
+        """Projected keys and values of one source, `[2, B, heads, S, head_dim]`."""
         if self.cross_attention is None:
             raise ValueError("This decoder block has no cross-attention (it was built without an encoder sequence).")
         encoder_sequence = ops.cast(encoder_sequence, self.compute_dtype)
@@ -108,8 +117,102 @@ class TransformerDecoderBlock(TransformerBlock):
                 self.cross_attention.project_key(encoder_sequence),
                 self.cross_attention.project_value(encoder_sequence),
             ],
-            axis=1,
+            axis=0,
         )
+
+    def prepare_token_decoding(self, encoder_sequence=None, encoder_padding_mask=None):
+        """What `decode_token` reads at every step but never changes, computed once.
+
+        The cross-attention keys and values of `encoder_sequence` (as
+        `compute_cross_attention_cache`) and the bias and zeroed rows its
+        `encoder_padding_mask` (bool `[B, S]`, None: no padding) makes; every
+        attention kernel in the layout of one 2-D matmul, the self-attention's
+        query, key and value fused into one `[d, 3 * d]` matrix. Done inside
+        the decoding loop, this reshaping and fusing costs more than a step's
+        attention.
+
+        Returns a dict of tensors, to pass to `decode_token` unchanged.
+        """
+        if (encoder_sequence is None) != (self.cross_attention is None):
+            raise ValueError(
+                "Pass `encoder_sequence` exactly when the block has cross-attention "
+                f"(this one {'has' if self.cross_attention is not None else 'has none'})."
+            )
+        attention = self.self_attention
+        matrices = [attention.projection_matrix(name) for name in ("query", "key", "value")]
+        constants = {
+            "qkv_kernel": ops.concatenate([kernel for kernel, _ in matrices], axis=1),
+            "qkv_bias": None if matrices[0][1] is None else ops.concatenate([bias for _, bias in matrices], axis=0),
+        }
+        constants["self_output_kernel"], constants["self_output_bias"] = attention.projection_matrix("output")
+        if self.cross_attention is not None:
+            cross = self.compute_cross_attention_cache(encoder_sequence)
+            constants["cross_keys"], constants["cross_values"] = cross[0], cross[1]
+            if encoder_padding_mask is not None:
+                encoder_padding_mask = ops.cast(encoder_padding_mask, "bool")
+                constants["cross_bias"] = ops.expand_dims(attention_bias(encoder_padding_mask), 1)
+                # A source with no real token attends nowhere: zero output, as
+                # `MultiHeadAttention.compute_attention` gives it.
+                constants["cross_rows"] = ops.cast(
+                    ops.any(encoder_padding_mask, axis=-1, keepdims=True), self.compute_dtype
+                )
+            constants["cross_query_kernel"], constants["cross_query_bias"] = (
+                self.cross_attention.projection_matrix("query")
+            )
+            constants["cross_output_kernel"], constants["cross_output_bias"] = (
+                self.cross_attention.projection_matrix("output")
+            )
+        return {name: value for name, value in constants.items() if value is not None}
+
+    def decode_token(self, x, index, self_attention_cache, constants):
+        """One decoding step for one token per sequence, at inference.
+
+        The same result as calling the block on `x[:, None]` with
+        `self_attention_cache` and `cross_attention_cache`, in fewer and
+        smaller ops: `[B, d]` rows and 2-D matmuls throughout, and the
+        loop-invariant work done beforehand by `prepare_token_decoding`.
+
+        Args:
+            x: `[B, d_model]`, the token at position `index`.
+            index: its position (scalar int tensor or int).
+            self_attention_cache: `[2, B, heads, max_length, head_dim]`.
+            constants: from `prepare_token_decoding`.
+
+        Returns:
+            `(outputs [B, d_model], updated self_attention_cache)`.
+        """
+        heads, head_dim = self.num_heads, self.head_dim
+        max_length = ops.shape(self_attention_cache)[3]
+        # Cache slots past `index` hold zeros; this bias keeps them out.
+        causal_bias = attention_bias(ops.arange(max_length, dtype="int32") <= ops.cast(index, "int32"))
+
+        def self_attention(y):
+            qkv = _affine(y, constants["qkv_kernel"], constants.get("qkv_bias"))
+            # [B, 3 * d] -> [3 (query, key, value), B, heads, 1, head_dim]
+            qkv = ops.moveaxis(ops.reshape(qkv, (-1, 3, heads, 1, head_dim)), 1, 0)
+            cache = _write_cache(self_attention_cache, qkv[1:], index)
+            attended = _attend_one(qkv[0, :, :, 0], cache[0], cache[1], causal_bias)
+            output = _affine(attended, constants["self_output_kernel"], constants.get("self_output_bias"))
+            return output, cache
+
+        def cross_attention(y):
+            query = _affine(y, constants["cross_query_kernel"], constants.get("cross_query_bias"))
+            query = ops.reshape(query, (-1, heads, head_dim))
+            attended = _attend_one(
+                query, constants["cross_keys"], constants["cross_values"], constants.get("cross_bias")
+            )
+            if "cross_rows" in constants:
+                attended = attended * constants["cross_rows"]
+            return _affine(attended, constants["cross_output_kernel"], constants.get("cross_output_bias")), None
+
+        def feed_forward(y):
+            return self.feed_forward(y), None
+
+        x, cache = self._residual(self_attention, x, self.self_attention_norm)
+        if self.cross_attention is not None:
+            x, _ = self._residual(cross_attention, x, self.cross_attention_norm)
+        x, _ = self._residual(feed_forward, x, self.feed_forward_norm)
+        return x, cache
 
     def call(
         self,
@@ -151,7 +254,7 @@ class TransformerDecoderBlock(TransformerBlock):
         def cross_attention(x):
             attention = self.cross_attention
             if cross_attention_cache is not None:
-                key_heads, value_heads = cross_attention_cache[:, 0], cross_attention_cache[:, 1]
+                key_heads, value_heads = cross_attention_cache[0], cross_attention_cache[1]
             else:
                 key_heads = attention.project_key(encoder_sequence)
                 value_heads = attention.project_value(encoder_sequence)
@@ -192,8 +295,8 @@ class TransformerDecoderBlock(TransformerBlock):
             mask = merge_masks(length, length, key_mask=padding_mask, use_causal_mask=use_causal_mask)
             query_mask = padding_mask
         else:
-            cache = _write_cache(cache, ops.stack([key_heads, value_heads], axis=1), cache_index)
-            key_heads, value_heads = cache[:, 0], cache[:, 1]
+            cache = _write_cache(cache, ops.stack([key_heads, value_heads], axis=0), cache_index)
+            key_heads, value_heads = cache[0], cache[1]
             # Cache slots past the current positions hold zeros; the causal
             # mask (offset by the cache index) keeps them out.
             mask = merge_masks(
@@ -213,20 +316,50 @@ class TransformerDecoderBlock(TransformerBlock):
 
 
 def _write_cache(cache, entries, index):
-    """`cache` `[B, 2, heads, max_length, dim]` with `entries` `[B, 2, heads, T, dim]`
+    """`cache` `[2, B, heads, max_length, dim]` with `entries` `[2, B, heads, T, dim]`
     written at positions `index .. index + T - 1`.
 
-    A scatter of the new rows rather than `ops.slice_update`: on the
-    TensorFlow backend that is an XLA dynamic-update-slice compiled and
-    launched on its own at every call, and a `where` over the whole cache is a
-    slow broadcasting select; either cost a decoding step more than its
-    attention.
+    On TensorFlow, a strided-slice update, a core op: `ops.slice_update`
+    there is an XLA dynamic-update-slice, compiled and launched on its own at
+    every call, and a scatter of the rows cost a decoding step 5 times as much
+    (profiled at batch 1).
     """
-    batch_size, _, num_heads, steps, dim = ops.shape(entries)
-    positions = ops.arange(steps, dtype="int32") + ops.cast(index, "int32")
-    grid = ops.meshgrid(
-        ops.arange(batch_size, dtype="int32"), ops.arange(2, dtype="int32"),
-        ops.arange(num_heads, dtype="int32"), positions, indexing="ij",
+    if keras.backend.backend() != "tensorflow":
+        return ops.slice_update(cache, (0, 0, 0, index, 0), entries)
+    import tensorflow as tf
+
+    start = tf.cast(index, tf.int32)
+    stop = start + tf.shape(entries)[3]
+    every = 0b10111  # all of every axis but the fourth (positions)
+    return tf.raw_ops.TensorStridedSliceUpdate(
+        input=cache, begin=tf.stack([0, 0, 0, start, 0]), end=tf.stack([0, 0, 0, stop, 0]),
+        strides=tf.ones([5], tf.int32), value=entries, begin_mask=every, end_mask=every,
     )
-    indices = ops.reshape(ops.stack(grid, axis=-1), (-1, 4))
-    return ops.scatter_update(cache, indices, ops.reshape(entries, (-1, dim)))
+
+
+def _affine(x, kernel, bias):
+    x = ops.matmul(x, kernel)
+    return x if bias is None else x + bias
+
+
+def _attend_one(query, keys, values, bias):
+    """One query per head: `[B, heads, dim]` against `[B, heads, S, dim]` keys
+    and values, with a float32 additive `bias` broadcastable to `[B, heads, S]`
+    (or None). Returns `[B, heads * dim]`.
+
+    As `MultiHeadAttention.compute_attention` at inference: logits scaled by
+    `1/sqrt(dim)`, softmax in float32. A query with every key masked gets
+    uniform weights here; callers zero its output.
+    """
+    dim = query.shape[-1]
+    query = query * ops.cast(1.0 / math.sqrt(dim), query.dtype)
+    # Batched matmuls rather than einsums: TensorFlow's einsum kernel costs
+    # more than the arithmetic at this size, and the transpose of `keys`
+    # folds into the matmul.
+    logits = ops.matmul(ops.expand_dims(query, 2), ops.swapaxes(keys, 2, 3))[:, :, 0]
+    logits = ops.cast(logits, "float32")
+    if bias is not None:
+        logits = logits + bias
+    weights = ops.cast(ops.softmax(logits, axis=-1), values.dtype)
+    attended = ops.matmul(ops.expand_dims(weights, 2), values)
+    return ops.reshape(attended, (-1, query.shape[1] * dim))

@@ -1,6 +1,7 @@
 """The position-wise feed-forward network of a Transformer block."""
 
 import keras
+from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -68,7 +69,13 @@ class FeedForward(keras.layers.Layer):
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 
     def call(self, inputs, training=None):
-        outputs = self.output_dense(self.intermediate_dense(inputs))
+        # Dense layers on [N, d] rather than [..., d]: on the TensorFlow
+        # backend a rank-3 `Dense` is a `tensordot` with a dozen shape ops,
+        # the bulk of the work when decoding one token.
+        shape = ops.shape(inputs)
+        flat = ops.reshape(inputs, (-1, inputs.shape[-1]))
+        outputs = self.output_dense(self.intermediate_dense(flat))
+        outputs = ops.reshape(outputs, (*shape[:-1], outputs.shape[-1]))
         return self.dropout_layer(outputs, training=training)
 
     def compute_output_shape(self, input_shape):

@@ -157,45 +157,64 @@ class Seq2SeqTransformer(keras.Model):
         logits = self._logits(x)
         return (logits, scores) if return_attention_scores else logits
 
-    def initialize_cache(self, encoder_output, max_length):
-        """Caches for `decode_step`, one entry per decoder block: (self-attention
-        zeros `[B, 2, heads, max_length, head_dim]`, cross-attention keys and
-        values `[B, 2, heads, S, head_dim]` projected once).
+    def initialize_cache(self, encoder_output, source_mask, max_length):
+        """State for `decode_step`: `(self_cache, step_constants)`.
 
-        Tuples, not one stacked tensor: stacking and slicing them at every
-        step copied every cache twice per token.
+        `self_cache` holds one zero `[2, B, heads, max_length, head_dim]` key/value
+        cache per decoder block (a tuple, not one stacked tensor: stacking and
+        slicing it at every step copied every cache twice per token).
+        `step_constants` holds what every step reads and none changes: each
+        block's `prepare_token_decoding` (cross-attention keys and values,
+        kernels in matmul layout) and the output projection's kernel, so that
+        a decoding loop computes them once, outside the loop.
         """
         batch_size = ops.shape(encoder_output)[0]
         self_cache = tuple(
             block.initialize_self_attention_cache(batch_size, max_length) for block in self.decoder_blocks
         )
-        cross_cache = tuple(block.compute_cross_attention_cache(encoder_output) for block in self.decoder_blocks)
-        return self_cache, cross_cache
+        output_kernel, output_bias = self._output_matrix()
+        step_constants = {
+            "blocks": tuple(
+                block.prepare_token_decoding(encoder_output, source_mask) for block in self.decoder_blocks
+            ),
+            "output_kernel": output_kernel,
+        }
+        if output_bias is not None:
+            step_constants["output_bias"] = output_bias
+        return self_cache, step_constants
 
-    def decode_step(self, token_ids, index, self_cache, cross_cache, source_mask):
+    def decode_step(self, token_ids, index, self_cache, step_constants):
         """One decoding step: `[B, 1]` ids at position `index` -> (logits `[B, V]`, new self cache)."""
-        x = self.target_embedding(token_ids, start_index=index)
+        x = ops.reshape(self.target_embedding(token_ids, start_index=index), (-1, self.d_model))
         new_caches = []
-        for block, block_cache, block_cross_cache in zip(self.decoder_blocks, self_cache, cross_cache):
-            x, new_cache = block(
-                x, decoder_padding_mask=None, encoder_padding_mask=source_mask,
-                self_attention_cache=block_cache, self_attention_cache_update_index=index,
-                cross_attention_cache=block_cross_cache,
-            )
+        for block, block_cache, constants in zip(self.decoder_blocks, self_cache, step_constants["blocks"]):
+            x, new_cache = block.decode_token(x, index, block_cache, constants)
             new_caches.append(new_cache)
-        return self._logits(x)[:, 0, :], tuple(new_caches)
+        return self._logits(x, step_constants["output_kernel"], step_constants.get("output_bias")), tuple(new_caches)
 
-    def _logits(self, x):
+    def _output_matrix(self):
+        """Output projection `(kernel [d, V], bias [V] or None)` in the compute dtype."""
+        if self.share_embeddings:
+            table = self.target_embedding.token_embedding.embeddings
+            return ops.transpose(ops.cast(table, self.compute_dtype)), None
+        projection = self.output_projection
+        return ops.cast(projection.kernel, self.compute_dtype), ops.cast(projection.bias, self.compute_dtype)
+
+    def _logits(self, x, kernel=None, bias=None):
+        """`[..., d]` decoder output -> float32 logits `[..., V]`; `kernel` and
+        `bias` as `_output_matrix` gives them (computed here when not given)."""
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        if self.share_embeddings:
-            table = ops.convert_to_tensor(self.target_embedding.token_embedding.embeddings)
-            logits = ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
-        else:
-            logits = self.output_projection(x)
-        # A fresh tensor without the Keras mask the layers passed along: Keras
-        # would apply it a second time in the loss, which masks padding itself.
-        return ops.copy(ops.cast(logits, "float32"))
+        if kernel is None:
+            kernel, bias = self._output_matrix()
+        shape = ops.shape(x)
+        # A 2-D matmul (a rank-3 one is a `tensordot` on TensorFlow); the
+        # result is a fresh tensor without the Keras mask the layers passed
+        # along, which Keras would apply a second time in the loss.
+        logits = ops.matmul(ops.reshape(x, (-1, shape[-1])), kernel)
+        if bias is not None:
+            logits = logits + bias
+        return ops.cast(ops.reshape(logits, (*shape[:-1], -1)), "float32")
 
     # --- Keras ----------------------------------------------------------------------
 

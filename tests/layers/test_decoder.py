@@ -58,7 +58,7 @@ def full_pass(block, target=TARGET, **kwargs):
 def cached_pass(block, target=TARGET, step=1, index_as_tensor=False, source="cache", decoder_padding_mask=None):
     """Decodes `target` `step` tokens at a time, feeding the self-attention cache back."""
     cache = block.initialize_self_attention_cache(batch_size=B, max_length=target.shape[1])
-    assert tuple(cache.shape) == (B, 2, HEADS, target.shape[1], D_MODEL // HEADS)
+    assert tuple(cache.shape) == (2, B, HEADS, target.shape[1], D_MODEL // HEADS)
     source_kwargs = {}
     if has_cross(block):
         source_kwargs["encoder_padding_mask"] = SOURCE_MASK
@@ -116,6 +116,47 @@ def test_cached_decoding_with_decoder_padding(block):
     np.testing.assert_allclose(cached[mask], full[mask], atol=ATOL)
 
 
+def token_pass(block, target=TARGET):
+    """Decodes `target` one token at a time with `decode_token`."""
+    cache = block.initialize_self_attention_cache(batch_size=B, max_length=target.shape[1])
+    constants = block.prepare_token_decoding(*((SOURCE, SOURCE_MASK) if has_cross(block) else ()))
+    outputs = []
+    for index in range(target.shape[1]):
+        output, cache = block.decode_token(target[:, index], index, cache, constants)
+        outputs.append(as_numpy(output))
+    return np.stack(outputs, axis=1), as_numpy(cache)
+
+
+def test_token_decoding_equals_full_pass_and_cached_call(block):
+    outputs, cache = token_pass(block)
+    np.testing.assert_allclose(outputs, full_pass(block), atol=ATOL)
+    # The cache it leaves is the one the block's cached call writes.
+    kwargs = {"cross_attention_cache": block.compute_cross_attention_cache(SOURCE),
+              "encoder_padding_mask": SOURCE_MASK} if has_cross(block) else {}
+    _, called_cache = block(
+        TARGET, self_attention_cache=block.initialize_self_attention_cache(B, T),
+        self_attention_cache_update_index=0, **kwargs,
+    )
+    np.testing.assert_allclose(cache, as_numpy(called_cache), atol=ATOL)
+
+
+def test_token_decoding_of_a_source_with_no_real_token(block):
+    if not has_cross(block):
+        pytest.skip("decoder-only block: no source")
+    # The second source is all padding: its cross-attention output is zero.
+    mask = np.array([[True] * S, [False] * S])
+    constants = block.prepare_token_decoding(SOURCE, mask)
+    cache = block.initialize_self_attention_cache(batch_size=B, max_length=1)
+    output, _ = block.decode_token(TARGET[:, 0], 0, cache, constants)
+    expected = block(TARGET[:, :1], SOURCE, encoder_padding_mask=mask)
+    np.testing.assert_allclose(as_numpy(output), as_numpy(expected)[:, 0], atol=ATOL)
+
+
+def test_token_decoding_constants_need_the_source_exactly_with_cross_attention(block):
+    with pytest.raises(ValueError, match="encoder_sequence"):
+        block.prepare_token_decoding(None if has_cross(block) else SOURCE)
+
+
 def test_cache_holds_projected_keys_and_values(block):
     cache = block.initialize_self_attention_cache(batch_size=B, max_length=T)
     np.testing.assert_array_equal(as_numpy(cache), 0.0)
@@ -123,7 +164,7 @@ def test_cache_holds_projected_keys_and_values(block):
               "encoder_padding_mask": SOURCE_MASK} if has_cross(block) else {}
     _, cache = block(TARGET[:, :2], self_attention_cache=cache, self_attention_cache_update_index=0, **kwargs)
     cache = as_numpy(cache)
-    assert cache.shape == (B, 2, HEADS, T, D_MODEL // HEADS)
+    assert cache.shape == (2, B, HEADS, T, D_MODEL // HEADS)
     # Slots 0..1 are written, slots 2.. are still empty.
     assert np.abs(cache[:, :, :, :2]).max() > 0
     np.testing.assert_array_equal(cache[:, :, :, 2:], 0.0)

@@ -38,10 +38,10 @@ def test_logits_have_one_row_per_target_position(model):
 def test_cached_steps_equal_the_teacher_forced_decoder(model):
     encoder_output, source_mask = model.encode(SOURCE)
     full = keras.ops.convert_to_numpy(model.decode(TARGET, encoder_output, source_mask))
-    self_cache, cross_cache = model.initialize_cache(encoder_output, max_length=TARGET.shape[1])
+    self_cache, step_constants = model.initialize_cache(encoder_output, source_mask, max_length=TARGET.shape[1])
     for index in range(TARGET.shape[1]):
         logits, self_cache = model.decode_step(
-            TARGET[:, index : index + 1], index, self_cache, cross_cache, source_mask
+            TARGET[:, index : index + 1], index, self_cache, step_constants
         )
         real = TARGET[:, index] != 0  # padded target positions are never decoded
         np.testing.assert_allclose(keras.ops.convert_to_numpy(logits)[real], full[real, index], atol=1e-4)
