@@ -321,8 +321,8 @@ def _write_cache(cache, entries, index):
 
     On TensorFlow, a strided-slice update, a core op: `ops.slice_update`
     there is an XLA dynamic-update-slice, compiled and launched on its own at
-    every call, and a scatter of the rows cost a decoding step 5 times as much
-    (profiled at batch 1).
+    every call, and a scatter of the rows took 5 times as long as this update
+    (about 85 against 16 microseconds a write, profiled at batch 1).
     """
     if keras.backend.backend() != "tensorflow":
         return ops.slice_update(cache, (0, 0, 0, index, 0), entries)
