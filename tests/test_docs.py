@@ -162,7 +162,9 @@ def test_app_flags_exist(path):
     for snippet in code_snippets(path.read_text(encoding="utf-8")):
         for app, flags in app_flags(snippet):
             options = parser_options(app)
-            unknown += [f"apps.{app} {flag}  (in: {snippet.strip()[:100]})" for flag in flags if flag not in options]
+            unknown += [
+                f"apps.{app} {flag}  (in: {snippet.strip()[:100]})" for flag in flags if flag not in options
+            ]
     assert unknown == [], f"{doc_id(path)} uses flags the apps do not have"
 
 
@@ -199,7 +201,8 @@ def test_broken_link_and_anchor_are_reported(tmp_path):
 
 def test_flags_are_found_across_continuations_and_stop_at_the_shell():
     text = (
-        "```sh\n.venv/bin/python -m apps.train_classifier --data bbc \\\n    --epochs 2 | tee log  # --not-a-flag\n```\n"
+        "```sh\n.venv/bin/python -m apps.train_classifier --data bbc \\\n"
+        "    --epochs 2 | tee log  # --not-a-flag\n```\n"
         "Then `python -m apps.predict DIR --json < in.txt --ignored`.\n"
     )
     commands = [command for snippet in code_snippets(text) for command in app_flags(snippet)]
@@ -209,3 +212,14 @@ def test_flags_are_found_across_continuations_and_stop_at_the_shell():
 def test_unknown_app_flag_is_not_an_option():
     assert "--bogus-flag" not in parser_options("serve")
     assert {"--model", "--port"} <= parser_options("serve")
+
+
+@pytest.mark.parametrize("path", DOCS, ids=doc_id)
+def test_no_pythonpath_workaround(path):
+    # The Makefile installs the project in editable mode, so commands need no PYTHONPATH=. prefix.
+    lines = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if re.search(r"PYTHONPATH=\.(?=[\s:;]|$)", line)
+    ]
+    assert lines == [], f"{doc_id(path)} still sets PYTHONPATH=."
