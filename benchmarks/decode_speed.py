@@ -21,10 +21,10 @@ batch and `speed-up = tutorial / ours`.
 Weights: a trained run's (`--run-dir`, a folder written by
 `apps.train_translator`) or, by default, a freshly initialized model of the
 default `TranslatorSettings` sizes with vocabularies learned from the
-`bible:es-en` training split, as `apps.train_translator` learns them (about
-3,800 Spanish and 3,500 English tokens), or from its first
-`--vocabulary-examples` pairs. Speed does not depend on the weight values,
-only on the sizes; the output projection's size is the vocabulary's.
+`bible:es-en` training split, as `apps.train_translator` learns them, or
+from its first `--vocabulary-examples` pairs (the sizes learned are printed).
+Speed does not depend on the weight values, only on the sizes; the output
+projection's size is the vocabulary's.
 
 Usage (from the repository root):
 
@@ -103,10 +103,9 @@ def main():
         for batch_size in [int(size) for size in args.batch_sizes.split(",")]:
             texts = tf.constant((data.test.sources * batch_size)[:batch_size])
             _check_same_output(decoders, texts, args.tokens)
-            # The check above warmed the greedy decoders up; beam search's first call is
-            # one of --repeats, which the median absorbs.
+            # A loaded signature's first call is far slower than the rest: warm-up.
             rounds = time_interleaved({name: lambda decode=decode: decode(text=texts)
-                                       for name, decode in decoders.items()}, args.repeats)
+                                       for name, decode in decoders.items()}, args.repeats, warmup=1)
             seconds = {name: statistics.median(values) for name, values in rounds.items()}
             tutorial_seconds = seconds["tutorial greedy"]
             for name, value in seconds.items():
