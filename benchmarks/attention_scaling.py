@@ -135,11 +135,11 @@ def benchmark_length(length, args, seed):
         "attention_matrix_bytes": args.batch * args.heads * length * length * 4,
     }
     for mode in MODES:
-        calls = {kind: lambda step=steps[kind][mode]: step(*step_args) for kind in KINDS}
-        for call in calls.values():
+        functions = {kind: lambda step=steps[kind][mode]: step(*step_args) for kind in KINDS}
+        for call in functions.values():
             call().numpy()  # trace and warm up, so the peak below is the step's, not the tracing's
         peaks = {kind: peak_step_bytes(steps[kind][mode], step_args) for kind in KINDS}
-        seconds = time_interleaved(calls, args.rounds, calls=args.steps, wait=lambda result: result.numpy())
+        seconds = time_interleaved(functions, args.rounds, calls=args.steps, wait=lambda result: result.numpy())
         for kind in KINDS:
             times = [1000.0 * s for s in seconds[kind]]
             result[f"{kind}_{mode}_ms"] = statistics.median(times)
