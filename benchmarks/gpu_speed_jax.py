@@ -428,7 +428,7 @@ def benchmark_seq2seq(config, policies, rounds, steps_per_round, seed):
 
     # The warm-up round trains too, and is in the loss curve.
     seconds = time_interleaved({policy: lambda policy=policy: one_round(policy) for policy in live},
-                               rounds, warmup=1, wait=jax.block_until_ready)
+                               rounds, warmup=1, wait=jax.block_until_ready) if live else {}
     for policy in live:
         run = runs[policy]
         run["times"] = [1000.0 * s / steps_per_round for s in seconds[policy]]
