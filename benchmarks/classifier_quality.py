@@ -1,7 +1,7 @@
 """Our default classifier against a TF-IDF + logistic-regression baseline.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/classifier_quality.py bbc
-    PYTHONPATH=. .venv/bin/python benchmarks/classifier_quality.py csv:my.csv --text-column t --label-column y
+    .venv/bin/python benchmarks/classifier_quality.py bbc
+    .venv/bin/python benchmarks/classifier_quality.py csv:my.csv --text-column t --label-column y
 
 Both train on the same seeded training split (the baseline on train +
 validation, which it has no other use for; ours uses validation for early
@@ -20,7 +20,6 @@ import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from keras_transformer.data import load_classification_data  # noqa: E402
 from keras_transformer.training.evaluation import classification_report  # noqa: E402

@@ -1,21 +1,21 @@
 """Two ways one might hope to speed up batch-1 greedy decoding, measured.
 
 At one sentence a decoding step reads all of the decoder's float32 weights
-(about 19 MB at the default sizes, 8 MB of them the output projection) to do
-little arithmetic with them, so its speed is set by memory bandwidth and by
-the cost of launching ~200 small ops. Two changes could help either:
+(the output projection the largest of them) to do little arithmetic with
+them, so its speed is set by memory bandwidth and by the cost of launching
+many small ops. Two changes could help either:
 
 * **XLA**: the same greedy loop (`keras_transformer.decoding.greedy_decode`)
   in a `tf.function(jit_compile=True)`, which fuses the small ops;
 * **bfloat16**: the same model with every weight and activation in
   bfloat16 (`dtype="bfloat16"`), which halves the bytes a step reads.
 
-Each is timed against the float32 graph we export, interleaved (float32,
-XLA, bfloat16, float32, ...) on one source sentence decoding `--tokens`
-tokens with `[END]` suppressed, median of `--repeats`. It also times the
-step's largest product alone (one row times the output projection,
-`[1, d] x [d, V]`) in float32, bfloat16 and int8 (`tf.matmul` with
-`output_type=tf.int32`, what int8 weights would run). With `--run-dir`
+Each is timed against the float32 graph we export, interleaved
+(`bench_common.time_interleaved`: the order changes from round to round) on
+one source sentence decoding `--tokens` tokens with `[END]` suppressed, median
+of `--repeats`. It also times the step's largest product alone (one row times
+the output projection, `[1, d] x [d, V]`) in float32, bfloat16 and int8
+(`tf.matmul` with `output_type=tf.int32`, what int8 weights would run). With `--run-dir`
 (a trained translator's run folder) it also decodes `--sentences` test
 verses of `bible:es-en` with float32 and with bfloat16, and prints how many
 come out token-for-token identical and both BLEU scores (sacrebleu, needs
@@ -23,20 +23,21 @@ come out token-for-token identical and both BLEU scores (sacrebleu, needs
 
 Usage (from the repository root):
 
-    PYTHONPATH=. .venv/bin/python benchmarks/decode_alternatives.py --threads 1
-    PYTHONPATH=. .venv/bin/python benchmarks/decode_alternatives.py --threads 1 \\
+    .venv/bin/python benchmarks/decode_alternatives.py --threads 1
+    .venv/bin/python benchmarks/decode_alternatives.py --threads 1 \\
         --run-dir benchmarks/results/translation_quality/runs/bible_es-en-60min-ours
 """
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.decode_speed import _model_and_tokenizers
-from benchmarks.decode_speed import _never_end
+from bench_common import set_tensorflow_threads
+from bench_common import time_interleaved
+from decode_speed import _model_and_tokenizers
+from decode_speed import _never_end
 from keras_transformer.data import load_translation_data
 from keras_transformer.decoding import greedy_decode
 from keras_transformer.models import Seq2SeqTransformer
@@ -53,9 +54,7 @@ def main():
     parser.add_argument("--sentences", type=int, default=200, help="test verses for the agreement check")
     parser.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: all)")
     args = parser.parse_args()
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    set_tensorflow_threads(args.threads)
 
     data = load_translation_data("bible:es-en", seed=1337, max_examples=20000 if args.run_dir else 2000)
     model, source_tokenizer, target_tokenizer, weights = _model_and_tokenizers(args.run_dir, data)
@@ -86,12 +85,8 @@ def main():
     for name, decode in decoders.items():
         same = np.array_equal(decode(one_sentence).numpy(), reference)  # also the warm-up (XLA compiles)
         print(f"{name}: same tokens as the float32 graph: {same}", flush=True)
-    seconds = {name: [] for name in decoders}
-    for _ in range(args.repeats):
-        for name, decode in decoders.items():
-            started = time.perf_counter()
-            decode(one_sentence).numpy()
-            seconds[name].append(time.perf_counter() - started)
+    calls = {name: lambda decode=decode: decode(one_sentence) for name, decode in decoders.items()}
+    seconds = time_interleaved(calls, args.repeats, wait=lambda token_ids: token_ids.numpy())
     _time_products(model.d_model, model.target_vocabulary_size, args.repeats)
     baseline = statistics.median(seconds["float32 graph (exported)"])
     print(f"\nWeights: {weights}; batch 1, {args.tokens} tokens, median of {args.repeats}")
@@ -106,22 +101,13 @@ def _time_products(d_model, vocabulary_size, repeats, calls=50):
     weights = tf.random.normal([d_model, vocabulary_size])
     row_int8 = tf.cast(tf.clip_by_value(row * 40, -127, 127), tf.int8)
     weights_int8 = tf.cast(tf.clip_by_value(weights * 40, -127, 127), tf.int8)
+    weights_bfloat16 = tf.cast(weights, tf.bfloat16)
     products = {
         "float32": tf.function(lambda: tf.matmul(row, weights)),
         "bfloat16": tf.function(lambda: tf.matmul(tf.cast(row, tf.bfloat16), weights_bfloat16)),
         "int8 -> int32": tf.function(lambda: tf.matmul(row_int8, weights_int8, output_type=tf.int32)),
     }
-    weights_bfloat16 = tf.cast(weights, tf.bfloat16)
-    seconds = {name: [] for name in products}
-    for product in products.values():
-        product()
-    for _ in range(repeats):
-        for name, product in products.items():
-            started = time.perf_counter()
-            for _ in range(calls):
-                result = product()
-            result.numpy()
-            seconds[name].append((time.perf_counter() - started) / calls)
+    seconds = time_interleaved(products, repeats, calls=calls, warmup=1, wait=lambda product: product.numpy())
     baseline = statistics.median(seconds["float32"])
     print(f"\nThe output projection's product alone, [1, {d_model}] x [{d_model}, {vocabulary_size}]:")
     for name, values in seconds.items():

@@ -14,36 +14,38 @@ Both SavedModels hold the same weights and take raw strings:
 The `[END]` logit is pushed to -1e9 in the shared weights, so every sentence
 decodes exactly `--tokens` tokens in both exports and the loops do the same
 number of steps. Each export is called on batches of 1 and 32 Spanish verses,
-interleaved (ours, tutorial, tutorial, ours, ...) after a warm-up; the table
-shows median seconds per batch and `speed-up = tutorial / ours`.
+interleaved (`bench_common.time_interleaved`: the order of the decoders
+changes from call to call) after a warm-up; the table shows median seconds per
+batch and `speed-up = tutorial / ours`.
 
 Weights: a trained run's (`--run-dir`, a folder written by
 `apps.train_translator`) or, by default, a freshly initialized model of the
 default `TranslatorSettings` sizes with vocabularies learned from the
-`bible:es-en` training split, as `apps.train_translator` learns them (about
-3,800 Spanish and 3,500 English tokens), or from its first
-`--vocabulary-examples` pairs. Speed does not depend on the weight values,
-only on the sizes; the output projection's size is the vocabulary's.
+`bible:es-en` training split, as `apps.train_translator` learns them, or
+from its first `--vocabulary-examples` pairs (the sizes learned are printed).
+Speed does not depend on the weight values, only on the sizes; the output
+projection's size is the vocabulary's.
 
 Usage (from the repository root):
 
-    PYTHONPATH=. .venv/bin/python benchmarks/decode_speed.py
-    PYTHONPATH=. .venv/bin/python benchmarks/decode_speed.py --run-dir runs/demo-translator
+    .venv/bin/python benchmarks/decode_speed.py
+    .venv/bin/python benchmarks/decode_speed.py --run-dir runs/demo-translator
 """
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import tempfile
-import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the exports need)
 
+from bench_common import set_tensorflow_threads
+from bench_common import time_interleaved
+from bench_common import write_json
 from keras_transformer.data import load_translation_data
 from keras_transformer.export.translator import export_translator
 from keras_transformer.export.versions import write_new_version
@@ -71,9 +73,7 @@ def main():
         help="learn the random model's vocabularies from this many training pairs (default: all)",
     )
     args = parser.parse_args()
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    set_tensorflow_threads(args.threads)
 
     data = load_translation_data("bible:es-en", seed=1337)
     model, source_tokenizer, target_tokenizer, weights = _model_and_tokenizers(
@@ -103,7 +103,10 @@ def main():
         for batch_size in [int(size) for size in args.batch_sizes.split(",")]:
             texts = tf.constant((data.test.sources * batch_size)[:batch_size])
             _check_same_output(decoders, texts, args.tokens)
-            seconds = _time_interleaved(decoders, texts, args.repeats)
+            # A loaded signature's first call is far slower than the rest: warm-up.
+            rounds = time_interleaved({name: lambda decode=decode: decode(text=texts)
+                                       for name, decode in decoders.items()}, args.repeats, warmup=1)
+            seconds = {name: statistics.median(values) for name, values in rounds.items()}
             tutorial_seconds = seconds["tutorial greedy"]
             for name, value in seconds.items():
                 rows.append(
@@ -113,14 +116,12 @@ def main():
                 )
     print(f"Weights: {weights}")
     _print_table(rows, args.tokens)
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as results_file:
-        json.dump({"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                   "weights": weights, "tokens": args.tokens, "rows": rows}, results_file, indent=2)
+    write_json(RESULTS, {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                         "weights": weights, "tokens": args.tokens, "rows": rows})
     print(f"Results: {RESULTS}")
 
 
-def _model_and_tokenizers(run_dir, data, vocabulary_examples):
+def _model_and_tokenizers(run_dir, data, vocabulary_examples=None):
     if run_dir:
         model = keras.models.load_model(os.path.join(run_dir, "model.keras"))
         source = WordPieceTokenizer(os.path.join(run_dir, "source_vocabulary.txt"))
@@ -199,18 +200,6 @@ def _check_same_output(decoders, texts, tokens):
     tutorial = decoders["tutorial greedy"](text=texts)["translation"].numpy()
     if not np.array_equal(ours, tutorial):
         raise SystemExit("The two greedy exports disagree; the benchmark would not compare like with like.")
-
-
-def _time_interleaved(decoders, texts, repeats):
-    seconds = {name: [] for name in decoders}
-    names = list(decoders)
-    for round_index in range(repeats):
-        order = names if round_index % 2 == 0 else names[::-1]
-        for name in order:
-            started = time.perf_counter()
-            decoders[name](text=texts)
-            seconds[name].append(time.perf_counter() - started)
-    return {name: statistics.median(values) for name, values in seconds.items()}
 
 
 def _print_table(rows, tokens):

@@ -9,8 +9,8 @@ the benchmark builds
 
 * **ours**: `keras_transformer.layers.TransformerEncoderBlock` x N (post-norm,
   dropout 0, relu feed-forward),
-* **keras**: `KerasReferenceBlock` x N below, the same block from
-  `keras.layers.MultiHeadAttention`, `Dense` and `LayerNormalization`, with
+* **keras**: `reference_block.KerasReferenceEncoderBlock` x N, the same block
+  from `keras.layers.MultiHeadAttention`, `Dense` and `LayerNormalization`, with
   Keras' default attention path (on a GPU with bf16/f16 inputs Keras picks
   cuDNN's fused "flash" attention through `jax.nn.dot_product_attention`),
 * **keras_noflash** (unless `--no-noflash`): the same reference built after
@@ -24,8 +24,9 @@ checked against ours (outputs and weight gradients, relative norms). The timed
 step is `jax.jit(jax.value_and_grad(loss))` around `Layer.stateless_call`:
 forward pass, `loss = sum(float32(outputs) * upstream)` with a fixed random
 cotangent, and gradients with respect to every trainable weight; results are
-blocked on (`jax.block_until_ready`). Timing is interleaved (the order of the
-implementations rotates and reverses from round to round) after a warm-up;
+blocked on (`jax.block_until_ready`). Timing (`bench_common.time_interleaved`)
+is interleaved (the order of the implementations rotates from round to round,
+and reverses every other full rotation) after a warm-up;
 the table shows median ms per step, `ratio = keras_ms / ours_ms` (>= 1 means
 ours is not slower), tokens/s, and model FLOPs utilization:
 
@@ -45,8 +46,8 @@ Part 2, Seq2SeqTransformer: `keras_transformer.models.Seq2SeqTransformer`
 batch 64, dropout 0.1) trained on one fixed padded random batch under each
 policy: a training step is forward, masked label-smoothed cross-entropy,
 gradients and an Adam update via `stateless_apply`; one jitted call runs 10
-such steps in a `lax.fori_loop` (so per-step host dispatch of the ~300 state
-arrays is not what is timed), calls are interleaved across policies. Reports
+such steps in a `lax.fori_loop` (so per-step host dispatch of the hundreds of
+state arrays is not what is timed), calls are interleaved across policies. Reports
 whether every loss and gradient was finite, the first and last loss, and the
 median time per step.
 Under mixed_float16 the loss is multiplied by a static loss scale (2**10)
@@ -54,12 +55,11 @@ and the gradients divided by it (no dynamic loss scaling).
 
 Usage (JAX backend; no TensorFlow needed):
 
-    KERAS_BACKEND=jax PYTHONPATH=. python benchmarks/gpu_speed_jax.py --quick
-    KERAS_BACKEND=jax PYTHONPATH=. python benchmarks/gpu_speed_jax.py --output results.json
+    KERAS_BACKEND=jax python benchmarks/gpu_speed_jax.py --quick
+    KERAS_BACKEND=jax python benchmarks/gpu_speed_jax.py --output results.json
 """
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -70,19 +70,22 @@ import traceback
 
 if os.environ.setdefault("KERAS_BACKEND", "jax") != "jax":
     sys.exit("benchmarks/gpu_speed_jax.py needs KERAS_BACKEND=jax.")
-# Runnable as `python benchmarks/gpu_speed_jax.py` from the repository root.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import keras  # noqa: E402
 
-from keras_transformer.layers import TransformerEncoderBlock  # noqa: E402
+from bench_common import paired_ratio  # noqa: E402
+from bench_common import time_interleaved  # noqa: E402
+from bench_common import write_json  # noqa: E402
 from keras_transformer.models.seq2seq import Seq2SeqTransformer  # noqa: E402
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
+from reference_block import KerasReferenceEncoderBlock  # noqa: E402
+from reference_block import copy_block_weights  # noqa: E402
+from reference_block import matching_encoder_block  # noqa: E402
+from reference_block import perturb_biases_and_norms  # noqa: E402
 
-LAYER_NORM_EPSILON = 1e-5
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 COMPUTE_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
 # Relative-norm agreement with ours expected from each policy's rounding;
@@ -91,43 +94,7 @@ TOLERANCE = {"float32": 1e-2, "mixed_bfloat16": 8e-2, "mixed_float16": 2e-2}
 FLOAT16_LOSS_SCALE = 2.0**10
 
 
-# --- the reference block --------------------------------------------------------------
-
-
-class KerasReferenceBlock(keras.layers.Layer):
-    """The paper's post-norm encoder block from Keras layers only:
-    `norm(x + MHA(x, x))`, then `norm(x + Dense(d)(relu(Dense(ff)(x))))`."""
-
-    def __init__(self, num_heads, intermediate_dim, **kwargs):
-        super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-
-    def build(self, input_shape):
-        d = input_shape[-1]
-        policy = self.dtype_policy
-        self.attention = keras.layers.MultiHeadAttention(
-            self.num_heads, d // self.num_heads, dropout=0.0, dtype=policy, name="attention"
-        )
-        self.attention.build(input_shape, input_shape)
-        self.attention_norm = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, dtype=policy, name="attention_norm"
-        )
-        self.attention_norm.build(input_shape)
-        self.intermediate_dense = keras.layers.Dense(
-            self.intermediate_dim, activation="relu", dtype=policy, name="intermediate_dense"
-        )
-        self.intermediate_dense.build(input_shape)
-        self.output_dense = keras.layers.Dense(d, dtype=policy, name="output_dense")
-        self.output_dense.build((*input_shape[:-1], self.intermediate_dim))
-        self.feed_forward_norm = keras.layers.LayerNormalization(
-            epsilon=LAYER_NORM_EPSILON, dtype=policy, name="feed_forward_norm"
-        )
-        self.feed_forward_norm.build(input_shape)
-
-    def call(self, inputs, training=None):
-        x = self.attention_norm(inputs + self.attention(inputs, inputs))
-        return self.feed_forward_norm(x + self.output_dense(self.intermediate_dense(x)))
+# --- the stacks ---------------------------------------------------------------------
 
 
 class BlockStack(keras.layers.Layer):
@@ -148,50 +115,18 @@ class BlockStack(keras.layers.Layer):
         return x
 
 
-def sublayer_pairs(ours_block, reference_block):
-    return [
-        (ours_block.self_attention, reference_block.attention),
-        (ours_block.self_attention_norm, reference_block.attention_norm),
-        (ours_block.feed_forward.intermediate_dense, reference_block.intermediate_dense),
-        (ours_block.feed_forward.output_dense, reference_block.output_dense),
-        (ours_block.feed_forward_norm, reference_block.feed_forward_norm),
-    ]
-
-
-def copy_stack_weights(ours, reference):
-    for ours_block, reference_block in zip(ours.blocks, reference.blocks):
-        for source, target in sublayer_pairs(ours_block, reference_block):
-            source_shapes = [tuple(w.shape) for w in source.weights]
-            target_shapes = [tuple(w.shape) for w in target.weights]
-            if source_shapes != target_shapes:
-                raise AssertionError(f"weight layouts differ: {source_shapes} vs {target_shapes}")
-            target.set_weights(source.get_weights())
-    ours_shapes = [tuple(v.shape) for v in ours.trainable_variables]
-    reference_shapes = [tuple(v.shape) for v in reference.trainable_variables]
-    if ours_shapes != reference_shapes:
-        raise AssertionError("trainable variables do not pair up one to one")
-
-
 def build_stacks(config, policy, variants, seed):
     keras.utils.set_random_seed(seed)
     shape = (config["batch"], config["seq"], config["d_model"])
     ours = BlockStack(
         [
-            TransformerEncoderBlock(
-                num_heads=config["heads"], intermediate_dim=config["ff"], dropout=0.0,
-                activation="relu", layer_norm_epsilon=LAYER_NORM_EPSILON, normalize_first=False,
-                dtype=policy, name=f"ours_{index}",
-            )
+            matching_encoder_block(config["heads"], config["ff"], dtype=policy, name=f"ours_{index}")
             for index in range(config["blocks"])
         ],
         dtype=policy, name="ours",
     )
     ours.build(shape)
-    # Non-trivial biases and norm parameters, so the check covers them too.
-    rng = np.random.default_rng(seed + 1)
-    for variable in ours.trainable_variables:
-        if "kernel" not in variable.path:
-            variable.assign(variable + 0.1 * rng.standard_normal(variable.shape).astype("float32"))
+    perturb_biases_and_norms(ours, seed + 1)
     stacks = {"ours": ours}
     for variant in variants:
         if variant == "ours":
@@ -201,7 +136,8 @@ def build_stacks(config, policy, variants, seed):
         try:
             reference = BlockStack(
                 [
-                    KerasReferenceBlock(config["heads"], config["ff"], dtype=policy, name=f"keras_{index}")
+                    KerasReferenceEncoderBlock(config["heads"], config["ff"], dtype=policy,
+                                               name=f"keras_{index}")
                     for index in range(config["blocks"])
                 ],
                 dtype=policy, name=variant,
@@ -212,7 +148,8 @@ def build_stacks(config, policy, variants, seed):
             keras.config.enable_flash_attention()  # back to Keras' default (None = auto)
         if variant == "keras_noflash":
             assert all(block.attention._flash_attention is False for block in reference.blocks)
-        copy_stack_weights(ours, reference)
+        for ours_block, reference_block in zip(ours.blocks, reference.blocks):
+            copy_block_weights(ours_block, reference_block)
         stacks[variant] = reference
     return stacks
 
@@ -260,24 +197,6 @@ def compile_step(fn, args, donate=()):
     return compiled, info
 
 
-def time_steps(fn, args, steps):
-    start = time.perf_counter()
-    result = None
-    for _ in range(steps):
-        result = fn(*args)
-    jax.block_until_ready(result)
-    return (time.perf_counter() - start) * 1000.0 / steps
-
-
-def rotating_orders(names, rounds):
-    """Round r: names rotated by r, reversed on odd rounds (ABBA-like for any count)."""
-    names = list(names)
-    for r in range(rounds):
-        k = r % len(names)
-        order = names[k:] + names[:k]
-        yield order[::-1] if r % 2 else order
-
-
 def relative_error(a, b):
     """||a - b|| / max(||b||, 1). The floor of 1 (as in layer_speed.py) matters for
     the key bias, whose gradient is 0 up to rounding (softmax ignores a per-row
@@ -303,14 +222,8 @@ def matmul_ceiling(size, dtype, precision=None, repeats=5, calls=10):
     fn = jax.jit(lambda x, y: jnp.matmul(x, y, precision=precision))
     for _ in range(3):
         jax.block_until_ready(fn(a, b))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = None
-        for _ in range(calls):
-            out = fn(a, b)
-        jax.block_until_ready(out)
-        times.append((time.perf_counter() - start) / calls)
+    times = time_interleaved({"matmul": lambda: fn(a, b)}, repeats, calls=calls,
+                             wait=jax.block_until_ready)["matmul"]
     seconds = min(times)
     return {"size": size, "dtype": dtype, "precision": str(precision), "ms": seconds * 1e3,
             "flops_per_s": 2.0 * size**3 / seconds}
@@ -373,16 +286,12 @@ def benchmark_stack(config, policy, variants, rounds, min_steps, round_seconds, 
         checks[name] = entry
 
     # Warm-up, then choose steps per round so a round lasts about round_seconds.
-    single = {}
-    for name in variants:
-        time_steps(compiled[name], arguments[name], warmup)
-        single[name] = time_steps(compiled[name], arguments[name], 1)
-    slowest_ms = max(single.values())
+    steps_of = {name: lambda name=name: compiled[name](*arguments[name]) for name in variants}
+    single = time_interleaved(steps_of, 1, warmup=warmup, wait=jax.block_until_ready)
+    slowest_ms = 1000.0 * max(seconds[0] for seconds in single.values())
     steps = max(min_steps, min(50, math.ceil(round_seconds * 1000.0 / max(slowest_ms, 1e-3))))
-    times = {name: [] for name in variants}
-    for order in rotating_orders(variants, rounds):
-        for name in order:
-            times[name].append(time_steps(compiled[name], arguments[name], steps))
+    seconds = time_interleaved(steps_of, rounds, calls=steps, wait=jax.block_until_ready)
+    times = {name: [1000.0 * s for s in seconds[name]] for name in variants}
 
     flops = model_flops(config)
     tokens = config["batch"] * config["seq"]
@@ -403,7 +312,7 @@ def benchmark_stack(config, policy, variants, rounds, min_steps, round_seconds, 
         }
         if name != "ours":
             entry["ratio"] = ms / ours_ms  # keras_ms / ours_ms
-            entry["paired_ratio"] = statistics.median(k / o for k, o in zip(times[name], times["ours"]))
+            entry["paired_ratio"] = paired_ratio(times[name], times["ours"])
         result["variants"][name] = entry
     return result
 
@@ -501,7 +410,7 @@ def benchmark_seq2seq(config, policies, rounds, steps_per_round, seed):
                 state, batch, labels, steps_per_round).compile()
             runs[policy] = {"step": compiled, "state": state, "parameters": parameters,
                             "compile_s": time.perf_counter() - started, "losses": [], "finite": [],
-                            "times": []}
+                            "outputs": []}
         except Exception as error:
             runs[policy] = {"error": f"{type(error).__name__}: {error}",
                             "traceback": traceback.format_exc(limit=6)}
@@ -510,20 +419,22 @@ def benchmark_seq2seq(config, policies, rounds, steps_per_round, seed):
     live = [p for p in policies if "step" in runs[p]]
 
     def one_round(policy):
+        """One call of `steps_per_round` training steps; keeps its losses on the device
+        until the timing is done, so reading them back is not timed."""
         run = runs[policy]
-        start = time.perf_counter()
         losses, finite, run["state"] = run["step"](run["state"], batch, labels)
-        jax.block_until_ready(run["state"])
-        elapsed = (time.perf_counter() - start) * 1000.0 / steps_per_round
-        run["losses"] += [float(x) for x in np.asarray(losses)]
-        run["finite"].append(bool(finite))
-        return elapsed
+        run["outputs"].append((losses, finite))
+        return run["state"]
 
+    # The warm-up round trains too, and is in the loss curve.
+    seconds = time_interleaved({policy: lambda policy=policy: one_round(policy) for policy in live},
+                               rounds, warmup=1, wait=jax.block_until_ready) if live else {}
     for policy in live:
-        one_round(policy)  # warm-up (these steps train too, and are in the loss curve)
-    for order in rotating_orders(live, rounds):
-        for policy in order:
-            runs[policy]["times"].append(one_round(policy))
+        run = runs[policy]
+        run["times"] = [1000.0 * s / steps_per_round for s in seconds[policy]]
+        for losses, finite in run.pop("outputs"):
+            run["losses"] += [float(x) for x in np.asarray(losses)]
+            run["finite"].append(bool(finite))
 
     results = {}
     tokens = config["batch"] * config["seq"] * 2  # source + target positions
@@ -625,9 +536,7 @@ def main(argv=None):
 
     def save():
         if args.output:
-            os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-            with open(args.output, "w") as file:
-                json.dump(report, file, indent=2, default=str)
+            write_json(args.output, report)
 
     print("matmul ceilings:", flush=True)
     report["ceilings"] = measure_ceilings(args.matmul_size or (256 if args.quick else 8192))

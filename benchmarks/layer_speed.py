@@ -5,8 +5,8 @@ For every configuration the benchmark builds
 
 * **ours**: `keras_transformer.layers.TransformerEncoderBlock` (post-norm,
   dropout 0, relu feed-forward), and
-* **keras**: `KerasReferenceEncoderBlock` below, the same block written with
-  `keras.layers.MultiHeadAttention`, `keras.layers.Dense` and
+* **keras**: `reference_block.KerasReferenceEncoderBlock`, the same block
+  written with `keras.layers.MultiHeadAttention`, `keras.layers.Dense` and
   `keras.layers.LayerNormalization`,
 
 copies the weights of ours into the reference, checks that both compute the
@@ -16,10 +16,10 @@ respect to the inputs and every trainable weight. The step is timed as a plain
 graph (`jit_compile=False`, the default) and, unless `--no-xla`, compiled with
 XLA (`jit_compile=True`) as an extra column.
 
-Timing is interleaved (ours, keras, keras, ours, ... in one process) after a
-warm-up, over `--rounds` rounds of `--steps` steps each; the table shows the
-median milliseconds per step and `ratio = keras_ms / ours_ms` (>= 1.0 means
-ours is not slower).
+Timing (`bench_common.time_interleaved`) alternates the two in one process
+(ours, keras, keras, ours, ...) after a warm-up, over `--rounds` rounds of
+`--steps` steps each; the table shows the median milliseconds per step and
+`ratio = keras_ms / ours_ms` (>= 1.0 means ours is not slower).
 
 With a padding mask, the reference passes Keras MultiHeadAttention the mask it
 would build itself from `mask_zero=True` inputs (query mask AND key mask,
@@ -29,13 +29,12 @@ loss only sums real tokens (which makes the weight gradients comparable too).
 
 Usage (TensorFlow backend; the benchmark uses tf.function and GradientTape):
 
-    PYTHONPATH=. .venv/bin/python benchmarks/layer_speed.py
-    PYTHONPATH=. .venv/bin/python benchmarks/layer_speed.py --quick
-    PYTHONPATH=. .venv/bin/python benchmarks/layer_speed.py --rounds 9 --output benchmarks/results/layer_speed.json
+    .venv/bin/python benchmarks/layer_speed.py
+    .venv/bin/python benchmarks/layer_speed.py --quick
+    .venv/bin/python benchmarks/layer_speed.py --rounds 9 --output benchmarks/results/layer_speed.json
 """
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -45,103 +44,27 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 if os.environ.setdefault("KERAS_BACKEND", "tensorflow") != "tensorflow":
     sys.exit("benchmarks/layer_speed.py needs KERAS_BACKEND=tensorflow.")
-# Runnable as `python benchmarks/layer_speed.py` from the repository root.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
-from keras import ops  # noqa: E402
 
-from keras_transformer.layers import TransformerEncoderBlock  # noqa: E402
+from bench_common import paired_ratio  # noqa: E402
+from bench_common import time_interleaved  # noqa: E402
+from bench_common import write_json  # noqa: E402
 from keras_transformer.layers import padding_mask as make_padding_mask  # noqa: E402
+from reference_block import KerasReferenceEncoderBlock  # noqa: E402
+from reference_block import copy_block_weights  # noqa: E402
+from reference_block import matching_encoder_block  # noqa: E402
+from reference_block import perturb_biases_and_norms  # noqa: E402
 
 OUTPUT_TOLERANCE = 1e-4  # max |ours - keras| on outputs at real tokens
 # Per gradient, ||ours - keras|| / max(1, ||keras||) (the key bias gradient is 0
-# up to rounding: softmax ignores a per-row constant). Not elementwise: a ReLU input within
-# float32 rounding of 0 can flip sides between the two implementations (about one
-# in a million does), which changes a few gradient entries by O(0.1).
-# A flip changes one column of the first FFN kernel's gradient by ~1e-3 relative, so the
-# tolerance is 1e-2; a real mismatch (mask, scale, layout) is off by O(1).
+# up to rounding: softmax ignores a per-row constant). Not elementwise: a ReLU input
+# within float32 rounding of 0 can flip sides between the two implementations, which
+# changes a few gradient entries by O(0.1) but a whole gradient's norm by far less than
+# this tolerance; a real mismatch (mask, scale, layout) is off by O(1).
 GRADIENT_TOLERANCE = 1e-2
-LAYER_NORM_EPSILON = 1e-5
-
-
-class KerasReferenceEncoderBlock(keras.layers.Layer):
-    """The paper's post-norm encoder block from Keras layers only.
-
-    `norm(x + MHA(x, x))`, then `norm(x + Dense(d)(relu(Dense(ff)(x))))`,
-    head size `d // num_heads`, the same weight order as ours. With
-    `dropout`, as ours: on the attention weights (inside Keras' MHA) and on
-    both sub-layer outputs before the residual sum.
-    """
-
-    def __init__(self, num_heads, intermediate_dim, layer_norm_epsilon=LAYER_NORM_EPSILON,
-                 activation="relu", dropout=0.0, **kwargs):
-        super().__init__(**kwargs)
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.activation = activation
-        self.dropout = dropout
-
-    def build(self, input_shape):
-        model_dim = input_shape[-1]
-        self.attention = keras.layers.MultiHeadAttention(
-            self.num_heads, model_dim // self.num_heads, dropout=self.dropout, name="attention"
-        )
-        self.attention.build(input_shape, input_shape)
-        self.attention_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="attention_norm"
-        )
-        self.attention_norm.build(input_shape)
-        self.intermediate_dense = keras.layers.Dense(
-            self.intermediate_dim, activation=self.activation, name="intermediate_dense"
-        )
-        self.intermediate_dense.build(input_shape)
-        self.output_dense = keras.layers.Dense(model_dim, name="output_dense")
-        self.output_dense.build((*input_shape[:-1], self.intermediate_dim))
-        self.feed_forward_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="feed_forward_norm"
-        )
-        self.feed_forward_norm.build(input_shape)
-        self.attention_dropout = keras.layers.Dropout(self.dropout)
-        self.feed_forward_dropout = keras.layers.Dropout(self.dropout)
-
-    def call(self, inputs, padding_mask=None, training=None):
-        attention_mask = None
-        if padding_mask is not None:
-            # What Keras MHA builds from mask_zero inputs: query mask AND key mask.
-            attention_mask = ops.logical_and(
-                ops.expand_dims(padding_mask, -1), ops.expand_dims(padding_mask, -2)
-            )
-        attended = self.attention(inputs, inputs, attention_mask=attention_mask, training=training)
-        x = self.attention_norm(inputs + self.attention_dropout(attended, training=training))
-        transformed = self.output_dense(self.intermediate_dense(x))
-        return self.feed_forward_norm(x + self.feed_forward_dropout(transformed, training=training))
-
-
-def copy_weights(ours, reference):
-    """Gives the reference block the weights of ours, sub-layer by sub-layer."""
-    pairs = [
-        (ours.self_attention, reference.attention),
-        (ours.self_attention_norm, reference.attention_norm),
-        (ours.feed_forward.intermediate_dense, reference.intermediate_dense),
-        (ours.feed_forward.output_dense, reference.output_dense),
-        (ours.feed_forward_norm, reference.feed_forward_norm),
-    ]
-    for source, target in pairs:
-        source_shapes = [tuple(w.shape) for w in source.weights]
-        target_shapes = [tuple(w.shape) for w in target.weights]
-        if source_shapes != target_shapes:
-            raise AssertionError(
-                f"weight layouts differ: {source.name} {source_shapes} vs {target.name} {target_shapes}"
-            )
-        target.set_weights(source.get_weights())
-    # The trainable variables then pair up one to one, in the same order.
-    assert [tuple(v.shape) for v in ours.trainable_variables] == [
-        tuple(v.shape) for v in reference.trainable_variables
-    ]
 
 
 def make_step(block, jit_compile):
@@ -215,32 +138,15 @@ def check_same_function(ours_result, keras_result, padding_mask, label):
     return output_error, gradient_error
 
 
-def time_steps(step, args, steps):
-    start = time.perf_counter()
-    for _ in range(steps):
-        loss, _, _ = step(*args)
-    loss.numpy()  # make sure the last step has finished
-    return (time.perf_counter() - start) * 1000.0 / steps
-
-
 def benchmark_config(config, modes, rounds, steps, warmup, seed):
     keras.utils.set_random_seed(seed)
     shape = (config["batch"], config["seq"], config["d_model"])
-    ours = TransformerEncoderBlock(
-        num_heads=config["heads"], intermediate_dim=config["ff"],
-        dropout=0.0, activation="relu", layer_norm_epsilon=LAYER_NORM_EPSILON,
-        normalize_first=False, name="ours",
-    )
+    ours = matching_encoder_block(config["heads"], config["ff"], name="ours")
     ours.build(shape)
     reference = KerasReferenceEncoderBlock(config["heads"], config["ff"], name="keras")
     reference.build(shape)
-    copy_weights(ours, reference)
-    # Non-trivial biases and norm parameters, so the check covers them too.
-    rng = np.random.default_rng(seed + 1)
-    for variable in ours.trainable_variables:
-        if len(variable.shape) < 3 and "kernel" not in variable.path:
-            variable.assign(variable + 0.1 * rng.standard_normal(variable.shape).astype("float32"))
-    copy_weights(ours, reference)
+    perturb_biases_and_norms(ours, seed + 1)
+    copy_block_weights(ours, reference)
     inputs, padding_mask, upstream = make_inputs(config, seed)
     args = (inputs, padding_mask, upstream)
 
@@ -256,24 +162,18 @@ def benchmark_config(config, modes, rounds, steps, warmup, seed):
             implementations["ours"](*args), implementations["keras"](*args), padding_mask,
             f"{config['name']} [{mode}]",
         )
-        for name in ("ours", "keras"):
-            time_steps(implementations[name], args, warmup)
-        times = {"ours": [], "keras": []}
-        for round_index in range(rounds):
-            # ABBA order: alternate who goes first, so drift hits both alike.
-            order = ("ours", "keras") if round_index % 2 == 0 else ("keras", "ours")
-            for name in order:
-                times[name].append(time_steps(implementations[name], args, steps))
+        seconds = time_interleaved(
+            {name: lambda step=step: step(*args) for name, step in implementations.items()},
+            rounds, calls=steps, warmup=warmup, wait=lambda result: result[0].numpy(),
+        )
+        times = {name: [1000.0 * s for s in rounds_seconds] for name, rounds_seconds in seconds.items()}
         ours_ms = statistics.median(times["ours"])
         keras_ms = statistics.median(times["keras"])
-        # Each round times both back to back, so the per-round ratio cancels
-        # load that drifts over seconds (other processes on a shared machine).
-        paired = [k / o for k, o in zip(times["keras"], times["ours"])]
         result[mode] = {
             "ours_ms": ours_ms,
             "keras_ms": keras_ms,
             "ratio": keras_ms / ours_ms,
-            "paired_ratio": statistics.median(paired),
+            "paired_ratio": paired_ratio(times["keras"], times["ours"]),
             "ours_rounds_ms": times["ours"],
             "keras_rounds_ms": times["keras"],
             "max_output_error": output_error,
@@ -371,8 +271,6 @@ def main(argv=None):
     print(f"total {time.perf_counter() - started:.0f} s, load average now {os.getloadavg()[0]:.2f}")
 
     if args.output:
-        directory = os.path.dirname(os.path.abspath(args.output))
-        os.makedirs(directory, exist_ok=True)
         report = {
             "tensorflow": tf.__version__,
             "keras": keras.__version__,
@@ -385,8 +283,7 @@ def main(argv=None):
             "load_average_at_end": os.getloadavg()[0],
             "results": results,
         }
-        with open(args.output, "w") as file:
-            json.dump(report, file, indent=2)
+        write_json(args.output, report)
         print(f"wrote {args.output}")
     return results
 

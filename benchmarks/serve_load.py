@@ -44,11 +44,11 @@ modes' numbers. The machine's load average is recorded before and after.
 
 Usage (from the repository root):
 
-    PYTHONPATH=. .venv/bin/python benchmarks/serve_load.py
-    PYTHONPATH=. .venv/bin/python benchmarks/serve_load.py --models classifier --seconds 30
-    PYTHONPATH=. .venv/bin/python benchmarks/serve_load.py \\
+    .venv/bin/python benchmarks/serve_load.py
+    .venv/bin/python benchmarks/serve_load.py --models classifier --seconds 30
+    .venv/bin/python benchmarks/serve_load.py \\
         --classifier exported_models/classifier --translator exported_models/translator
-    PYTHONPATH=. .venv/bin/python benchmarks/serve_load.py --server-args "--batch-timeout-ms 2"
+    .venv/bin/python benchmarks/serve_load.py --server-args "--batch-timeout-ms 2"
 
 Results go to benchmarks/results/serve_load.json; the exit status is 1 if any
 request erred.
@@ -271,7 +271,7 @@ class Server:
         for name, path in paths.items():
             command += ["--model", f"{name}={path}"]
         command += flags
-        environment = dict(os.environ, PYTHONPATH=REPOSITORY, TF_CPP_MIN_LOG_LEVEL="2")
+        environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         self._log = open(log_path, "w")
         self.process = subprocess.Popen(command, cwd=REPOSITORY, env=environment, stdout=self._log,
                                         stderr=subprocess.STDOUT)

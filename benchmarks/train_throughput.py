@@ -10,11 +10,12 @@ what Keras picks on a CPU-only machine):
   mean pooling, dropout 0.1 and a softmax head, built three ways:
   - `ours`: `keras_transformer.models.TransformerClassifier`;
   - `keras`: `ReferenceClassifier` below with
-    `benchmarks/layer_speed.py:KerasReferenceEncoderBlock` blocks
+    `reference_block.KerasReferenceEncoderBlock` blocks
     (`keras.layers.MultiHeadAttention`, `Dense`, `LayerNormalization`);
   - `keras-hub`: `ReferenceClassifier` with `keras_hub.layers.TransformerEncoder`
     blocks.
-  The three have the same weights' shapes and count (embedding, blocks, head).
+  The three have the same weights' shapes and count (embedding, blocks, head):
+  checked before each configuration is timed.
 * **seq2seq**: the encoder-decoder of the TensorFlow tutorial "Neural machine
   translation with a Transformer and Keras" (its hyper-parameters: 4 layers,
   d_model 128, dff 512, 8 heads, dropout 0.1), built two ways plus one:
@@ -29,12 +30,14 @@ what Keras picks on a CPU-only machine):
     `apps.train_translator` trains (pre-norm, two more layer norms).
   The tutorial's code gives every head `key_dim=d_model` (8 heads of 128, 8x
   the paper's attention width); by default the tutorial model here uses the
-  paper's `d_model // num_heads`, so all three have the same sizes.
+  paper's `d_model // num_heads`, so `tutorial` and `ours` have the same
+  weights' shapes (checked before timing; `ours-app` has its two extra norms).
   `--tutorial-key-dim d_model` builds it as the tutorial's code does instead.
 
-Timing: in one process, after `--warmup` steps each (the first traces), rounds of
-`--steps` steps per model, interleaved A B C, B C A, C A B, ... (the order
-rotates each round so no model always runs first). Tokens/s is
+Timing (`bench_common.time_interleaved`): in one process, after `--warmup` steps
+each (the first traces), rounds of `--steps` steps per model, interleaved
+A B C, B C A, C A B, then reversed C B A, A C B, B A C, ... (so no model always
+runs first, or always right after the same other one). Tokens/s is
 `batch * length / median seconds per step` (padding positions counted: they
 are computed). `ours/keras` is the ratio of median tokens/s (>= 1.0: ours is
 not slower); `paired` is the median over rounds of the same ratio within the
@@ -61,13 +64,12 @@ shared machine the load drifts, and the ceiling is what the machine can do).
 
 Usage (from the repository root; keras-hub from requirements-bench.txt):
 
-    PYTHONPATH=. .venv/bin/python benchmarks/train_throughput.py
-    PYTHONPATH=. .venv/bin/python benchmarks/train_throughput.py --quick
-    PYTHONPATH=. .venv/bin/python benchmarks/train_throughput.py --family classifier --only "L4 d256"
+    .venv/bin/python benchmarks/train_throughput.py
+    .venv/bin/python benchmarks/train_throughput.py --quick
+    .venv/bin/python benchmarks/train_throughput.py --family classifier --only "L4 d256"
 """
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -78,24 +80,26 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 if os.environ.setdefault("KERAS_BACKEND", "tensorflow") != "tensorflow":
     sys.exit("benchmarks/train_throughput.py needs KERAS_BACKEND=tensorflow.")
-# Runnable as `python benchmarks/train_throughput.py` from the repository root.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from keras import ops  # noqa: E402
 
-from benchmarks.layer_speed import KerasReferenceEncoderBlock  # noqa: E402
+from bench_common import paired_ratio  # noqa: E402
+from bench_common import set_tensorflow_threads  # noqa: E402
+from bench_common import time_interleaved  # noqa: E402
+from bench_common import write_json  # noqa: E402
 from keras_transformer.models import Seq2SeqTransformer  # noqa: E402
 from keras_transformer.models import TransformerClassifier  # noqa: E402
 from keras_transformer.training.fitting import build_optimizer  # noqa: E402
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
 from keras_transformer.training.translator import TranslatorSettings  # noqa: E402
 from keras_transformer.training.translator import build_translator_model  # noqa: E402
+from reference_block import LAYER_NORM_EPSILON  # noqa: E402
+from reference_block import KerasReferenceEncoderBlock  # noqa: E402
 
 RESULTS = os.path.join("benchmarks", "results", "train_throughput.json")
-LAYER_NORM_EPSILON = 1e-5  # ours and keras-hub's default
 HEAD_SIZE = 32  # classifier heads: d_model // HEAD_SIZE of them
 VOCABULARY_SIZE = 8000
 NUM_CLASSES = 5
@@ -164,13 +168,9 @@ def matmul_ceiling(size, repeats=10):
     a = tf.random.normal((size, size), seed=1)
     b = tf.random.normal((size, size), seed=2)
     matmul = tf.function(tf.linalg.matmul)
-    matmul(a, b).numpy()  # trace and warm up
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        matmul(a, b).numpy()
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
+    seconds = time_interleaved({"matmul": lambda: matmul(a, b)}, repeats, warmup=1,
+                               wait=lambda product: product.numpy())["matmul"]
+    return 2 * size**3 / min(seconds)
 
 
 # --- classifiers -----------------------------------------------------------------------
@@ -486,29 +486,40 @@ def seq2seq_flops(config, kind):
 # --- timing ----------------------------------------------------------------------------
 
 
-def time_steps(model, batch, steps):
-    """Seconds per `train_on_batch` step (each returns its loss to Python, so
-    every step has finished when the clock stops)."""
-    start = time.perf_counter()
-    for _ in range(steps):
-        model.train_on_batch(*batch)
-    return (time.perf_counter() - start) / steps
+def weight_shapes(model):
+    return sorted(tuple(variable.shape) for variable in model.trainable_variables)
 
 
-def benchmark(config, kinds, build, flops_of, batch, rounds, steps, warmup, seed):
-    """Builds every kind, then times them interleaved; returns one result dict."""
+def check_same_weight_shapes(models, reference, kinds):
+    """Raises ValueError unless each of `kinds` has the trainable weight shapes of
+    `reference`: a speed ratio between models of different sizes would not
+    compare implementations."""
+    expected = weight_shapes(models[reference])
+    for kind in kinds:
+        shapes = weight_shapes(models[kind])
+        if shapes != expected:
+            only_here = sorted(set(shapes) - set(expected))
+            only_there = sorted(set(expected) - set(shapes))
+            raise ValueError(
+                f"{kind} does not have the weight shapes of {reference} ({len(shapes)} vs {len(expected)} "
+                f"weights; shapes only in {kind}: {only_here}, only in {reference}: {only_there})"
+            )
+
+
+def benchmark(config, kinds, build, flops_of, batch, rounds, steps, warmup, seed, same_weights=()):
+    """Builds every kind, checks that the kinds in `same_weights` have the first
+    kind's weight shapes, then times them interleaved; returns one result dict."""
     models = {}
     for kind in kinds:
         keras.utils.set_random_seed(seed)
         models[kind] = build(kind, config)
+    check_same_weight_shapes(models, kinds[0], same_weights)
     parameters = {kind: int(model.count_params()) for kind, model in models.items()}
-    for kind in kinds:
-        time_steps(models[kind], batch, warmup)  # the first step traces
-    seconds = {kind: [] for kind in kinds}
-    for round_index in range(rounds):
-        shift = round_index % len(kinds)
-        for kind in kinds[shift:] + kinds[:shift]:
-            seconds[kind].append(time_steps(models[kind], batch, steps))
+    # train_on_batch returns its loss to Python, so every step has finished when the clock stops.
+    seconds = time_interleaved(
+        {kind: lambda model=model: model.train_on_batch(*batch) for kind, model in models.items()},
+        rounds, calls=steps, warmup=warmup,
+    )
     tokens = config["batch"] * config["length"]
     result = dict(config, parameters=parameters, kinds={})
     for kind in kinds:
@@ -526,9 +537,7 @@ def benchmark(config, kinds, build, flops_of, batch, rounds, steps, warmup, seed
         result["kinds"][kind]["ours_over_this"] = (
             result["kinds"][reference]["tokens_per_second"] / result["kinds"][kind]["tokens_per_second"]
         )
-        result["kinds"][kind]["paired_ours_over_this"] = statistics.median(
-            other / ours for ours, other in zip(seconds[reference], seconds[kind])
-        )
+        result["kinds"][kind]["paired_ours_over_this"] = paired_ratio(seconds[kind], seconds[reference])
     return result
 
 
@@ -576,9 +585,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.output is None:
         args.output = RESULTS.replace(".json", "_quick.json") if args.quick else RESULTS
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    set_tensorflow_threads(args.threads)
     if args.quick:
         args.rounds, args.steps, args.warmup, args.matmul_size = 3, 1, 1, 512
         classifier_configs = [dict(classifier_config(1, 64, 32), batch=4)]
@@ -612,11 +619,13 @@ def main(argv=None):
             if family == "classifier":
                 result = benchmark(config, kinds, build_classifier, lambda kind: classifier_flops(config),
                                    classifier_batch(config, args.seed + index), args.rounds, args.steps,
-                                   args.warmup, args.seed)
+                                   args.warmup, args.seed, same_weights=["keras", "keras-hub"])
             else:
+                # The tutorial's model matches ours unless built with its code's wider heads.
+                paper_heads = config["tutorial_key_dim"] == config["d_model"] // config["num_heads"]
                 result = benchmark(config, kinds, build_seq2seq, lambda kind: seq2seq_flops(config, kind),
                                    seq2seq_batch(config, args.seed + index), args.rounds, args.steps,
-                                   args.warmup, args.seed)
+                                   args.warmup, args.seed, same_weights=["tutorial"] if paper_heads else [])
             results.append(result)
             ceilings.append(matmul_ceiling(args.matmul_size, repeats=5))  # the machine's load drifts
             print(", ".join(f"{kind} {result['kinds'][kind]['tokens_per_second']:,.0f} tok/s" for kind in kinds)
@@ -641,9 +650,7 @@ def main(argv=None):
             for kind_result in result["kinds"].values():
                 kind_result["mfu"] = kind_result["flops_per_second"] / ceiling
     if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w") as file:
-            json.dump(report, file, indent=2)
+        write_json(args.output, report)
         print(f"wrote {args.output}")
     return report
 

@@ -23,7 +23,7 @@ arms; what differs is the model, the batching, the schedule and the decoding.
 
 Usage (from the repository root, after `make bench-venv`; `make bench-translation` runs the first line):
 
-    PYTHONPATH=. .venv/bin/python benchmarks/translation_quality.py bible:es-en --minutes 30
+    .venv/bin/python benchmarks/translation_quality.py bible:es-en --minutes 30
 
 Both arms at once, one core each (what fits a 2-core machine in half the time):
 
@@ -44,6 +44,8 @@ import sys
 import time
 
 import keras
+
+from bench_common import set_tensorflow_threads
 
 RESULTS_DIR = os.path.join("benchmarks", "results", "translation_quality")
 BEAM_WIDTH = 4
@@ -79,7 +81,7 @@ def main():
         parser.error("--snapshots must not exceed --minutes")
     os.makedirs(RESULTS_DIR, exist_ok=True)
     if not args.report:
-        _limit_threads(args.threads)
+        set_tensorflow_threads(args.threads)
         data = _load(args)
         for arm in ("ours", "peer") if args.arm == "both" else (args.arm,):
             result = (run_ours if arm == "ours" else run_peer)(data, args, snapshots)
@@ -89,14 +91,6 @@ def main():
 
 
 # --- shared ----------------------------------------------------------------------
-
-
-def _limit_threads(threads):
-    import tensorflow as tf
-
-    if threads:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
 
 
 def _load(args):
