@@ -23,7 +23,7 @@ from keras_transformer.models import TransformerClassifier
 from keras_transformer.text import WordPieceTokenizer
 from keras_transformer.text import build_vocabulary
 from keras_transformer.text import save_vocabulary
-from keras_transformer.training.batching import trim_shared_padding
+from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.callbacks import TimeBudget
 from keras_transformer.training.distribute import dtype_policy

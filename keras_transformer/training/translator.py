@@ -22,8 +22,8 @@ from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text import WordPieceTokenizer
 from keras_transformer.text import build_vocabulary
 from keras_transformer.text import save_vocabulary
+from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.training.batching import length_bucketed_batches
-from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.callbacks import TimeBudget
 from keras_transformer.training.distribute import dtype_policy
@@ -32,10 +32,10 @@ from keras_transformer.training.distribute import is_chief
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.fitting import build_optimizer
-from keras_transformer.training.settings import check_settings
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.losses import TransformerSchedule
 from keras_transformer.training.losses import masked_accuracy
+from keras_transformer.training.settings import check_settings
 
 
 @dataclasses.dataclass
