@@ -15,11 +15,9 @@ import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from apps.common import layer_index  # noqa: E402
-from apps.common import load_export  # noqa: E402
-from apps.common import texts_or_stdin  # noqa: E402
+from apps.common import layer_index
+from apps.common import load_export
+from apps.common import texts_or_stdin
 
 
 def build_parser():

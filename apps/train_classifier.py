@@ -16,21 +16,18 @@ goes to EXPORT_DIR/N, N one above the newest version there.
 """
 
 import argparse
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from apps.training_flags import add_hardware_flags  # noqa: E402
-from keras_transformer.data import DataError  # noqa: E402
-from keras_transformer.data import load_classification_data  # noqa: E402
-from keras_transformer.models.classifier import POOLINGS  # noqa: E402
-from keras_transformer.training.classifier import ClassifierSettings  # noqa: E402
-from keras_transformer.training.distribute import check_jit_compile  # noqa: E402
-from keras_transformer.training.distribute import describe_strategy  # noqa: E402
-from keras_transformer.training.distribute import is_chief  # noqa: E402
-from keras_transformer.training.distribute import make_strategy  # noqa: E402
-from keras_transformer.training.distribute import worker_name  # noqa: E402
+from apps.training_flags import add_hardware_flags
+from keras_transformer.data import DataError
+from keras_transformer.data import load_classification_data
+from keras_transformer.models.classifier import POOLINGS
+from keras_transformer.training.classifier import ClassifierSettings
+from keras_transformer.training.distribute import check_jit_compile
+from keras_transformer.training.distribute import describe_strategy
+from keras_transformer.training.distribute import is_chief
+from keras_transformer.training.distribute import make_strategy
+from keras_transformer.training.distribute import worker_name
 
 DEFAULTS = ClassifierSettings()
 

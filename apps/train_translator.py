@@ -14,20 +14,17 @@ plus samples.json: a few test sources translated greedily after training.
 """
 
 import argparse
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from apps.training_flags import add_hardware_flags  # noqa: E402
-from keras_transformer.data import DataError  # noqa: E402
-from keras_transformer.data import load_translation_data  # noqa: E402
-from keras_transformer.training.distribute import check_jit_compile  # noqa: E402
-from keras_transformer.training.distribute import describe_strategy  # noqa: E402
-from keras_transformer.training.distribute import is_chief  # noqa: E402
-from keras_transformer.training.distribute import make_strategy  # noqa: E402
-from keras_transformer.training.distribute import worker_name  # noqa: E402
-from keras_transformer.training.translator import TranslatorSettings  # noqa: E402
+from apps.training_flags import add_hardware_flags
+from keras_transformer.data import DataError
+from keras_transformer.data import load_translation_data
+from keras_transformer.training.distribute import check_jit_compile
+from keras_transformer.training.distribute import describe_strategy
+from keras_transformer.training.distribute import is_chief
+from keras_transformer.training.distribute import make_strategy
+from keras_transformer.training.distribute import worker_name
+from keras_transformer.training.translator import TranslatorSettings
 
 DEFAULTS = TranslatorSettings()
 

@@ -18,3 +18,15 @@ def test_exits_non_zero_when_a_difference_exceeds_the_tolerance(monkeypatch, cap
     monkeypatch.setattr(crosscheck, "GRADIENT_TOLERANCE", 0.0)
     assert crosscheck_app.main(["--configurations", "1"]) == 1
     assert "NO" in capsys.readouterr().out
+
+
+def test_build_parser_gives_the_flags_main_reads(capsys):
+    args = crosscheck_app.build_parser().parse_args(["--configurations", "3", "--seed", "7"])
+    assert (args.configurations, args.seed) == (3, 7)
+    try:
+        crosscheck_app.main(["--configurations", "0"])
+    except SystemExit as exit_:
+        assert exit_.code == 2
+    else:
+        raise AssertionError("--configurations 0 was accepted")
+    assert "--configurations must be at least 1" in capsys.readouterr().err
