@@ -64,10 +64,9 @@ class _QuietLoader(importlib.abc.Loader):
                 os.dup2(saved, 2)
                 os.close(saved)
                 caught.seek(0)
-                kept = b"".join(line for line in caught if not is_chatter(line))
-                if kept:
-                    sys.stderr.flush()
-                    os.write(2, kept)
+                kept = memoryview(b"".join(line for line in caught if not is_chatter(line)))
+                while kept:
+                    kept = kept[os.write(2, kept):]
 
 
 class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
