@@ -1,6 +1,7 @@
-"""What the inference apps (`predict`, `translate`) share: loading an export,
-reading texts, choosing a layer to plot."""
+"""What the inference apps (`predict`, `translate`) share: their flags, loading
+an export, reading texts, choosing a layer to plot, and the flow of `main`."""
 
+import argparse
 import sys
 
 from keras_transformer.export.versions import latest_version_dir
@@ -29,3 +30,48 @@ def layer_index(layer, num_layers, blocks):
     if not -num_layers <= layer < num_layers:
         raise ValueError(f"--layer {layer} is out of range for {num_layers} {blocks}.")
     return layer % num_layers
+
+
+def inference_parser(prog, description, texts_help, batch_size, plot_help, layer_help):
+    """A parser with MODEL, TEXTS, `--json`, `--batch-size`, `--plot-attention`, `--out`, `--layer`."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("model", help="exported model: base folder or version folder")
+    parser.add_argument("texts", nargs="*", help=texts_help)
+    parser.add_argument("--json", action="store_true", help="print one JSON object per text")
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--plot-attention", metavar="TEXT", default=None, help=plot_help)
+    parser.add_argument("--out", default="attention.png", help="PNG path for --plot-attention")
+    parser.add_argument("--layer", type=int, default=-1, help=layer_help)
+    return parser
+
+
+def run_inference_app(parser, argv, load_model, plot_attention, answer):
+    """The `main` of an inference app; bad input exits 2 with one `error:` line.
+
+    Args:
+        parser: from `inference_parser`.
+        argv: the command line (None: `sys.argv[1:]`).
+        load_model: `(path) -> (version folder, loaded model, extra)`.
+        plot_attention: `(model, text, out path, layer) -> out path`.
+        answer: `(args, version folder, model, extra, texts)`, prints the
+            answers; may raise `ValueError`.
+    """
+    # Intermixed: texts may come after options (`MODEL --json "text"`).
+    args = parser.parse_intermixed_args(argv)
+    if args.batch_size < 1:
+        parser.exit(2, f"error: --batch-size must be at least 1, got {args.batch_size}\n")
+    try:
+        version_dir, model, extra = load_model(args.model)
+    except (FileNotFoundError, OSError) as error:
+        parser.exit(2, f"error: {error}\n")
+    try:
+        if args.plot_attention is not None:
+            path = plot_attention(model, args.plot_attention, args.out, args.layer)
+            print(f"Attention plot written to {path}")
+            return 0
+        answer(args, version_dir, model, extra, texts_or_stdin(args.texts))
+    except ValueError as error:
+        parser.exit(2, f"error: {error}\n")
+    return 0

@@ -9,25 +9,31 @@ tolerance (outputs and scores 1e-5, gradients 1e-4).
 """
 
 import argparse
-import os
 import sys
 import time
 import warnings
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import keras
 
-import keras  # noqa: E402
-
-from keras_transformer import crosscheck  # noqa: E402
+from keras_transformer import crosscheck
 
 # Keras warns about softmax over a length-1 axis, which some configurations have on purpose.
 warnings.filterwarnings("ignore", message="You are using a softmax over axis")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m apps.crosscheck",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--configurations", type=int, default=60, help="how many configurations (default 60)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random configurations")
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.configurations < 1:
         parser.error("--configurations must be at least 1")

@@ -10,33 +10,25 @@ MODEL is a version folder or a base folder (its newest version is used). Only
 the project for finding versions and drawing plots.
 """
 
-import argparse
 import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from apps.common import layer_index  # noqa: E402
-from apps.common import load_export  # noqa: E402
-from apps.common import texts_or_stdin  # noqa: E402
+from apps.common import inference_parser
+from apps.common import layer_index
+from apps.common import load_export
+from apps.common import run_inference_app
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = inference_parser(
         prog="python -m apps.predict",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        texts_help="texts to classify (default: one per line from stdin)",
+        batch_size=64,
+        plot_help="draw the encoder's attention for TEXT instead of classifying",
+        layer_help="encoder block to draw, 0-based; negative counts from the last (default -1)",
     )
-    parser.add_argument("model", help="exported model: base folder or version folder")
-    parser.add_argument("texts", nargs="*", help="texts to classify (default: one per line from stdin)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object per text")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--plot-attention", metavar="TEXT", default=None,
-                        help="draw the encoder's attention for TEXT instead of classifying")
-    parser.add_argument("--out", default="attention.png", help="PNG path for --plot-attention")
-    parser.add_argument("--layer", type=int, default=-1,
-                        help="encoder block to draw, 0-based; negative counts from the last (default -1)")
     return parser
 
 
@@ -99,29 +91,15 @@ def plot_attention(model, text, out_path, layer):
     return out_path
 
 
-def main(argv=None):
-    parser = build_parser()
-    # Intermixed: texts may come after options (`MODEL --json "text"`).
-    args = parser.parse_intermixed_args(argv)
-    if args.batch_size < 1:
-        parser.exit(2, f"error: --batch-size must be at least 1, got {args.batch_size}\n")
-    try:
-        version_dir, model, class_names = load_model(args.model)
-    except (FileNotFoundError, OSError) as error:
-        parser.exit(2, f"error: {error}\n")
-    if args.plot_attention is not None:
-        try:
-            path = plot_attention(model, args.plot_attention, args.out, args.layer)
-        except ValueError as error:
-            parser.exit(2, f"error: {error}\n")
-        print(f"Attention plot written to {path}")
-        return 0
-    texts = texts_or_stdin(args.texts)
+def print_predictions(args, version_dir, model, class_names, texts):
     if not args.json:
         print(f"Model: {version_dir}")
     for text, label, probabilities in classify(model, texts, args.batch_size):
         print_prediction(text, label, probabilities, class_names, args.json)
-    return 0
+
+
+def main(argv=None):
+    return run_inference_app(build_parser(), argv, load_model, plot_attention, print_predictions)
 
 
 if __name__ == "__main__":

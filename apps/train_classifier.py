@@ -16,21 +16,16 @@ goes to EXPORT_DIR/N, N one above the newest version there.
 """
 
 import argparse
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from apps.training_flags import add_hardware_flags  # noqa: E402
-from keras_transformer.data import DataError  # noqa: E402
-from keras_transformer.data import load_classification_data  # noqa: E402
-from keras_transformer.models.classifier import POOLINGS  # noqa: E402
-from keras_transformer.training.classifier import ClassifierSettings  # noqa: E402
-from keras_transformer.training.distribute import check_jit_compile  # noqa: E402
-from keras_transformer.training.distribute import describe_strategy  # noqa: E402
-from keras_transformer.training.distribute import is_chief  # noqa: E402
-from keras_transformer.training.distribute import make_strategy  # noqa: E402
-from keras_transformer.training.distribute import worker_name  # noqa: E402
+from apps.training_flags import add_hardware_flags
+from apps.training_flags import add_model_size_flags
+from apps.training_flags import add_run_flags
+from apps.training_flags import strategy_and_data
+from apps.training_flags import train_on_chief
+from keras_transformer.data import load_classification_data
+from keras_transformer.models.classifier import POOLINGS
+from keras_transformer.training.classifier import ClassifierSettings
 
 DEFAULTS = ClassifierSettings()
 
@@ -50,12 +45,8 @@ def build_parser():
 
     model = parser.add_argument_group("model")
     model.add_argument("--sequence-length", type=int, default=DEFAULTS.sequence_length)
-    model.add_argument("--vocab-size", type=int, default=DEFAULTS.vocabulary_size)
     model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers)
-    model.add_argument("--d-model", type=int, default=DEFAULTS.d_model)
-    model.add_argument("--num-heads", type=int, default=DEFAULTS.num_heads)
-    model.add_argument("--intermediate-dim", type=int, default=DEFAULTS.intermediate_dim)
-    model.add_argument("--dropout", type=float, default=DEFAULTS.dropout)
+    add_model_size_flags(model, DEFAULTS)
     model.add_argument("--pooling", choices=POOLINGS, default=DEFAULTS.pooling)
 
     training = parser.add_argument_group("training")
@@ -64,16 +55,7 @@ def build_parser():
     training.add_argument("--learning-rate", type=float, default=DEFAULTS.learning_rate,
                           help="peak of the warmup-then-cosine schedule")
     training.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
-    training.add_argument("--patience", type=int, default=DEFAULTS.patience,
-                          help="early stopping: epochs without a better validation loss (0 = off)")
-    training.add_argument("--seed", type=int, default=DEFAULTS.seed)
-    training.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
-                          help="stop training after MINUTES, then evaluate and export as usual")
-    training.add_argument("--resume", action="store_true",
-                          help="continue the run in --run-dir from its last epoch")
-    training.add_argument("--run-dir", default="runs/classifier")
-    training.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1,
-                          help="Keras verbosity: 1 progress bars, 2 one line per epoch")
+    add_run_flags(training, DEFAULTS, run_dir="runs/classifier")
     add_hardware_flags(parser)
 
     export = parser.add_argument_group("export")
@@ -103,28 +85,23 @@ def settings_from(args):
     )
 
 
+def check_flags(args):
+    if args.max_examples is not None and args.max_examples < 2:
+        raise ValueError(f"--max-examples must be at least 2, got {args.max_examples}.")
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     settings = settings_from(args)
-    try:
-        settings.validate()
-        if args.time_budget is not None and args.time_budget <= 0:
-            raise ValueError(f"--time-budget must be positive, got {args.time_budget}.")
-        if args.max_examples is not None and args.max_examples < 2:
-            raise ValueError(f"--max-examples must be at least 2, got {args.max_examples}.")
-        check_jit_compile(args.distribute, args.jit_compile)
-        # Before any TensorFlow op runs (loading data may run some).
-        strategy = make_strategy(args.distribute)
-        data = load_classification_data(
-            args.data,
-            text_column=args.text_column,
-            label_column=args.label_column,
-            seed=args.seed,
+    strategy, data = strategy_and_data(
+        parser, args, settings,
+        lambda: load_classification_data(
+            args.data, text_column=args.text_column, label_column=args.label_column, seed=args.seed,
             max_examples=args.max_examples,
-        )
-    except (DataError, ValueError) as error:
-        parser.exit(2, f"error: {error}\n")
+        ),
+        check_flags=check_flags,
+    )
 
     # Imported late so that `--help` and bad flags answer without loading TensorFlow's model code.
     from keras_transformer.export import export_classifier
@@ -135,22 +112,8 @@ def main(argv=None):
         f"{len(data.test)} test texts; classes {', '.join(data.class_names)}",
         flush=True,
     )
-    if strategy is not None:
-        print(describe_strategy(strategy), flush=True)
-    try:
-        run = train_classifier(
-            data,
-            settings,
-            args.run_dir,
-            resume=args.resume,
-            time_budget_minutes=args.time_budget,
-            verbose=args.verbose,
-            strategy=strategy,
-        )
-    except ValueError as error:
-        parser.exit(2, f"error: {error}\n")
-    if not is_chief(strategy):
-        print(f"{worker_name(strategy)} done; the chief writes the run folder and the export.")
+    run = train_on_chief(parser, args, train_classifier, data, settings, strategy)
+    if run is None:
         return 0
     print(f"Run folder: {run.run_dir} (metrics.json, confusion_matrix.png, learning_curves.png)")
     if not args.no_export:

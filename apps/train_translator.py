@@ -14,20 +14,15 @@ plus samples.json: a few test sources translated greedily after training.
 """
 
 import argparse
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from apps.training_flags import add_hardware_flags  # noqa: E402
-from keras_transformer.data import DataError  # noqa: E402
-from keras_transformer.data import load_translation_data  # noqa: E402
-from keras_transformer.training.distribute import check_jit_compile  # noqa: E402
-from keras_transformer.training.distribute import describe_strategy  # noqa: E402
-from keras_transformer.training.distribute import is_chief  # noqa: E402
-from keras_transformer.training.distribute import make_strategy  # noqa: E402
-from keras_transformer.training.distribute import worker_name  # noqa: E402
-from keras_transformer.training.translator import TranslatorSettings  # noqa: E402
+from apps.training_flags import add_hardware_flags
+from apps.training_flags import add_model_size_flags
+from apps.training_flags import add_run_flags
+from apps.training_flags import strategy_and_data
+from apps.training_flags import train_on_chief
+from keras_transformer.data import load_translation_data
+from keras_transformer.training.translator import TranslatorSettings
 
 DEFAULTS = TranslatorSettings()
 
@@ -49,15 +44,11 @@ def build_parser():
     model = parser.add_argument_group("model")
     model.add_argument("--max-length", type=int, default=DEFAULTS.sequence_length,
                        help="longest source and output, in tokens")
-    model.add_argument("--vocab-size", type=int, default=DEFAULTS.vocabulary_size)
     model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers,
                        help="encoder blocks (and decoder blocks unless --decoder-layers)")
     model.add_argument("--decoder-layers", type=int, default=DEFAULTS.num_decoder_layers,
                        help="decoder blocks (default: --num-layers)")
-    model.add_argument("--d-model", type=int, default=DEFAULTS.d_model)
-    model.add_argument("--num-heads", type=int, default=DEFAULTS.num_heads)
-    model.add_argument("--intermediate-dim", type=int, default=DEFAULTS.intermediate_dim)
-    model.add_argument("--dropout", type=float, default=DEFAULTS.dropout)
+    add_model_size_flags(model, DEFAULTS)
 
     training = parser.add_argument_group("training")
     training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
@@ -66,12 +57,7 @@ def build_parser():
     training.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps)
     training.add_argument("--learning-rate-scale", type=float, default=DEFAULTS.learning_rate_scale,
                           help="multiplies the paper's warmup schedule")
-    training.add_argument("--patience", type=int, default=DEFAULTS.patience)
-    training.add_argument("--seed", type=int, default=DEFAULTS.seed)
-    training.add_argument("--time-budget", type=float, default=None, metavar="MINUTES")
-    training.add_argument("--resume", action="store_true")
-    training.add_argument("--run-dir", default="runs/translator")
-    training.add_argument("--verbose", type=int, choices=(0, 1, 2), default=1)
+    add_run_flags(training, DEFAULTS, run_dir="runs/translator")
     add_hardware_flags(parser)
 
     export = parser.add_argument_group("export")
@@ -81,6 +67,11 @@ def build_parser():
     export.add_argument("--length-penalty", type=float, default=0.6,
                         help="GNMT length penalty alpha of the export's beam search")
     return parser
+
+
+def check_flags(args):
+    if args.beam_width < 1:
+        raise ValueError(f"--beam-width must be at least 1, got {args.beam_width}.")
 
 
 def main(argv=None):
@@ -95,21 +86,14 @@ def main(argv=None):
         learning_rate_scale=args.learning_rate_scale, patience=args.patience, seed=args.seed,
         mixed_precision=args.mixed_precision, jit_compile=args.jit_compile,
     )
-    try:
-        settings.validate()
-        if args.time_budget is not None and args.time_budget <= 0:
-            raise ValueError(f"--time-budget must be positive, got {args.time_budget}.")
-        if args.beam_width < 1:
-            raise ValueError(f"--beam-width must be at least 1, got {args.beam_width}.")
-        check_jit_compile(args.distribute, args.jit_compile)
-        # Before any TensorFlow op runs (loading data may run some).
-        strategy = make_strategy(args.distribute)
-        data = load_translation_data(
+    strategy, data = strategy_and_data(
+        parser, args, settings,
+        lambda: load_translation_data(
             args.data, seed=args.seed, validation_size=args.validation_size,
             test_size=args.test_size, max_words=args.max_words, max_examples=args.max_examples,
-        )
-    except (DataError, ValueError) as error:
-        parser.exit(2, f"error: {error}\n")
+        ),
+        check_flags=check_flags,
+    )
 
     from keras_transformer.training.translator import train_translator
 
@@ -118,17 +102,8 @@ def main(argv=None):
         f"{len(data.validation)} validation, {len(data.test)} test pairs",
         flush=True,
     )
-    if strategy is not None:
-        print(describe_strategy(strategy), flush=True)
-    try:
-        run = train_translator(
-            data, settings, args.run_dir, resume=args.resume,
-            time_budget_minutes=args.time_budget, verbose=args.verbose, strategy=strategy,
-        )
-    except ValueError as error:
-        parser.exit(2, f"error: {error}\n")
-    if not is_chief(strategy):
-        print(f"{worker_name(strategy)} done; the chief writes the run folder and the export.")
+    run = train_on_chief(parser, args, train_translator, data, settings, strategy)
+    if run is None:
         return 0
     print(f"Run folder: {run.run_dir} (samples.json, learning_curves.png, model.keras)")
     if not args.no_export:

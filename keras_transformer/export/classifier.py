@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.export.versions import write_new_version
-from keras_transformer.training.batching import trim_shared_padding
+from keras_transformer.text.padding import trim_shared_padding
 
 
 def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None):

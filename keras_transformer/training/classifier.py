@@ -12,7 +12,6 @@ import dataclasses
 import json
 import math
 import os
-import time
 
 import keras
 import numpy as np
@@ -23,18 +22,23 @@ from keras_transformer.models import TransformerClassifier
 from keras_transformer.text import WordPieceTokenizer
 from keras_transformer.text import build_vocabulary
 from keras_transformer.text import save_vocabulary
-from keras_transformer.training.batching import trim_shared_padding
+from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.callbacks import TimeBudget
 from keras_transformer.training.distribute import dtype_policy
-from keras_transformer.training.distribute import fit
-from keras_transformer.training.distribute import is_chief
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
-from keras_transformer.training.settings import check_settings
 from keras_transformer.training.evaluation import classification_report
 from keras_transformer.training.evaluation import format_classification_report
 from keras_transformer.training.fitting import build_optimizer
+from keras_transformer.training.runs import fit_in_folder
+from keras_transformer.training.runs import save_model_and_curves
+from keras_transformer.training.runs import save_settings
+from keras_transformer.training.runs import saved_run_or_fresh_start
+from keras_transformer.training.runs import say
+from keras_transformer.training.settings import check_settings
+
+
+METRICS_FILE = "metrics.json"  # written once a run finished
 
 
 @dataclasses.dataclass
@@ -108,41 +112,21 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
 
 
 def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minutes, verbose, strategy):
-    settings_path = folder.file("settings.json")
     vocabulary_path = folder.file("vocabulary.txt")
-    if resume and folder.has_backup() and os.path.exists(settings_path):
-        with open(settings_path) as settings_file:
-            saved = json.load(settings_file)
+    saved = saved_run_or_fresh_start(folder, run_dir, resume, METRICS_FILE, verbose)
+    if saved is not None:
         if saved["class_names"] != data.class_names:
             raise ValueError(
                 f"Cannot resume {run_dir}: it was trained on classes {saved['class_names']}, "
                 f"the data now has {data.class_names}."
             )
         settings = ClassifierSettings(**saved["settings"])
-        _say(verbose, f"Resuming {run_dir} with its saved settings and vocabulary.")
     else:
-        if resume and os.path.exists(folder.file("metrics.json")):
-            # Keras drops the backup when training ends; starting over here
-            # would wipe a finished run's checkpoints and results.
-            raise ValueError(
-                f"The run in {run_dir} already finished (see {folder.file('metrics.json')}); "
-                "there is nothing to resume. Drop --resume to train again from scratch, "
-                "or pass another --run-dir."
-            )
-        if resume:
-            _say(verbose, f"Nothing to resume in {run_dir}: starting a new run.")
-        folder.start_fresh()
         settings.validate()
-        _say(verbose, f"Building a WordPiece vocabulary from {len(data.train)} training texts...")
+        say(verbose, f"Building a WordPiece vocabulary from {len(data.train)} training texts...")
         vocabulary = build_vocabulary(data.train.texts, settings.vocabulary_size)
         save_vocabulary(vocabulary, vocabulary_path)
-        with open(settings_path, "w") as settings_file:
-            json.dump(
-                {"settings": dataclasses.asdict(settings), "class_names": data.class_names,
-                 "data": data.name},
-                settings_file,
-                indent=2,
-            )
+        save_settings(folder, settings, class_names=data.class_names, data=data.name)
     keras.utils.set_random_seed(settings.seed)
     tokenizer = WordPieceTokenizer(vocabulary_path)
     add_cls = settings.pooling == "cls"
@@ -161,47 +145,42 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     model = build_classifier_model(
         settings, tokenizer.vocabulary_size, len(data.class_names), steps_per_epoch, strategy
     )
-    train_dataset = _batches(train_ids, train_labels, settings.batch_size, shuffle_seed=settings.seed)
-    validation_dataset = _batches(validation_ids, validation_labels, settings.batch_size)
-    time_budget = TimeBudget(time_budget_minutes)
-    callbacks = [time_budget, *folder.callbacks(patience=settings.patience)]
-    started = time.monotonic()
-    model = fit(model, strategy, train_dataset, validation_dataset, settings.epochs, callbacks=callbacks,
-                verbose=verbose)
-    training_seconds = time.monotonic() - started
-    if not is_chief(strategy):
+    fitted = fit_in_folder(
+        model, strategy, folder, settings,
+        _batches(train_ids, train_labels, settings.batch_size, shuffle_seed=settings.seed),
+        _batches(validation_ids, validation_labels, settings.batch_size),
+        time_budget_minutes=time_budget_minutes, verbose=verbose,
+    )
+    if fitted is None:
         return None  # the chief evaluates and writes the results
 
-    history = folder.read_history()
-    probabilities = model.predict(_batches(test_ids, test_labels, settings.batch_size), verbose=0)
+    probabilities = fitted.model.predict(_batches(test_ids, test_labels, settings.batch_size), verbose=0)
     report = classification_report(test_labels, np.argmax(probabilities, axis=-1), data.class_names)
     report.update(
         {
             "data": data.name,
             "split": "test",
-            "epochs_completed": len(history.get("loss", [])),
-            "stopped_by_time_budget": time_budget.exhausted,
-            "training_seconds": round(training_seconds, 1),
+            "epochs_completed": len(fitted.history.get("loss", [])),
+            "stopped_by_time_budget": fitted.stopped_by_time_budget,
+            "training_seconds": round(fitted.training_seconds, 1),
             "settings": dataclasses.asdict(settings),
         }
     )
-    with open(folder.file("metrics.json"), "w") as metrics_file:
+    with open(folder.file(METRICS_FILE), "w") as metrics_file:
         json.dump(report, metrics_file, indent=2)
     plots.plot_confusion_matrix(
         np.asarray(report["confusion_matrix"]), data.class_names, folder.file("confusion_matrix.png")
     )
-    if history:
-        plots.plot_learning_curves(history, folder.file("learning_curves.png"))
-    model.save(folder.file("model.keras"))
-    _say(verbose, format_classification_report(report))
+    save_model_and_curves(folder, fitted)
+    say(verbose, format_classification_report(report))
     return ClassifierRun(
-        model=model,
+        model=fitted.model,
         tokenizer=tokenizer,
         class_names=list(data.class_names),
         report=report,
         epochs_completed=report["epochs_completed"],
-        stopped_by_time_budget=time_budget.exhausted,
-        training_seconds=training_seconds,
+        stopped_by_time_budget=fitted.stopped_by_time_budget,
+        training_seconds=fitted.training_seconds,
         run_dir=os.fspath(run_dir),
     )
 
@@ -267,7 +246,3 @@ def _warmup_cosine(settings, steps_per_epoch):
         alpha=0.0,
     )
 
-
-def _say(verbose, message):
-    if verbose:
-        print(message, flush=True)

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import math
 import os
-import time
 
 import keras
 import tensorflow as tf
@@ -22,20 +21,25 @@ from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text import WordPieceTokenizer
 from keras_transformer.text import build_vocabulary
 from keras_transformer.text import save_vocabulary
+from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.training.batching import length_bucketed_batches
-from keras_transformer.training.batching import trim_shared_padding
 from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.callbacks import TimeBudget
 from keras_transformer.training.distribute import dtype_policy
-from keras_transformer.training.distribute import fit
-from keras_transformer.training.distribute import is_chief
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.fitting import build_optimizer
-from keras_transformer.training.settings import check_settings
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.losses import TransformerSchedule
 from keras_transformer.training.losses import masked_accuracy
+from keras_transformer.training.runs import fit_in_folder
+from keras_transformer.training.runs import save_model_and_curves
+from keras_transformer.training.runs import save_settings
+from keras_transformer.training.runs import saved_run_or_fresh_start
+from keras_transformer.training.runs import say
+from keras_transformer.training.settings import check_settings
+
+
+SAMPLES_FILE = "samples.json"  # written once a run finished
 
 
 @dataclasses.dataclass
@@ -106,30 +110,21 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
 
 def _train_translator(data, settings, folder, run_dir, resume, time_budget_minutes, verbose,
                       num_samples, callbacks, strategy):
-    settings_path = folder.file("settings.json")
     source_vocabulary = folder.file("source_vocabulary.txt")
     target_vocabulary = folder.file("target_vocabulary.txt")
-    if resume and folder.has_backup() and os.path.exists(settings_path):
-        with open(settings_path) as settings_file:
-            settings = TranslatorSettings(**json.load(settings_file)["settings"])
-        _say(verbose, f"Resuming {run_dir} with its saved settings and vocabularies.")
+    saved = saved_run_or_fresh_start(folder, run_dir, resume, SAMPLES_FILE, verbose)
+    if saved is not None:
+        settings = TranslatorSettings(**saved["settings"])
     else:
-        if resume and os.path.exists(folder.file("samples.json")):
-            raise ValueError(
-                f"The run in {run_dir} already finished; there is nothing to resume. "
-                "Drop --resume to train again from scratch, or pass another --run-dir."
-            )
-        folder.start_fresh()
         settings.validate()
-        _say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
+        say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
         # Sources are lower-cased (less sparsity); targets keep case, since they are output.
         save_vocabulary(build_vocabulary(data.train.sources, settings.vocabulary_size), source_vocabulary)
         save_vocabulary(
             build_vocabulary(data.train.targets, settings.vocabulary_size, lower_case=False),
             target_vocabulary,
         )
-        with open(settings_path, "w") as settings_file:
-            json.dump({"settings": dataclasses.asdict(settings), "data": data.name}, settings_file, indent=2)
+        save_settings(folder, settings, data=data.name)
     keras.utils.set_random_seed(settings.seed)
     source_tokenizer = WordPieceTokenizer(source_vocabulary)
     target_tokenizer = WordPieceTokenizer(target_vocabulary, lower_case=False)
@@ -168,21 +163,18 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
             jit_compile=settings.jit_compile,
         )
         build_optimizer(model)
-    time_budget = TimeBudget(time_budget_minutes)
-    callbacks = [time_budget, *folder.callbacks(patience=settings.patience), *callbacks]
-    steps_per_epoch = math.ceil(len(data.train) / settings.batch_size)
-    started = time.monotonic()
-    model = fit(model, strategy, train_dataset, validation_dataset, settings.epochs,
-                steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
-    training_seconds = time.monotonic() - started
-    if not is_chief(strategy):
+    fitted = fit_in_folder(
+        model, strategy, folder, settings, train_dataset, validation_dataset,
+        time_budget_minutes=time_budget_minutes, verbose=verbose,
+        steps_per_epoch=math.ceil(len(data.train) / settings.batch_size), callbacks=callbacks,
+    )
+    if fitted is None:
         return None  # the chief translates the samples and writes the results
-    history = folder.read_history()
 
     sources = data.test.sources[:num_samples]
     source_ids = source_tokenizer.encode(tf.constant(sources), settings.sequence_length)
     generated = greedy_decode(
-        model, source_ids, settings.sequence_length,
+        fitted.model, source_ids, settings.sequence_length,
         target_tokenizer.token_id("[START]"), target_tokenizer.token_id("[END]"),
     )
     translations = [text.decode("utf-8") for text in target_tokenizer.detokenize(generated).numpy()]
@@ -190,24 +182,20 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
         {"source": source, "reference": reference, "translation": translation}
         for source, reference, translation in zip(sources, data.test.targets, translations)
     ]
-    with open(folder.file("samples.json"), "w", encoding="utf-8") as samples_file:
+    with open(folder.file(SAMPLES_FILE), "w", encoding="utf-8") as samples_file:
         json.dump(samples, samples_file, indent=2, ensure_ascii=False)
-    if history:
-        from keras_transformer import plots
-
-        plots.plot_learning_curves(history, folder.file("learning_curves.png"))
-    model.save(folder.file("model.keras"))
+    save_model_and_curves(folder, fitted)
     for sample in samples:
-        _say(verbose, f"  source:      {sample['source']}\n  reference:   {sample['reference']}\n"
-                      f"  translation: {sample['translation']}\n")
+        say(verbose, f"  source:      {sample['source']}\n  reference:   {sample['reference']}\n"
+                     f"  translation: {sample['translation']}\n")
     return TranslatorRun(
-        model=model,
+        model=fitted.model,
         source_tokenizer=source_tokenizer,
         target_tokenizer=target_tokenizer,
         samples=samples,
-        epochs_completed=len(history.get("loss", [])),
-        stopped_by_time_budget=time_budget.exhausted,
-        training_seconds=training_seconds,
+        epochs_completed=len(fitted.history.get("loss", [])),
+        stopped_by_time_budget=fitted.stopped_by_time_budget,
+        training_seconds=fitted.training_seconds,
         run_dir=os.fspath(run_dir),
     )
 
@@ -237,7 +225,3 @@ def _teacher_forcing(source_ids, target_ids):
     target_ids = trim_shared_padding(target_ids, min_length=2)
     return {"source_ids": source_ids, "target_ids": target_ids[:, :-1]}, target_ids[:, 1:]
 
-
-def _say(verbose, message):
-    if verbose:
-        print(message, flush=True)

@@ -1,5 +1,7 @@
 """`python -m apps.crosscheck`: the table, and its exit status."""
 
+import pytest
+
 from apps import crosscheck as crosscheck_app
 from keras_transformer import crosscheck
 
@@ -18,3 +20,12 @@ def test_exits_non_zero_when_a_difference_exceeds_the_tolerance(monkeypatch, cap
     monkeypatch.setattr(crosscheck, "GRADIENT_TOLERANCE", 0.0)
     assert crosscheck_app.main(["--configurations", "1"]) == 1
     assert "NO" in capsys.readouterr().out
+
+
+def test_build_parser_gives_the_flags_main_reads(capsys):
+    args = crosscheck_app.build_parser().parse_args(["--configurations", "3", "--seed", "7"])
+    assert (args.configurations, args.seed) == (3, 7)
+    with pytest.raises(SystemExit) as exited:
+        crosscheck_app.main(["--configurations", "0"])
+    assert exited.value.code == 2
+    assert "--configurations must be at least 1" in capsys.readouterr().err

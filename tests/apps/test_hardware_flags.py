@@ -109,7 +109,7 @@ def test_float16_classifier_is_wired_for_loss_scaling():
 
 def test_translator_flags_reach_its_model(tmp_path, monkeypatch):
     """The translator's flags as far as `fit` (stopped there): an XLA-compiled
-    run of it costs ~40 s of CPU, most of it compiling; the same layers train
+    run of it would spend most of the test budget compiling; the same layers train
     under XLA and both mixed policies in tests/layers/test_mixed_precision.py."""
 
     class Fitted(Exception):

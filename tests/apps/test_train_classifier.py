@@ -4,6 +4,7 @@ new export versions, and `--resume` after the process is killed."""
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -217,12 +218,12 @@ def kill_then_resume(folder):
     """Trains in a fresh process, SIGKILLs it once two epochs are logged, then runs
     the same command with --resume. Returns what the test checks, or
     {"failure": message} when the first run could not be killed mid-training."""
-    # 480 texts in batches of 8: about 50 steps, around a second, per epoch, so
+    # 480 texts (384 of them for training) in batches of 8: 48 steps an epoch, so
     # the kill lands several epochs before the end.
     data_path = write_keyword_csv(folder / "data.csv", 480, seed=1)
     run_dir = str(folder / "run")
     argv = [sys.executable, "-m", "apps.train_classifier", "--data", f"csv:{data_path}", *MODEL_FLAGS,
-            "--epochs", "6", "--batch-size", "8", "--patience", "0", "--verbose", "0",
+            "--epochs", "6", "--batch-size", "8", "--patience", "0",
             "--run-dir", run_dir, "--no-export"]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
     history_path = os.path.join(run_dir, "history.csv")
@@ -311,6 +312,13 @@ def test_resume_after_sigkill_continues_from_the_last_backup(killed_and_resumed)
     metrics = read_metrics(run_dir)
     assert metrics["epochs_completed"] == 6
     assert metrics["stopped_by_time_budget"] is False
+
+    # No --verbose and stdout a pipe: one "Epoch N/6" line for each epoch
+    # trained after the resume, and no redrawn progress bar.
+    stdout = resumed.stdout.decode(errors="replace")
+    assert "\r" not in stdout and "\x1b[" not in stdout, stdout[-3000:]
+    resumed_epochs = [int(number) for number in re.findall(r"^Epoch (\d+)/6$", stdout, flags=re.MULTILINE)]
+    assert resumed_epochs == list(range(epochs_backed_up + 1, 7)), stdout[-3000:]
 
 
 def test_a_kill_between_the_backup_and_the_history_row_loses_no_epoch(tmp_path, monkeypatch):

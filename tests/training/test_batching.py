@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.training.batching import length_bucketed_batches
-from keras_transformer.training.batching import trim_shared_padding
+from keras_transformer.text.padding import trim_shared_padding
 
 
 def padded_rows(lengths, width):
