@@ -43,7 +43,7 @@ from keras_transformer.decoding import greedy_decode
 from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text.wordpiece import END
 from keras_transformer.text.wordpiece import START
-from keras_transformer.training.batching import trim_shared_padding
+from keras_transformer.text import trim_shared_padding
 
 
 def main():

@@ -54,7 +54,7 @@ from keras_transformer.text import build_vocabulary
 from keras_transformer.text import save_vocabulary
 from keras_transformer.text.wordpiece import END
 from keras_transformer.text.wordpiece import START
-from keras_transformer.training.batching import trim_shared_padding
+from keras_transformer.text import trim_shared_padding
 from keras_transformer.training.translator import TranslatorSettings
 from keras_transformer.training.translator import build_translator_model
 
