@@ -51,22 +51,19 @@ def test_pins_satisfy_the_ranges_of_pyproject():
     the pins is a consistent install of the package."""
     pins = pinned_requirements()
     project = PYPROJECT["project"]
-    ranges = project["dependencies"] + PYPROJECT["build-system"]["requires"]
-    ranges += [entry for extra in project["optional-dependencies"].values() for entry in extra]
-    checked = 0
-    for entry in ranges:
-        requirement = Requirement(entry)
-        if canonicalize_name(requirement.name) == canonicalize_name(project["name"]):
-            continue  # `all` names the other extras
+    entries = project["dependencies"] + PYPROJECT["build-system"]["requires"]
+    entries += [entry for extra in project["optional-dependencies"].values() for entry in extra]
+    # `all` names the other extras, through the project itself.
+    ranges = [Requirement(entry) for entry in entries if not entry.startswith(project["name"] + "[")]
+    assert {"keras", "numpy", "hatchling", "tensorflow", "jax"} <= {canonicalize_name(r.name) for r in ranges}
+    for requirement in ranges:
         pin = pins.get(canonicalize_name(requirement.name))
-        assert pin is not None, f"pyproject.toml requires {entry!r}, which requirements*.txt does not pin"
+        assert pin is not None, f"pyproject.toml requires {requirement}, which requirements*.txt does not pin"
         version = next(iter(pin.specifier)).version
         assert requirement.specifier.contains(version, prereleases=True), (
-            f"pyproject.toml's {entry!r} excludes the pinned {pin}"
+            f"pyproject.toml's {requirement} excludes the pinned {pin}"
         )
-        assert requirement.extras <= pin.extras, f"{entry!r} needs extras the pin {pin} leaves out"
-        checked += 1
-    assert checked >= 15
+        assert requirement.extras <= pin.extras, f"{requirement} needs extras the pin {pin} leaves out"
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +212,6 @@ USER_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.timeout(900)
 def test_wheel_with_jax_only_in_a_fresh_environment(wheel, tmp_path):
     """`pip install keras-transformer` beside jax[cpu] (versions of requirements.txt)
     into a new virtual environment, then a user's model built, fit, saved and
@@ -232,7 +228,7 @@ def test_wheel_with_jax_only_in_a_fresh_environment(wheel, tmp_path):
     ] + [f"jax[cpu]=={pinned_version('jax')}"]
     install = subprocess.run(
         [sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-compile", *packages],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=300,
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
 
@@ -242,7 +238,7 @@ def test_wheel_with_jax_only_in_a_fresh_environment(wheel, tmp_path):
     assert absent.returncode == 1 and "No module named 'tensorflow'" in absent.stderr, absent.stderr
 
     result = subprocess.run(
-        [python, "-c", USER_SCRIPT], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        [python, "-c", USER_SCRIPT], capture_output=True, text=True, timeout=300, cwd=tmp_path,
         env=dict(clean, KERAS_BACKEND="jax", KERAS_HOME=str(tmp_path / "keras_home")),
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
