@@ -7,10 +7,14 @@ INSTALLED := $(VENV)/.installed
 
 .PHONY: venv bench-venv demo test test-tensorflow test-jax bench bench-translation crosscheck clean
 
-$(INSTALLED): requirements.txt
+# The pinned set (requirements.txt), then the project itself, editable and with
+# no dependencies of its own (they are all pinned above), built by the pinned
+# hatchling: after this, `import keras_transformer` works from any folder.
+$(INSTALLED): requirements.txt pyproject.toml
 	test -x $(VENV_PYTHON) || $(PYTHON) -m venv $(VENV)
 	$(VENV_PYTHON) -m pip install --quiet --upgrade pip
 	$(VENV_PYTHON) -m pip install --quiet -r requirements.txt
+	$(VENV_PYTHON) -m pip install --quiet --no-deps --no-build-isolation --editable .
 	touch $(INSTALLED)
 
 venv: $(INSTALLED)
@@ -51,7 +55,8 @@ demo: venv
 crosscheck: venv
 	$(VENV_PYTHON) -m apps.crosscheck
 
-# The whole suite on TensorFlow, then the layers again on JAX (layers use keras.ops only).
+# The whole suite on TensorFlow, then the layers again on JAX (layers use keras.ops only);
+# tests/test_packaging.py (the wheel in a fresh virtual environment) runs in the first.
 # Both on TEST_WORKERS pytest-xdist workers (two: CI has 2 CPU cores), scheduled by
 # tests/conftest.py's groups (the files that share a trained model or an export run
 # on one worker); TEST_WORKERS=0 runs in this process.
@@ -67,17 +72,18 @@ test-jax: venv
 	KERAS_BACKEND=jax $(PYTEST) tests/layers
 
 # Minutes to hours on 2 CPU cores; results land in benchmarks/results/.
+# Run as modules from the clone's root, where `benchmarks` is importable.
 bench: bench-venv
-	PYTHONPATH=. $(VENV_PYTHON) benchmarks/layer_speed.py
-	PYTHONPATH=. $(VENV_PYTHON) benchmarks/train_throughput.py
-	PYTHONPATH=. $(VENV_PYTHON) benchmarks/attention_scaling.py
-	PYTHONPATH=. $(VENV_PYTHON) benchmarks/decode_speed.py
-	PYTHONPATH=. $(VENV_PYTHON) benchmarks/classifier_quality.py bbc
-	PYTHONPATH=. $(VENV_PYTHON) benchmarks/serve_load.py
+	$(VENV_PYTHON) -m benchmarks.layer_speed
+	$(VENV_PYTHON) -m benchmarks.train_throughput
+	$(VENV_PYTHON) -m benchmarks.attention_scaling
+	$(VENV_PYTHON) -m benchmarks.decode_speed
+	$(VENV_PYTHON) -m benchmarks.classifier_quality bbc
+	$(VENV_PYTHON) -m benchmarks.serve_load
 
 # About 70 minutes: both translators for 30 minutes each, then BLEU on 1,000 test verses.
 bench-translation: bench-venv
-	PYTHONPATH=. $(VENV_PYTHON) benchmarks/translation_quality.py bible:es-en --minutes 30
+	$(VENV_PYTHON) -m benchmarks.translation_quality bible:es-en --minutes 30
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -53,6 +53,7 @@ LONGEST_FIRST = [
     "tests/layers/test_mixed_precision.py",
     "tests/models/test_seq2seq.py",
     "tests/test_decoding.py",
+    "tests/test_packaging.py",
 ]
 
 

@@ -242,9 +242,9 @@ def test_user_backend_kept_and_pyplot_never_loaded(tmp_path):
         "print(matplotlib.get_backend(), 'matplotlib.pyplot' in sys.modules)\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    environment = dict(os.environ, MPLBACKEND="svg", PYTHONPATH=root)
+    environment = dict(os.environ, MPLBACKEND="svg")
     result = subprocess.run(
-        [sys.executable, "-c", script], env=environment, capture_output=True, text=True, check=True
+        [sys.executable, "-c", script], cwd=root, env=environment, capture_output=True, text=True, check=True
     )
     assert result.stdout.split() == ["svg", "False"]
     read_png(tmp_path / "c.png")

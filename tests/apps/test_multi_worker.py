@@ -57,7 +57,7 @@ def two_workers_and_one_process(tmp_path_factory):
     workers = []
     for index in range(2):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, PYTHONPATH=REPO_ROOT, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3",
+        env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3",
                    TF_CONFIG=json.dumps(tf_config), TMPDIR=str(scratch))
         log = open(folder / f"worker{index}.log", "wb")
         workers.append((subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))

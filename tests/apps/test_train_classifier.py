@@ -225,7 +225,7 @@ def kill_then_resume(folder):
     argv = [sys.executable, "-m", "apps.train_classifier", "--data", f"csv:{data_path}", *MODEL_FLAGS,
             "--epochs", "6", "--batch-size", "8", "--patience", "0",
             "--run-dir", run_dir, "--no-export"]
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
     history_path = os.path.join(run_dir, "history.csv")
 
     with open(folder / "first.log", "wb") as log:

@@ -3,14 +3,16 @@ project cannot be imported, so they cannot share a function)."""
 
 import textwrap
 
-# Checks that the project is not importable, reads the export path and the
-# texts (hex, one JSON list) from argv, and lists the export with
-# `saved_model_cli show --all` as its console script would, into `cli`.
+# Makes the project unimportable (it may be installed in this interpreter:
+# `make` installs it editable; a None entry in sys.modules fails every import
+# of it and of its submodules), reads the export path and the texts (hex, one
+# JSON list) from argv, and lists the export with `saved_model_cli show --all`
+# as its console script would, into `cli`.
 LOADER_HEADER = textwrap.dedent(
     """
-    import importlib.util, json, sys
-    assert importlib.util.find_spec("keras_transformer") is None, "the project is importable"
-    assert importlib.util.find_spec("apps") is None, "the project is importable"
+    import json, sys
+    for project_package in ("keras_transformer", "apps", "tests"):
+        sys.modules[project_package] = None
     import tensorflow as tf
 
     path = sys.argv[1]

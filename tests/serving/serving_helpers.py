@@ -129,7 +129,7 @@ class ServerProcess:
         command = [sys.executable, "-m", "apps.serve", "--port", str(self.port), *extra_args]
         for name, path in models.items():
             command += ["--model", f"{name}={path}"]
-        environment = dict(os.environ, PYTHONPATH=REPO_ROOT, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
+        environment = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=self._log,
                                         stderr=subprocess.STDOUT)

@@ -11,8 +11,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 def serve(*args):
     """Runs `python -m apps.serve ARGS` (a bounded time: a server that started would be a failure)."""
-    environment = dict(os.environ, PYTHONPATH=REPO_ROOT)
-    return subprocess.run([sys.executable, "-m", "apps.serve", *args], cwd=REPO_ROOT, env=environment,
+    return subprocess.run([sys.executable, "-m", "apps.serve", *args], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -65,7 +65,7 @@ def test_loss_under_two_replicas_is_divided_by_them():
     result = subprocess.run(
         [sys.executable, "-c", TWO_REPLICAS], input=json.dumps([TARGETS.tolist(), LOGITS.tolist()]),
         capture_output=True, text=True, cwd=root, timeout=120,
-        env=dict(os.environ, PYTHONPATH=root, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3"),
+        env=dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     per_replica = json.loads(result.stdout.strip().splitlines()[-1])
