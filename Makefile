@@ -72,18 +72,18 @@ test-jax: venv
 	KERAS_BACKEND=jax $(PYTEST) tests/layers
 
 # Minutes to hours on 2 CPU cores; results land in benchmarks/results/.
-# Run as modules from the clone's root, where `benchmarks` is importable.
+# Run as scripts: each imports its neighbours (bench_common, reference_block) from its own folder.
 bench: bench-venv
-	$(VENV_PYTHON) -m benchmarks.layer_speed
-	$(VENV_PYTHON) -m benchmarks.train_throughput
-	$(VENV_PYTHON) -m benchmarks.attention_scaling
-	$(VENV_PYTHON) -m benchmarks.decode_speed
-	$(VENV_PYTHON) -m benchmarks.classifier_quality bbc
-	$(VENV_PYTHON) -m benchmarks.serve_load
+	$(VENV_PYTHON) benchmarks/layer_speed.py
+	$(VENV_PYTHON) benchmarks/train_throughput.py
+	$(VENV_PYTHON) benchmarks/attention_scaling.py
+	$(VENV_PYTHON) benchmarks/decode_speed.py
+	$(VENV_PYTHON) benchmarks/classifier_quality.py bbc
+	$(VENV_PYTHON) benchmarks/serve_load.py
 
 # About 70 minutes: both translators for 30 minutes each, then BLEU on 1,000 test verses.
 bench-translation: bench-venv
-	$(VENV_PYTHON) -m benchmarks.translation_quality bible:es-en --minutes 30
+	$(VENV_PYTHON) benchmarks/translation_quality.py bible:es-en --minutes 30
 
 clean:
 	rm -rf $(VENV) .pytest_cache

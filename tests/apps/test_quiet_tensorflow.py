@@ -17,7 +17,7 @@ def run_predict(trained_classifier, log_level):
     """`python -m apps.predict` on the session's export: TensorFlow loads, then
     runs its first ops (where a machine without a GPU logs cuInit's error)."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
-    env.update(PYTHONPATH=REPO_ROOT, KERAS_BACKEND="tensorflow")
+    env.update(KERAS_BACKEND="tensorflow")
     if log_level is not None:
         env["TF_CPP_MIN_LOG_LEVEL"] = log_level
     finished = subprocess.run(
@@ -63,8 +63,7 @@ def test_only_chatter_is_dropped_from_what_the_import_wrote(tmp_path, monkeypatc
         "spec.loader.exec_module(module)\n"
         "sys.stderr.write('after the import\\n')\n"
     )
-    finished = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
-                              env=dict(os.environ, PYTHONPATH=REPO_ROOT), timeout=60)
+    finished = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert finished.returncode == 0, finished.stderr
     assert finished.stderr.splitlines() == [
         "a line of the module",
