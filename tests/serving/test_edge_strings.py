@@ -97,7 +97,7 @@ def assert_classifier_values(prediction, expected_probabilities, expected_label)
     assert prediction["label"] == expected_label.decode("utf-8")
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # the session's exports are built inside it when it runs first
 @pytest.mark.parametrize("text", [text for _, text in EDGE_TEXTS], ids=[name for name, _ in EDGE_TEXTS])
 def test_edge_text_gets_the_saved_models_answer(client, direct_models, text):
     raw = wtf8(text)
@@ -119,7 +119,7 @@ def test_edge_text_gets_the_saved_models_answer(client, direct_models, text):
     assert response.json() == {"predictions": [translation.decode("utf-8")]}
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # the session's exports are built inside it when it runs first
 def test_edge_texts_in_one_batch_each_get_their_own_answer(client, direct_models):
     texts = [text for _, text in EDGE_TEXTS]
     response = post_json(client, CLASSIFIER_URL, {"instances": texts})
