@@ -24,10 +24,12 @@ SHARED_GROUPS = {
     "tests/apps/test_translate.py": "tiny_translator",
     # trained_classifier (tests/classifier_fixtures.py)
     "tests/apps/test_predict.py": "trained_classifier",
+    "tests/apps/test_predict_matches_export.py": "trained_classifier",
     "tests/apps/test_train_classifier.py": "trained_classifier",
     "tests/export/test_classifier_export.py": "trained_classifier",
     # exports, and direct_models / direct_answers built on it (tests/serving/conftest.py)
     "tests/serving/test_app.py": "serving_exports",
+    "tests/serving/test_edge_strings.py": "serving_exports",
     "tests/serving/test_fuzz.py": "serving_exports",
     "tests/serving/test_load.py": "serving_exports",
 }

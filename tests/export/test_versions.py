@@ -103,7 +103,7 @@ def test_write_fn_that_writes_nothing_publishes_nothing(tmp_path):
     def write_variables_only(folder):
         os.makedirs(os.path.join(folder, "variables"))
 
-    with pytest.raises(RuntimeError, match="saved_model.pb"):
+    with pytest.raises(RuntimeError, match="wrote no saved_model.pb"):
         write_new_version(base, write_variables_only)
     assert os.listdir(base) == ["1"]
     assert latest_version_dir(base) == os.path.join(base, "1")

@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -168,6 +169,25 @@ class ServerProcess:
                 self.process.wait(timeout=20)
         self._log.close()
         return self.process.returncode
+
+
+def start_threads(targets, name):
+    """Starts one daemon thread per target: a thread stuck on a hung server
+    cannot keep the test process alive after the test has failed."""
+    threads = [threading.Thread(target=target, name=f"{name}-{index}", daemon=True)
+               for index, target in enumerate(targets)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def join_threads(threads, timeout):
+    """Waits at most `timeout` seconds in all for `threads`; fails naming those still running."""
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [thread.name for thread in threads if thread.is_alive()]
+    assert not stuck, f"still running after {timeout:.0f} s: {stuck}"
 
 
 def publish_copy(version_dir, base_path):

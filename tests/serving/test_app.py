@@ -4,6 +4,7 @@ and a version switch."""
 
 import base64
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -24,7 +25,9 @@ from tests.serving.serving_helpers import NON_UTF8_TEXT
 from tests.serving.serving_helpers import TEXT_POOL
 from tests.serving.serving_helpers import assert_classifier_answer
 from tests.serving.serving_helpers import call_direct
+from tests.serving.serving_helpers import join_threads
 from tests.serving.serving_helpers import publish_copy
+from tests.serving.serving_helpers import start_threads
 from tests.serving.serving_helpers import text_json
 
 SOME_TEXTS = ["the cat sat on the mat", "", "la casa es azul", NON_UTF8_TEXT, "zebra quantum xylophone"]
@@ -356,21 +359,18 @@ def concurrent_predictions(client, model, texts, instances_per_request=1):
     """One thread per request, all released at once; returns the responses in request order."""
     requests = [texts[start:start + instances_per_request] for start in range(0, len(texts), instances_per_request)]
     responses = [None] * len(requests)
-    barrier = threading.Barrier(len(requests))
+    barrier = threading.Barrier(len(requests), timeout=60)
 
     def send(index):
         barrier.wait()
         responses[index] = predict(client, model, {"instances": [text_json(text) for text in requests[index]]})
 
-    threads = [threading.Thread(target=send, args=(index,)) for index in range(len(requests))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    join_threads(start_threads([functools.partial(send, index) for index in range(len(requests))], "client"), 120)
     assert all(response is not None and response.status_code == 200 for response in responses), responses
     return requests, responses
 
 
+@pytest.mark.timeout(600)
 def test_concurrent_requests_are_merged_and_each_gets_its_rows(serve, model_calls, direct_answers):
     texts = TEXT_POOL[:16]
     with serve(max_batch_size=64, batch_timeout_ms=300) as client:
@@ -389,6 +389,7 @@ def test_concurrent_requests_are_merged_and_each_gets_its_rows(serve, model_call
         assert sum(model_calls) == len(texts) and len(model_calls) < len(texts), model_calls
 
 
+@pytest.mark.timeout(600)
 def test_batches_respect_the_max_batch_size(serve, model_calls, direct_answers):
     texts = TEXT_POOL[:24]
     with serve(max_batch_size=5, batch_timeout_ms=300) as client:
@@ -407,6 +408,7 @@ def test_batches_respect_the_max_batch_size(serve, model_calls, direct_answers):
         assert model_calls == [7]
 
 
+@pytest.mark.timeout(600)
 def test_a_bad_request_does_not_fail_the_requests_merged_with_it(serve, monkeypatch, direct_answers):
     calls = []
     original = ServedVersion.run
@@ -421,17 +423,13 @@ def test_a_bad_request_does_not_fail_the_requests_merged_with_it(serve, monkeypa
     with serve(max_batch_size=64, batch_timeout_ms=300) as client:
         monkeypatch.setattr(ServedVersion, "run", refusing)
         responses = [None] * len(texts)
-        barrier = threading.Barrier(len(texts))
+        barrier = threading.Barrier(len(texts), timeout=60)
 
         def send(index):
             barrier.wait()
             responses[index] = predict(client, "classifier", {"instances": [texts[index]]})
 
-        threads = [threading.Thread(target=send, args=(index,)) for index in range(len(texts))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=120)
+        join_threads(start_threads([functools.partial(send, index) for index in range(len(texts))], "client"), 120)
     assert max(calls) > 1, calls  # the bad request was merged with others at least once
     assert_error(responses[-1], 400, "the model refuses 'bad input'")
     for text, response in zip(texts[:-1], responses[:-1]):

@@ -1,10 +1,14 @@
 """Generated request bodies against the in-process app: never a 5xx, always a JSON
-error for a refusal, and the app answers good requests afterwards."""
+error for a refusal, every classifier answer the SavedModel's own values, and
+the app answers good requests afterwards. The edge strings the generator
+rarely produces are listed one by one in test_edge_strings.py."""
 
 import base64
 import json
 
 import hypothesis.strategies as st
+import numpy as np
+import pytest
 from hypothesis import HealthCheck
 from hypothesis import given
 from hypothesis import settings
@@ -13,7 +17,9 @@ from starlette.testclient import TestClient
 from keras_transformer.serving import ModelRepository
 from keras_transformer.serving import ServerSettings
 from keras_transformer.serving import create_app
+from tests.serving.serving_helpers import CLASS_NAMES
 from tests.serving.serving_helpers import assert_classifier_answer
+from tests.serving.serving_helpers import call_direct
 
 # Mostly the classifier (cheap model calls), a few other routes.
 ROUTES = (
@@ -111,7 +117,44 @@ bodies = st.one_of(
 )
 
 
-def test_generated_bodies_never_get_a_5xx(exports, direct_answers):
+def request_texts(body):
+    """The texts of an accepted classifier request, as bytes, read from its JSON
+    the way TensorFlow Serving's protocol defines it (not with the server's code)."""
+    values = body.get("instances", body.get("inputs"))
+    if isinstance(values, dict) and set(values) != {"b64"}:
+        values = values["text"]
+    texts = []
+    for value in values:
+        if isinstance(value, dict) and set(value) != {"b64"}:
+            value = value["text"]
+        texts.append(base64.b64decode(value["b64"]) if isinstance(value, dict)
+                     else value.encode("utf-8", "surrogatepass"))
+    return texts
+
+
+def check_classifier_values(body, answer, loaded):
+    """A 200 answer of the classifier: the SavedModel's own values, row by row."""
+    if body.get("signature_name", "serving_default") != "serving_default":
+        return
+    texts = request_texts(body)
+    if "predictions" in answer:
+        probabilities = [prediction["probabilities"] for prediction in answer["predictions"]]
+        labels = [prediction["label"] for prediction in answer["predictions"]]
+    else:
+        probabilities, labels = answer["outputs"]["probabilities"], answer["outputs"]["label"]
+    assert len(probabilities) == len(labels) == len(texts)
+    if not texts:
+        return
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
+    assert labels == [CLASS_NAMES[index] for index in probabilities.argmax(axis=1)]
+    expected = call_direct(loaded, texts)
+    np.testing.assert_allclose(probabilities, expected["probabilities"], atol=1e-5, rtol=0)
+    assert labels == [label.decode("utf-8") for label in expected["label"]]
+
+
+@pytest.mark.timeout(900)
+def test_generated_bodies_never_get_a_5xx(exports, direct_models, direct_answers):
     repository = ModelRepository({"classifier": exports.classifier, "translator": exports.translator}, poll_seconds=0)
     app = create_app(repository, ServerSettings(max_body_bytes=4096, max_instances=8, batch_timeout_ms=1.0))
     sent = []
@@ -130,6 +173,8 @@ def test_generated_bodies_never_get_a_5xx(exports, direct_answers):
                 assert set(answer) == {"error"} and isinstance(answer["error"], str) and answer["error"]
             else:
                 assert set(answer) & {"predictions", "outputs", "model_version_status", "metadata"}
+                if method == "POST" and route.startswith("/v1/models/classifier") and route.endswith(":predict"):
+                    check_classifier_values(json.loads(body), answer, direct_models[("classifier", 1)])
 
         send()
         assert len(sent) >= 1000

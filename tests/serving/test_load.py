@@ -15,7 +15,9 @@ import pytest
 
 from tests.serving.serving_helpers import TEXT_POOL
 from tests.serving.serving_helpers import ServerProcess
+from tests.serving.serving_helpers import join_threads
 from tests.serving.serving_helpers import publish_copy
+from tests.serving.serving_helpers import start_threads
 from tests.serving.serving_helpers import text_json
 
 CLIENTS = 16
@@ -38,6 +40,7 @@ def server(exports, tmp_path_factory):
     process.stop()
 
 
+@pytest.mark.timeout(600)  # the session's exports and the server start inside it when it runs first
 def test_refusals_over_http_keep_the_server_up(server, direct_answers):
     text = "the cat sat on the mat"
     expected_probabilities, expected_label = direct_answers[("classifier", 1)][text]
@@ -98,6 +101,7 @@ def answers_of(model, body, columnar):
     return [(prediction["probabilities"], prediction["label"]) for prediction in body["predictions"]]
 
 
+@pytest.mark.timeout(900)
 def test_load_with_a_version_switch(server, exports, direct_answers):
     plan = plan_requests()
     translator_v1, translator_v2 = direct_answers[("translator", 1)], direct_answers[("translator", 2)]
@@ -113,6 +117,8 @@ def test_load_with_a_version_switch(server, exports, direct_answers):
     extra = collections.Counter()
 
     def take():
+        if failures:  # stop at the first failure rather than hammer a broken server
+            return None
         with lock:
             index = next_index[0]
             next_index[0] += 1
@@ -134,11 +140,11 @@ def test_load_with_a_version_switch(server, exports, direct_answers):
                     response = client.post(f"/v1/models/{model}:predict", json=request_body(texts, columnar))
                 except httpx.HTTPError as error:
                     failures.append((model, texts, repr(error)))
-                    continue
+                    return
                 answered = time.monotonic()
                 if response.status_code != 200:
                     failures.append((model, texts, response.status_code, response.text))
-                    continue
+                    return
                 answers = answers_of(model, response.json(), columnar)
                 with lock:
                     records.append((model, texts, answers, sent, answered))
@@ -150,19 +156,18 @@ def test_load_with_a_version_switch(server, exports, direct_answers):
                         switch["first_v2_answer"] = answered
 
     def publisher():
-        while done[0] < SWITCH_AFTER and not failures:
+        while done[0] < SWITCH_AFTER:
+            if failures or time.monotonic() > deadline:
+                return
             time.sleep(0.05)
         publish_copy(exports.spare_translator, server.models["translator"])
         switch["published"] = time.monotonic()
 
     started = time.monotonic()
     deadline = started + 240
-    threads = [threading.Thread(target=client_loop) for _ in range(CLIENTS)]
-    publishing = threading.Thread(target=publisher)
-    for thread in threads + [publishing]:
-        thread.start()
-    for thread in threads + [publishing]:
-        thread.join(timeout=300)
+    threads = start_threads([client_loop] * CLIENTS + [publisher], "load")
+    # A request that hangs is cut by the client's timeout (120 s), after the deadline at most.
+    join_threads(threads, deadline - started + 150)
     elapsed = time.monotonic() - started
 
     assert not failures, failures[:5]

@@ -75,6 +75,23 @@ def test_row_bare_strings():
     assert arrays["text"].tolist() == [b"a", b"", "été".encode("utf-8")]
 
 
+@pytest.mark.parametrize("body_text, expected", [
+    # The surrogate's own 3 bytes (WTF-8), the bytes a {"b64": ...} of them would give.
+    ('["\\ud800"]', b"\xed\xa0\x80"),
+    ('["a\\udfffb"]', b"a\xed\xbf\xbfb"),
+    ('["\\ude00\\ud83d"]', b"\xed\xb8\x80\xed\xa0\xbd"),
+    # A valid pair is one character, sent as UTF-8 (not as two surrogates).
+    ('["\\ud83d\\ude00"]', "\U0001f600".encode("utf-8")),
+    ('["\\u0000\\r\\n\\ufeff"]', b"\x00\r\n\xef\xbb\xbf"),
+])
+def test_json_escapes_reach_the_model_as_these_bytes(body_text, expected):
+    body = parse_body(('{"instances": ' + body_text + '}').encode("ascii"))
+    _, arrays, _ = parse_predict_request(body, TEXT, 8)
+    assert arrays["text"].tolist() == [expected]
+    _, columnar, _ = parse_predict_request({"inputs": body["instances"]}, TEXT, 8)
+    assert columnar["text"].tolist() == [expected]
+
+
 def test_row_b64_and_named_instances():
     raw = b"\xff\x00binary"
     body = {"instances": [{"b64": base64.b64encode(raw).decode()}, {"text": "x"}, {"text": {"b64": "eQ=="}}]}

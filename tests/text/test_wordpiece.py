@@ -6,6 +6,7 @@ from a previous run of the tokenizer.
 
 import os
 import shutil
+import unicodedata
 
 import numpy as np
 import pytest
@@ -114,17 +115,42 @@ def test_invalid_utf8_in_training_texts_is_replaced_not_an_error():
     assert "market" in built
 
 
-def test_a_small_vocabulary_still_spells_every_corpus_word(tmp_path):
-    # 7 reserved + 27 characters + 27 continuation characters exceed 50: the
-    # learner returns more than 50 tokens and the cut drops "##m".."##z".
-    try:
-        built = build_vocabulary(CORPUS, 50)
-    except ValueError:
-        return  # refusing a size too small for the alphabet is fine too
-    assert len(built) <= 50
+def corpus_characters():
+    """The distinct characters of CORPUS as the uncased splitter sees them:
+    lower-cased, accents stripped, whitespace dropped."""
+    text = unicodedata.normalize("NFD", " ".join(CORPUS).lower())
+    return {char for char in text if unicodedata.category(char) != "Mn" and not char.isspace()}
+
+
+# Every character twice (word-initial and "##" form) after the reserved tokens:
+# the fewest tokens that spell every word of CORPUS.
+SMALLEST_SPELLING_SIZE = len(RESERVED_TOKENS) + 2 * len(corpus_characters())
+
+
+def test_a_vocabulary_too_small_for_the_characters_is_refused_naming_the_smallest_size():
+    with pytest.raises(ValueError, match=rf"use at least {SMALLEST_SPELLING_SIZE}\b"):
+        build_vocabulary(CORPUS, SMALLEST_SPELLING_SIZE - 1)
+    with pytest.raises(ValueError, match="`vocabulary_size` 50 cannot hold"):
+        build_vocabulary(CORPUS, 50)
+
+
+@pytest.mark.parametrize("extra", [0, 6])
+def test_a_small_vocabulary_still_spells_every_corpus_word(tmp_path, extra):
+    size = SMALLEST_SPELLING_SIZE + extra
+    built = build_vocabulary(CORPUS, size)
+    assert len(built) <= size
+    assert built[: len(RESERVED_TOKENS)] == list(RESERVED_TOKENS)
+    assert len(set(built)) == len(built)
+    for char in corpus_characters():
+        assert char in built and "##" + char in built, char
     small = WordPieceTokenizer(save_vocabulary(built, tmp_path / "vocab.txt"))
-    ids = small.tokenize(tf.constant(CORPUS)).flat_values.numpy()
+    tokens = small.tokenize(tf.constant(CORPUS))
+    ids = tokens.flat_values.numpy()
     assert small.token_id(UNK) not in ids
+    # And the pieces spell the words back.
+    assert [text.decode() for text in small.detokenize(small.encode(tf.constant(RARE_TEXTS), 32)).numpy()] == [
+        text.lower().replace("é", "e") for text in RARE_TEXTS
+    ]
 
 
 # --- encode ------------------------------------------------------------------
