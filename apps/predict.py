@@ -57,14 +57,15 @@ def classify(model, texts, batch_size):
 
 def print_prediction(text, label, probabilities, class_names, as_json):
     names = class_names or [str(index) for index in range(len(probabilities))]
-    by_class = {name: round(float(p), 4) for name, p in zip(names, probabilities)}
     if as_json:
+        by_class = {name: round(float(p), 4) for name, p in zip(names, probabilities)}
         print(json.dumps({"text": text, "label": label, "probabilities": by_class}, ensure_ascii=False))
         return
     preview = " ".join(text.split())
     preview = preview if len(preview) <= 70 else preview[:67] + "..."
     print(f"{label:<15} {max(probabilities):6.1%}  {preview!r}")
-    print("    " + "  ".join(f"{name} {p:.3f}" for name, p in by_class.items()))
+    # Formatted from the model's values: rounding twice (to 4, then 3 places) can be off by one in the last place.
+    print("    " + "  ".join(f"{name} {float(p):.3f}" for name, p in zip(names, probabilities)))
 
 
 def plot_attention(model, text, out_path, layer):
