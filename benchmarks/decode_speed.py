@@ -35,6 +35,7 @@ Usage (from the repository root):
 import argparse
 import os
 import platform
+import shutil
 import statistics
 import tempfile
 
@@ -72,6 +73,14 @@ def main():
         "--vocabulary-examples", type=int, default=None,
         help="learn the random model's vocabularies from this many training pairs (default: all)",
     )
+    parser.add_argument(
+        "--save-export", help="also copy our export here (to time it from another commit's run)",
+    )
+    parser.add_argument(
+        "--baseline-export",
+        help="a translator export written by another commit (its --save-export), decoding --tokens "
+        "tokens and never [END]; timed in the same rounds as ours, as `baseline greedy` and `baseline beam 4`",
+    )
     args = parser.parse_args()
     set_tensorflow_threads(args.threads)
 
@@ -92,6 +101,8 @@ def main():
         tutorial_dir = export_tutorial_style(
             model, source_tokenizer, target_tokenizer, os.path.join(folder, "tutorial"), args.tokens
         )
+        if args.save_export:
+            shutil.copytree(ours_dir, args.save_export)
         ours = tf.saved_model.load(ours_dir)
         tutorial = tf.saved_model.load(tutorial_dir)
         decoders = {
@@ -99,6 +110,10 @@ def main():
             "ours beam 4": ours.signatures["serving_default"],
             "tutorial greedy": tutorial.signatures["serving_default"],
         }
+        if args.baseline_export:
+            baseline = tf.saved_model.load(args.baseline_export)
+            decoders["baseline greedy"] = baseline.signatures["greedy"]
+            decoders["baseline beam 4"] = baseline.signatures["serving_default"]
         rows = []
         for batch_size in [int(size) for size in args.batch_sizes.split(",")]:
             texts = tf.constant((data.test.sources * batch_size)[:batch_size])
