@@ -21,9 +21,13 @@ def scaled_dot_product_logits(query, key):
     A batched matmul against the swapped key rather than an einsum: on the
     TensorFlow backend the einsum kernel's own bookkeeping outweighs the
     arithmetic when decoding one query, and the swap folds into the matmul.
+    The scale multiplies the product, not the query: with the query scaled,
+    TensorFlow's oneDNN graph rewrite of matmul + bias add inside a decoding
+    `tf.while_loop` made the whole `tf.function` return an empty tensor
+    (tests/models/test_models_attention_class.py decodes in a `tf.function`).
     """
     scale = ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
-    return ops.matmul(query * scale, ops.swapaxes(key, -1, -2))
+    return ops.matmul(query, ops.swapaxes(key, -1, -2)) * scale
 
 
 def softmax_with_bias(logits, bias=None):

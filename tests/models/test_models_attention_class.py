@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from keras_transformer.decoding import greedy_decode
 from keras_transformer.layers import MultiHeadAttention
@@ -99,6 +100,16 @@ def test_cached_greedy_equals_uncached_greedy(models):
     np.testing.assert_array_equal(cached, uncached_greedy(cosine))
     assert (cached == END).any(), "the test needs a sequence that stops early"
     assert not np.array_equal(cached, greedy_decode(default, SOURCE, MAX_LENGTH, START, END).numpy())
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_greedy_in_a_tf_function_equals_eager(models, batch):
+    # As exports run it: one traced graph, where TensorFlow's graph rewrites
+    # apply (one of them once made the traced loop return an empty tensor).
+    cosine, _ = models
+    source = tf.constant(SOURCE[:batch])
+    traced = tf.function(lambda ids: greedy_decode(cosine, ids, MAX_LENGTH, START, END))(source)
+    np.testing.assert_array_equal(traced.numpy(), greedy_decode(cosine, source, MAX_LENGTH, START, END).numpy())
 
 
 def test_saved_and_loaded_model_keeps_the_subclass(models, cosine_attention, tmp_path):
