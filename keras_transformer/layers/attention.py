@@ -398,7 +398,9 @@ class MultiHeadAttention(keras.layers.Layer):
         bias, rows = prepared_mask
         logits = self.compute_attention_logits(query_heads, key_heads)
         weights = self.compute_attention_weights(logits, bias)
-        dropped = self.dropout_layer(weights, training=training) if self.dropout > 0 else weights
+        # Dropout is the identity unless training: calling it anyway would put
+        # a layer call into every decoding step.
+        dropped = self.dropout_layer(weights, training=True) if self.dropout > 0 and training else weights
         attended = ops.matmul(dropped, value_heads)
         if rows is None:
             return attended, weights

@@ -10,10 +10,12 @@ from keras_transformer.layers import MultiHeadAttention
 from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.models import TransformerClassifier
 from tests.layers.readme_snippet import readme_cosine_attention
+from tests.test_decoding import END
+from tests.test_decoding import START
+from tests.test_decoding import uncached_greedy  # re-runs the whole decoder on the prefix each step
 
 SOURCE = np.array([[5, 6, 7, 8, 9, 10], [9, 3, 0, 0, 0, 0], [7, 7, 7, 7, 0, 0]], np.int32)
 TARGET = np.array([[4, 10, 11, 7, 8], [4, 9, 3, 0, 0], [4, 6, 6, 6, 6]], np.int32)
-START, END = 4, 5
 MAX_LENGTH = 8
 
 
@@ -59,24 +61,6 @@ def stepped(model):
     return np.stack(logits, axis=1)
 
 
-def uncached_greedy(model):
-    """Re-runs the whole decoder on the prefix at every step."""
-    encoder_output, source_mask = model.encode(SOURCE)
-    prefix = np.full((len(SOURCE), 1), START, np.int32)
-    finished = np.zeros(len(SOURCE), bool)
-    generated = []
-    for _ in range(MAX_LENGTH):
-        logits = keras.ops.convert_to_numpy(model.decode(prefix, encoder_output, source_mask))
-        next_tokens = np.where(finished, 0, logits[:, -1].argmax(-1)).astype(np.int32)
-        generated.append(next_tokens)
-        finished |= next_tokens == END
-        prefix = np.concatenate([prefix, next_tokens[:, None]], axis=1)
-        if finished.all():
-            break
-    generated = np.stack(generated, axis=1)
-    return np.pad(generated, [[0, 0], [0, MAX_LENGTH - generated.shape[1]]])
-
-
 def test_every_block_attends_with_the_subclass(models, cosine_attention):
     cosine, _ = models
     attentions = [block.self_attention for block in cosine.encoder_blocks + cosine.decoder_blocks]
@@ -97,7 +81,7 @@ def test_decode_steps_equal_the_teacher_forced_decoder(models):
 def test_cached_greedy_equals_uncached_greedy(models):
     cosine, default = models
     cached = greedy_decode(cosine, SOURCE, MAX_LENGTH, START, END).numpy()
-    np.testing.assert_array_equal(cached, uncached_greedy(cosine))
+    np.testing.assert_array_equal(cached, uncached_greedy(cosine, SOURCE, MAX_LENGTH))
     assert (cached == END).any(), "the test needs a sequence that stops early"
     assert not np.array_equal(cached, greedy_decode(default, SOURCE, MAX_LENGTH, START, END).numpy())
 
