@@ -260,3 +260,18 @@ def test_compute_attention_takes_one_form_of_mask(rng):
     with pytest.raises(ValueError, match="either `prepared_mask`"):
         layer.compute_attention(heads, heads, heads, attention_mask=mask,
                                 prepared_mask=layer.prepare_attention_mask(mask))
+
+
+def test_query_that_attends_nowhere_gets_zero_weights_and_output(rng):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, bias_initializer="random_normal")
+    x = rng.normal(size=(2, 4, 8)).astype("float32")
+    mask = np.ones((2, 4, 4), bool)
+    mask[1, 2] = False  # query 2 of the second sequence may attend nothing
+    output, scores = layer(x, x, attention_mask=mask, return_attention_scores=True)
+    output, scores = ops.convert_to_numpy(output), ops.convert_to_numpy(scores)
+    np.testing.assert_array_equal(scores[1, :, 2], 0.0)
+    # Zero attended heads: the output is the output projection's bias alone.
+    np.testing.assert_allclose(output[1, 2], ops.convert_to_numpy(layer.output_bias), atol=1e-6)
+    query_padding = np.array([[True] * 4, [True, True, False, True]])
+    padded = ops.convert_to_numpy(layer(x, x, query_mask=query_padding))
+    np.testing.assert_allclose(padded[1, 2], ops.convert_to_numpy(layer.output_bias), atol=1e-6)

@@ -87,13 +87,14 @@ def test_cached_greedy_equals_uncached_greedy(models):
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-def test_greedy_in_a_tf_function_equals_eager(models, batch):
+@pytest.mark.parametrize("scoring", ["cosine", "default"])
+def test_greedy_in_a_tf_function_equals_eager(models, batch, scoring):
     # As exports run it: one traced graph, where TensorFlow's graph rewrites
     # apply (one of them once made the traced loop return an empty tensor).
-    cosine, _ = models
+    model = models[0] if scoring == "cosine" else models[1]
     source = tf.constant(SOURCE[:batch])
-    traced = tf.function(lambda ids: greedy_decode(cosine, ids, MAX_LENGTH, START, END))(source)
-    np.testing.assert_array_equal(traced.numpy(), greedy_decode(cosine, source, MAX_LENGTH, START, END).numpy())
+    traced = tf.function(lambda ids: greedy_decode(model, ids, MAX_LENGTH, START, END))(source)
+    np.testing.assert_array_equal(traced.numpy(), greedy_decode(model, source, MAX_LENGTH, START, END).numpy())
 
 
 def test_saved_and_loaded_model_keeps_the_subclass(models, cosine_attention, tmp_path):
