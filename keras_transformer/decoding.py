@@ -14,7 +14,7 @@ outside the loop).
 
 import tensorflow as tf
 
-NEGATIVE_INFINITY = -1e9
+from keras_transformer.layers.masks import MASKED_LOGIT
 
 
 def greedy_decode(model, source_ids, max_length, start_id, end_id):
@@ -89,7 +89,7 @@ def beam_search(
     # Only the first beam is live at the start, so the first step does not
     # pick the same token beam_width times.
     log_probs = tf.tile(
-        tf.concat([[0.0], tf.fill([beam_width - 1], NEGATIVE_INFINITY)], axis=0)[None, :], [batch_size, 1]
+        tf.concat([[0.0], tf.fill([beam_width - 1], MASKED_LOGIT)], axis=0)[None, :], [batch_size, 1]
     )
     tokens = tf.fill([flat_size], tf.constant(start_id, tf.int32))
     sequences = tf.zeros([batch_size, beam_width, max_length], tf.int32)
@@ -105,7 +105,7 @@ def beam_search(
         vocabulary_size = tf.shape(step_log_probs)[-1]
         step_log_probs = tf.reshape(step_log_probs, [batch_size, beam_width, vocabulary_size])
         # A finished hypothesis may only "continue" with padding, at no cost.
-        frozen = tf.one_hot(0, vocabulary_size, on_value=0.0, off_value=NEGATIVE_INFINITY)
+        frozen = tf.one_hot(0, vocabulary_size, on_value=0.0, off_value=MASKED_LOGIT)
         step_log_probs = tf.where(finished[:, :, None], frozen[None, None, :], step_log_probs)
         candidates = tf.reshape(log_probs[:, :, None] + step_log_probs, [batch_size, -1])
         log_probs, flat_choice = tf.math.top_k(candidates, k=beam_width)

@@ -5,6 +5,7 @@ from keras_transformer.layers.attention import scaled_dot_product_attention
 from keras_transformer.layers.decoder import TransformerDecoderBlock
 from keras_transformer.layers.encoder import TransformerEncoderBlock
 from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.masks import MASKED_LOGIT
 from keras_transformer.layers.masks import causal_mask
 from keras_transformer.layers.masks import merge_masks
 from keras_transformer.layers.masks import padding_mask
@@ -13,6 +14,7 @@ from keras_transformer.layers.position import SinusoidalPositionEncoding
 from keras_transformer.layers.position import TokenAndPositionEmbedding
 
 __all__ = [
+    "MASKED_LOGIT",
     "FeedForward",
     "MultiHeadAttention",
     "PositionEmbedding",

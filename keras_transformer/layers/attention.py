@@ -5,33 +5,48 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers.initializers import clone_initializer
+from keras_transformer.layers.masks import attention_bias
 from keras_transformer.layers.masks import merge_masks
 
-# Masked logits are set to this before the softmax. Logits are float32 there
-# (see `masked_softmax`), so it cannot overflow under mixed precision.
-_MASKED_LOGIT = -1e9
+# The pieces every attention computation of the project is made of: the
+# default scoring of `MultiHeadAttention.compute_attention_logits`, its
+# float32 softmax and its masking, and `scaled_dot_product_attention`, are
+# these functions, so there is one implementation to keep right.
 
 
-def attention_bias(mask):
-    """Bool mask (True = may attend) -> float32 additive bias, 0 or -1e9, for logits."""
-    return ops.where(ops.cast(mask, "bool"), 0.0, _MASKED_LOGIT)
+def scaled_dot_product_logits(query, key):
+    """`Q K^T / sqrt(d_k)`: query `[..., T, d_k]`, key `[..., S, d_k]` -> `[..., T, S]`.
+
+    A batched matmul against the swapped key rather than an einsum: on the
+    TensorFlow backend the einsum kernel's own bookkeeping outweighs the
+    arithmetic when decoding one query, and the swap folds into the matmul.
+    The scale multiplies the product, not the query: with the query scaled,
+    TensorFlow's oneDNN graph rewrite of matmul + bias add inside a decoding
+    `tf.while_loop` made the whole `tf.function` return an empty tensor
+    (tests/models/test_models_attention_class.py decodes in a `tf.function`).
+    """
+    scale = ops.cast(1.0 / math.sqrt(query.shape[-1]), query.dtype)
+    return ops.matmul(query, ops.swapaxes(key, -1, -2)) * scale
 
 
-def _biased_softmax(logits, mask):
-    """float32 softmax over the last axis with masked positions at weight 0.
+def softmax_with_bias(logits, bias=None):
+    """float32 softmax over the last axis of `logits + bias`.
 
-    A row with no allowed position comes out uniform; callers zero it.
+    `bias` is float32, additive, broadcastable to `logits` (0 = may attend,
+    `MASKED_LOGIT` = may not; see `attention_bias`), or None. Adding a bias in
+    the mask's own small shape, rather than selecting on `[B, heads, T, S]`,
+    keeps the selects off the big tensor and out of the backward pass. A row
+    with no allowed position comes out uniform: callers zero it (see
+    `attending_rows`).
     """
     logits = ops.cast(logits, "float32")
-    if mask is None:
-        return ops.softmax(logits, axis=-1)
-    # An additive bias in the mask's own (broadcast) shape: the selects run on
-    # the small mask, not on [B, heads, T, S], and the backward pass has none.
-    # Masked logits are exp(-1e9 - max) = 0 exactly, as with `where`.
-    return ops.softmax(logits + attention_bias(mask), axis=-1)
+    if bias is not None:
+        logits = logits + bias
+    return ops.softmax(logits, axis=-1)
 
 
-def _attending_rows(mask):
+def attending_rows(mask):
     """`[..., T, 1]` bool, False for a query row with no allowed key; None without a mask."""
     if mask is None:
         return None
@@ -45,15 +60,17 @@ def masked_softmax(logits, mask=None):
     gets all-zero weights, never NaN, so a padded query contributes nothing.
     Returns float32 weights; callers cast to their compute dtype.
     """
-    weights = _biased_softmax(logits, mask)
     if mask is None:
-        return weights
-    # A row with no allowed key came out uniform: zero it.
-    return weights * ops.cast(_attending_rows(mask), "float32")
+        return softmax_with_bias(logits)
+    weights = softmax_with_bias(logits, attention_bias(mask))
+    return weights * ops.cast(attending_rows(mask), "float32")
 
 
 def scaled_dot_product_attention(query, key, value, mask=None):
     """softmax(Q K^T / sqrt(d_k)) V, with a boolean mask (True = may attend).
+
+    The default scoring and softmax of `MultiHeadAttention`, without heads,
+    projections or dropout.
 
     Args:
         query: `[..., T, d_k]`.
@@ -68,17 +85,17 @@ def scaled_dot_product_attention(query, key, value, mask=None):
 
     Example:
 
+    >>> import keras
+    >>> from keras_transformer.layers import scaled_dot_product_attention
     >>> q = keras.random.normal((2, 4, 8))
     >>> kv = keras.random.normal((2, 6, 8))
     >>> output, weights = scaled_dot_product_attention(q, kv, kv)
-    >>> output.shape, weights.shape
+    >>> tuple(output.shape), tuple(weights.shape)
     ((2, 4, 8), (2, 4, 6))
     """
-    scale = 1.0 / math.sqrt(query.shape[-1])
-    query = ops.multiply(query, ops.cast(scale, query.dtype))
-    logits = ops.einsum("...td,...sd->...ts", query, key)
+    logits = scaled_dot_product_logits(query, key)
     weights = ops.cast(masked_softmax(logits, mask), value.dtype)
-    return ops.einsum("...ts,...sd->...td", weights, value), weights
+    return ops.matmul(weights, value), weights
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -98,7 +115,14 @@ class MultiHeadAttention(keras.layers.Layer):
     all-zero attention weights.
 
     To change how queries and keys are scored (e.g. add a relative position
-    bias), subclass and override `compute_attention_logits`.
+    bias), subclass and override `compute_attention_logits`; to change how
+    scores become weights, `compute_attention_weights`. Every path of the
+    project's blocks (the training call, the cached call and the one-token
+    `TransformerDecoderBlock.decode_token`) attends through
+    `compute_attention`, which calls both, so a subclass trains and decodes
+    alike. Blocks and models take the subclass as `attention_class`; register
+    it with `keras.saving.register_keras_serializable` so that saved models
+    find it again.
 
     Args:
         num_heads: number of attention heads.
@@ -125,10 +149,12 @@ class MultiHeadAttention(keras.layers.Layer):
 
     Example:
 
+    >>> import keras
+    >>> from keras_transformer.layers import MultiHeadAttention
     >>> layer = MultiHeadAttention(num_heads=2, key_dim=4)
     >>> x = keras.random.normal((3, 5, 8))
     >>> output, scores = layer(x, x, return_attention_scores=True)
-    >>> output.shape, scores.shape
+    >>> tuple(output.shape), tuple(scores.shape)
     ((3, 5, 8), (3, 2, 5, 5))
 
     References:
@@ -206,7 +232,7 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel = self.add_weight(
             name=f"{name}_kernel",
             shape=kernel_shape,
-            initializer=self._clone(self.kernel_initializer),
+            initializer=clone_initializer(self.kernel_initializer, f"{name}_kernel"),
             regularizer=self.kernel_regularizer,
             constraint=self.kernel_constraint,
         )
@@ -215,17 +241,11 @@ class MultiHeadAttention(keras.layers.Layer):
             bias = self.add_weight(
                 name=f"{name}_bias",
                 shape=bias_shape,
-                initializer=self._clone(self.bias_initializer),
+                initializer=clone_initializer(self.bias_initializer, f"{name}_bias"),
                 regularizer=self.bias_regularizer,
                 constraint=self.bias_constraint,
             )
         return kernel, bias
-
-    @staticmethod
-    def _clone(initializer):
-        # A stateless initializer reused for several weights would give them
-        # identical values.
-        return initializer.__class__.from_config(initializer.get_config())
 
     # Projections. Heads go before length ([B, heads, length, dim]) so that
     # attention is a batched matmul over the two trailing axes.
@@ -250,8 +270,8 @@ class MultiHeadAttention(keras.layers.Layer):
     def _project_heads(self, inputs, name, dim):
         # One 2-D matmul [B*T, d] x [d, heads*dim], the bias on the trailing
         # axis, then a transpose to [B, heads, T, dim]. As one einsum
-        # "btd,dnh->bnth" it costs 1.3-1.7x more forward+backward on the
-        # TensorFlow backend; and a rank-3 `ops.matmul` becomes a `tensordot`
+        # "btd,dnh->bnth" it costs more forward+backward on the TensorFlow
+        # backend (benchmarks/BENCHMARKS.md); and a rank-3 `ops.matmul` becomes a `tensordot`
         # there, whose dynamic-shape bookkeeping is many small ops.
         kernel, bias = self.projection_matrix(name)
         shape = ops.shape(inputs)
@@ -289,14 +309,70 @@ class MultiHeadAttention(keras.layers.Layer):
     # Attention over projected heads.
 
     def compute_attention_logits(self, query_heads, key_heads):
-        """Unnormalized scores `[B, heads, T, S]`; override for other scorings."""
-        query_heads = query_heads * ops.cast(1.0 / math.sqrt(self.key_dim), query_heads.dtype)
-        return ops.einsum("bnth,bnsh->bnts", query_heads, key_heads)
+        """Unnormalized scores `[B, heads, T, S]` of query heads
+        `[B, heads, T, key_dim]` against key heads `[B, heads, S, key_dim]`;
+        override for other scorings. `query_heads @ key_heads^T / sqrt(key_dim)`.
+
+        Key heads may come from a decoding cache whose slots past the decoded
+        positions hold zeros (masked out afterwards): a scoring must give
+        them finite logits.
+        """
+        return scaled_dot_product_logits(query_heads, key_heads)
+
+    def compute_attention_weights(self, logits, attention_bias=None):
+        """Logits `[B, heads, T, S]` -> weights, a float32 softmax over the last
+        axis of `logits + attention_bias`, cast to the compute dtype.
+
+        `attention_bias` (float32, broadcastable to the logits, or None) is the
+        first item of `prepare_attention_mask`'s pair: 0 where a query may
+        attend a key, `MASKED_LOGIT` where not.
+        """
+        return ops.cast(softmax_with_bias(logits, attention_bias), self.compute_dtype)
+
+    def prepare_attention_mask(self, attention_mask=None, query_mask=None):
+        """Masks -> the `(bias, rows)` pair `compute_attention` applies.
+
+        Args:
+            attention_mask: bool broadcastable to `[B, T, S]`, True = may
+                attend, or None.
+            query_mask: bool `[B, T]`, True at real queries, or None.
+
+        Returns:
+            `bias`: float32 `[B, 1, T, S]` (or what the mask broadcasts to),
+            added to the logits, or None; `rows`: compute-dtype `[B, 1, T, 1]`
+            (or broadcastable), 0 for a query row that attends nowhere (a
+            padded query, or one the mask allows no key), multiplying the
+            outputs; None when every row attends somewhere.
+
+        A decoding loop computes this once, outside the loop, and passes it to
+        `compute_attention` as `prepared_mask`.
+        """
+        bias = rows = None
+        if attention_mask is not None:
+            attention_mask = ops.expand_dims(attention_mask, 1)  # broadcast over heads
+            bias = attention_bias(attention_mask)
+            rows = attending_rows(attention_mask)
+        if query_mask is not None:
+            # Apart from `attention_mask` (rather than merged into it), a
+            # padding mask stays a [B, 1, 1, S] bias, not a [B, 1, T, S] one.
+            real_queries = ops.expand_dims(ops.expand_dims(ops.cast(query_mask, "bool"), 1), -1)
+            rows = real_queries if rows is None else ops.logical_and(rows, real_queries)
+        if rows is not None:
+            rows = ops.cast(rows, self.compute_dtype)
+        return bias, rows
 
     def compute_attention(
-        self, query_heads, key_heads, value_heads, attention_mask=None, training=None, query_mask=None
+        self,
+        query_heads,
+        key_heads,
+        value_heads,
+        attention_mask=None,
+        training=None,
+        query_mask=None,
+        prepared_mask=None,
     ):
-        """Attends projected heads.
+        """Attends projected heads: `compute_attention_logits`, then
+        `compute_attention_weights`, dropout, and the weighted sum of values.
 
         Args:
             query_heads: `[B, heads, T, key_dim]`.
@@ -306,23 +382,26 @@ class MultiHeadAttention(keras.layers.Layer):
             training: whether attention dropout is active.
             query_mask: bool `[B, T]`, True at real queries, or None. A query
                 row that is False here, or that `attention_mask` lets attend
-                nowhere, gets zero weights and a zero output. Given apart from
-                `attention_mask` (rather than merged into it), a padding mask
-                stays a `[B, 1, S]` bias instead of a `[B, T, S]` one.
+                nowhere, gets zero weights and a zero output.
+            prepared_mask: instead of `attention_mask` and `query_mask`, the
+                `(bias, rows)` pair of `prepare_attention_mask` (either may be
+                None), for a caller that computes it once and attends many
+                times.
 
         Returns:
             `(attended [B, heads, T, value_dim], weights [B, heads, T, S])`.
         """
-        if attention_mask is not None:
-            attention_mask = ops.expand_dims(attention_mask, 1)  # broadcast over heads
+        if prepared_mask is None:
+            prepared_mask = self.prepare_attention_mask(attention_mask, query_mask)
+        elif attention_mask is not None or query_mask is not None:
+            raise ValueError("Pass either `prepared_mask` or `attention_mask` / `query_mask`, not both.")
+        bias, rows = prepared_mask
         logits = self.compute_attention_logits(query_heads, key_heads)
-        weights = ops.cast(_biased_softmax(logits, attention_mask), self.compute_dtype)
-        dropped = self.dropout_layer(weights, training=training) if self.dropout > 0 else weights
-        attended = ops.einsum("bnts,bnsh->bnth", dropped, value_heads)
-        rows = _attending_rows(attention_mask)
-        if query_mask is not None:
-            real_queries = ops.expand_dims(ops.expand_dims(ops.cast(query_mask, "bool"), 1), -1)
-            rows = real_queries if rows is None else ops.logical_and(rows, real_queries)
+        weights = self.compute_attention_weights(logits, bias)
+        # Dropout is the identity unless training: calling it anyway would put
+        # a layer call into every decoding step.
+        dropped = self.dropout_layer(weights, training=True) if self.dropout > 0 and training else weights
+        attended = ops.matmul(dropped, value_heads)
         if rows is None:
             return attended, weights
         # Rows that may attend nowhere came out of the softmax uniform: zero
@@ -330,7 +409,6 @@ class MultiHeadAttention(keras.layers.Layer):
         # weights, [B, heads, T, S], in the forward and the backward pass. The
         # zeroed weights are computed only if the caller uses them (graph
         # execution drops unused results).
-        rows = ops.cast(rows, self.compute_dtype)
         return attended * rows, weights * rows
 
     def call(
@@ -372,6 +450,26 @@ class MultiHeadAttention(keras.layers.Layer):
             return output, weights
         return output
 
+    def compute_output_shape(self, query_shape, value_shape, key_shape=None, return_attention_scores=False):
+        """`[B, T, *output_shape]` (by default the query's shape); with
+        `return_attention_scores`, also the weights' `[B, heads, T, S]`."""
+        key_shape = value_shape if key_shape is None else key_shape
+        if tuple(key_shape)[:-1] != tuple(value_shape)[:-1]:
+            raise ValueError(
+                f"`key` and `value` must have the same batch and length, got shapes "
+                f"{tuple(key_shape)} and {tuple(value_shape)}."
+            )
+        output_shape = (*query_shape[:-1], *(self._output_shape or query_shape[-1:]))
+        if return_attention_scores:
+            return output_shape, (query_shape[0], self.num_heads, query_shape[1], value_shape[1])
+        return output_shape
+
+    def compute_output_spec(self, *args, **kwargs):
+        # Symbolic calls trace `call`, which knows every output it may return
+        # (scores too); Keras would otherwise build them from
+        # `compute_output_shape`, which it calls with shapes only.
+        return keras.Operation.compute_output_spec(self, *args, **kwargs)
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -392,3 +490,35 @@ class MultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def get_attention_class(identifier):
+    """`MultiHeadAttention` or a subclass, given as the class or by the name
+    `serialize_attention_class` saved (its registered Keras name)."""
+    if isinstance(identifier, str):
+        attention_class = keras.saving.get_registered_object(identifier)
+        if attention_class is None:
+            raise ValueError(
+                f"Unknown `attention_class` {identifier!r}: register the class with "
+                "`keras.saving.register_keras_serializable` and import it before loading."
+            )
+    else:
+        attention_class = identifier
+    if not (isinstance(attention_class, type) and issubclass(attention_class, MultiHeadAttention)):
+        raise TypeError(
+            "`attention_class` must be `MultiHeadAttention` or a subclass of it, "
+            f"got {attention_class!r}."
+        )
+    return attention_class
+
+
+def serialize_attention_class(attention_class):
+    """The registered name that `get_attention_class` resolves back to `attention_class`."""
+    name = keras.saving.get_registered_name(attention_class)
+    if keras.saving.get_registered_object(name) is not attention_class:
+        raise ValueError(
+            f"`attention_class` {attention_class.__name__} is not registered, so a saved "
+            "model could not find it again: decorate it with "
+            "`@keras.saving.register_keras_serializable(package=...)`."
+        )
+    return name

@@ -3,7 +3,10 @@
 import keras
 
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.attention import get_attention_class
+from keras_transformer.layers.attention import serialize_attention_class
 from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.initializers import clone_initializer
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -24,6 +27,7 @@ class TransformerBlock(keras.layers.Layer):
         normalize_first=False,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        attention_class=MultiHeadAttention,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -40,6 +44,7 @@ class TransformerBlock(keras.layers.Layer):
         self.normalize_first = normalize_first
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.attention_class = get_attention_class(attention_class)
         self.supports_masking = True
 
     def _head_dim(self, model_dim):
@@ -49,20 +54,20 @@ class TransformerBlock(keras.layers.Layer):
             )
         return model_dim // self.num_heads
 
-    def _sublayer_arguments(self):
+    def _sublayer_arguments(self, name):
         return dict(
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
+            kernel_initializer=clone_initializer(self.kernel_initializer, name),
+            bias_initializer=clone_initializer(self.bias_initializer, name),
             dtype=self.dtype_policy,
+            name=name,
         )
 
     def _build_attention(self, name, query_shape, value_shape):
-        attention = MultiHeadAttention(
+        attention = self.attention_class(
             self.num_heads,
             self._head_dim(query_shape[-1]),
             dropout=self.dropout,
-            name=name,
-            **self._sublayer_arguments(),
+            **self._sublayer_arguments(name),
         )
         attention.build(query_shape, value_shape)
         return attention
@@ -72,8 +77,7 @@ class TransformerBlock(keras.layers.Layer):
             self.intermediate_dim,
             self.activation,
             self.dropout,
-            name="feed_forward",
-            **self._sublayer_arguments(),
+            **self._sublayer_arguments("feed_forward"),
         )
         feed_forward.build(input_shape)
         return feed_forward
@@ -98,6 +102,12 @@ class TransformerBlock(keras.layers.Layer):
         output, extra = sublayer(inputs)
         return norm(inputs + output), extra
 
+    def compute_output_spec(self, *args, **kwargs):
+        # Symbolic calls trace `call`, which knows every output it may return
+        # (scores, a cache); Keras would otherwise build them from
+        # `compute_output_shape`, which it calls with shapes only.
+        return keras.Operation.compute_output_spec(self, *args, **kwargs)
+
     def get_config(self):
         config = super().get_config()
         config.update(
@@ -110,6 +120,7 @@ class TransformerBlock(keras.layers.Layer):
                 "normalize_first": self.normalize_first,
                 "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "attention_class": serialize_attention_class(self.attention_class),
             }
         )
         return config

@@ -1,13 +1,10 @@
 """The Transformer decoder block, with a key/value cache for incremental decoding."""
 
-import math
-
 import keras
 from keras import ops
 
-from keras_transformer.layers.attention import attention_bias
 from keras_transformer.layers.block import TransformerBlock
-from keras_transformer.layers.masks import keras_mask
+from keras_transformer.layers.masks import attention_bias
 from keras_transformer.layers.masks import merge_masks
 
 
@@ -33,7 +30,12 @@ class TransformerDecoderBlock(TransformerBlock):
         activation: of the feed-forward network.
         layer_norm_epsilon: of the layer normalizations.
         normalize_first: pre-norm instead of the paper's post-norm.
-        kernel_initializer, bias_initializer: of every dense projection.
+        kernel_initializer, bias_initializer: of every dense projection
+            (each gets its own copy, see `clone_initializer`).
+        attention_class: `MultiHeadAttention` or a registered subclass of it
+            (e.g. with another `compute_attention_logits`), for both
+            attentions; the full pass, the cached call and `decode_token` all
+            attend through it.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -60,10 +62,12 @@ class TransformerDecoderBlock(TransformerBlock):
 
     Example:
 
+    >>> import keras
+    >>> from keras_transformer.layers import TransformerDecoderBlock
     >>> block = TransformerDecoderBlock(num_heads=4, intermediate_dim=64)
     >>> source = keras.random.normal((2, 7, 32))
     >>> target = keras.random.normal((2, 5, 32))
-    >>> block(target, source).shape
+    >>> tuple(block(target, source).shape)
     (2, 5, 32)
     >>> # Incremental decoding: one position per call.
     >>> cache = block.initialize_self_attention_cache(batch_size=2, max_length=5)
@@ -71,6 +75,14 @@ class TransformerDecoderBlock(TransformerBlock):
     >>> step, cache = block(target[:, :1], cross_attention_cache=cross,
     ...                     self_attention_cache=cache,
     ...                     self_attention_cache_update_index=0)
+    >>> tuple(step.shape), tuple(cache.shape)
+    ((2, 1, 32), (2, 2, 4, 5, 8))
+    >>> # The same step in the fast one-token form, as a decoding loop runs it.
+    >>> constants = block.prepare_token_decoding(source)
+    >>> cache = block.initialize_self_attention_cache(batch_size=2, max_length=5)
+    >>> step, cache = block.decode_token(target[:, 0], 0, cache, constants)
+    >>> tuple(step.shape)
+    (2, 32)
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017, section 3.1.
@@ -124,11 +136,12 @@ class TransformerDecoderBlock(TransformerBlock):
         """What `decode_token` reads at every step but never changes, computed once.
 
         The cross-attention keys and values of `encoder_sequence` (as
-        `compute_cross_attention_cache`) and the bias and zeroed rows its
-        `encoder_padding_mask` (bool `[B, S]`, None: no padding) makes; every
-        attention kernel in the layout of one 2-D matmul, the self-attention's
-        query, key and value fused into one `[d, 3 * d]` matrix. Done inside
-        the decoding loop, this reshaping and fusing costs more than a step's
+        `compute_cross_attention_cache`) and the mask its
+        `encoder_padding_mask` (bool `[B, S]`, None: no padding) makes, in
+        `MultiHeadAttention.prepare_attention_mask`'s form; every projection
+        kernel in the layout of one 2-D matmul, the self-attention's query,
+        key and value fused into one `[d, 3 * d]` matrix. Done inside the
+        decoding loop, this reshaping and fusing costs more than a step's
         attention.
 
         Returns a dict of tensors, to pass to `decode_token` unchanged.
@@ -149,12 +162,8 @@ class TransformerDecoderBlock(TransformerBlock):
             cross = self.compute_cross_attention_cache(encoder_sequence)
             constants["cross_keys"], constants["cross_values"] = cross[0], cross[1]
             if encoder_padding_mask is not None:
-                encoder_padding_mask = ops.cast(encoder_padding_mask, "bool")
-                constants["cross_bias"] = ops.expand_dims(attention_bias(encoder_padding_mask), 1)
-                # A source with no real token attends nowhere: zero output, as
-                # `MultiHeadAttention.compute_attention` gives it.
-                constants["cross_rows"] = ops.cast(
-                    ops.any(encoder_padding_mask, axis=-1, keepdims=True), self.compute_dtype
+                constants["cross_bias"], constants["cross_rows"] = self.cross_attention.prepare_attention_mask(
+                    merge_masks(1, ops.shape(encoder_padding_mask)[1], key_mask=encoder_padding_mask)
                 )
             constants["cross_query_kernel"], constants["cross_query_bias"] = (
                 self.cross_attention.projection_matrix("query")
@@ -169,8 +178,13 @@ class TransformerDecoderBlock(TransformerBlock):
 
         The same result as calling the block on `x[:, None]` with
         `self_attention_cache` and `cross_attention_cache`, in fewer and
-        smaller ops: `[B, d]` rows and 2-D matmuls throughout, and the
-        loop-invariant work done beforehand by `prepare_token_decoding`.
+        smaller ops: `[B, d]` rows and 2-D matmuls for the projections, the
+        loop-invariant work done beforehand by `prepare_token_decoding`, and
+        attention through the attention layers' own `compute_attention` with
+        one query per head. The projections are read as matrices
+        (`MultiHeadAttention.projection_matrix`), so a subclass that
+        overrides `project_query` & co. (rather than the attention hooks)
+        decodes with the plain projections here.
 
         Args:
             x: `[B, d_model]`, the token at position `index`.
@@ -183,26 +197,31 @@ class TransformerDecoderBlock(TransformerBlock):
         """
         heads, head_dim = self.num_heads, self.head_dim
         max_length = ops.shape(self_attention_cache)[3]
-        # Cache slots past `index` hold zeros; this bias keeps them out.
-        causal_bias = attention_bias(ops.arange(max_length, dtype="int32") <= ops.cast(index, "int32"))
+        # Cache slots past `index` hold zeros; this bias keeps them out. The
+        # query attends at least itself, so no row needs zeroing.
+        causal_mask = (attention_bias(ops.arange(max_length, dtype="int32") <= ops.cast(index, "int32")), None)
 
         def self_attention(y):
             qkv = _affine(y, constants["qkv_kernel"], constants.get("qkv_bias"))
             # [B, 3 * d] -> [3 (query, key, value), B, heads, 1, head_dim]
             qkv = ops.moveaxis(ops.reshape(qkv, (-1, 3, heads, 1, head_dim)), 1, 0)
             cache = _write_cache(self_attention_cache, qkv[1:], index)
-            attended = _attend_one(qkv[0, :, :, 0], cache[0], cache[1], causal_bias)
+            attended, _ = self.self_attention.compute_attention(
+                qkv[0], cache[0], cache[1], training=False, prepared_mask=causal_mask
+            )
+            # [B, heads, 1, head_dim] -> [B, d]: with one position, no transpose.
+            attended = ops.reshape(attended, (-1, heads * head_dim))
             output = _affine(attended, constants["self_output_kernel"], constants.get("self_output_bias"))
             return output, cache
 
         def cross_attention(y):
             query = _affine(y, constants["cross_query_kernel"], constants.get("cross_query_bias"))
-            query = ops.reshape(query, (-1, heads, head_dim))
-            attended = _attend_one(
-                query, constants["cross_keys"], constants["cross_values"], constants.get("cross_bias")
+            query = ops.reshape(query, (-1, heads, 1, head_dim))
+            attended, _ = self.cross_attention.compute_attention(
+                query, constants["cross_keys"], constants["cross_values"], training=False,
+                prepared_mask=(constants.get("cross_bias"), constants.get("cross_rows")),
             )
-            if "cross_rows" in constants:
-                attended = attended * constants["cross_rows"]
+            attended = ops.reshape(attended, (-1, heads * head_dim))
             return _affine(attended, constants["cross_output_kernel"], constants.get("cross_output_bias")), None
 
         def feed_forward(y):
@@ -226,6 +245,9 @@ class TransformerDecoderBlock(TransformerBlock):
         use_causal_mask=True,
         training=None,
         return_attention_scores=False,
+        mask=None,
+        decoder_sequence_mask=None,
+        encoder_sequence_mask=None,
     ):
         has_source = encoder_sequence is not None or cross_attention_cache is not None
         if has_source and self.cross_attention is None:
@@ -238,10 +260,13 @@ class TransformerDecoderBlock(TransformerBlock):
             )
         if self_attention_cache is not None and self_attention_cache_update_index is None:
             raise ValueError("`self_attention_cache_update_index` is required with `self_attention_cache`.")
+        # Keras fills `mask` (when `decoder_sequence` is the only tensor
+        # argument) or `decoder_sequence_mask` and `encoder_sequence_mask`
+        # (when there are more) with the inputs' Keras masks.
         if decoder_padding_mask is None and self_attention_cache is None:
-            decoder_padding_mask = keras_mask(decoder_sequence)
+            decoder_padding_mask = mask if decoder_sequence_mask is None else decoder_sequence_mask
         if encoder_padding_mask is None and encoder_sequence is not None:
-            encoder_padding_mask = keras_mask(encoder_sequence)
+            encoder_padding_mask = encoder_sequence_mask
         scores = {}
 
         def self_attention(x):
@@ -311,8 +336,12 @@ class TransformerDecoderBlock(TransformerBlock):
         )
         return attention.project_output(attended), weights, cache
 
-    def compute_mask(self, decoder_sequence, encoder_sequence=None, **kwargs):
-        return keras_mask(decoder_sequence)
+    def compute_mask(self, decoder_sequence, mask=None, **kwargs):
+        # Keras hands the Keras mask of `decoder_sequence` as `mask`.
+        return mask
+
+    def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        return decoder_sequence_shape
 
 
 def _write_cache(cache, entries, index):
@@ -321,8 +350,8 @@ def _write_cache(cache, entries, index):
 
     On TensorFlow, a strided-slice update, a core op: `ops.slice_update`
     there is an XLA dynamic-update-slice, compiled and launched on its own at
-    every call, and a scatter of the rows took 5 times as long as this update
-    (about 85 against 16 microseconds a write, profiled at batch 1).
+    every call, and a scatter of the rows is several times slower than this
+    update (benchmarks/BENCHMARKS.md).
     """
     if keras.backend.backend() != "tensorflow":
         return ops.slice_update(cache, (0, 0, 0, index, 0), entries)
@@ -340,26 +369,3 @@ def _write_cache(cache, entries, index):
 def _affine(x, kernel, bias):
     x = ops.matmul(x, kernel)
     return x if bias is None else x + bias
-
-
-def _attend_one(query, keys, values, bias):
-    """One query per head: `[B, heads, dim]` against `[B, heads, S, dim]` keys
-    and values, with a float32 additive `bias` broadcastable to `[B, heads, S]`
-    (or None). Returns `[B, heads * dim]`.
-
-    As `MultiHeadAttention.compute_attention` at inference: logits scaled by
-    `1/sqrt(dim)`, softmax in float32. A query with every key masked gets
-    uniform weights here; callers zero its output.
-    """
-    dim = query.shape[-1]
-    query = query * ops.cast(1.0 / math.sqrt(dim), query.dtype)
-    # Batched matmuls rather than einsums: TensorFlow's einsum kernel costs
-    # more than the arithmetic at this size, and the transpose of `keys`
-    # folds into the matmul.
-    logits = ops.matmul(ops.expand_dims(query, 2), ops.swapaxes(keys, 2, 3))[:, :, 0]
-    logits = ops.cast(logits, "float32")
-    if bias is not None:
-        logits = logits + bias
-    weights = ops.cast(ops.softmax(logits, axis=-1), values.dtype)
-    attended = ops.matmul(ops.expand_dims(weights, 2), values)
-    return ops.reshape(attended, (-1, query.shape[1] * dim))

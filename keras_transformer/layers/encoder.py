@@ -3,7 +3,6 @@
 import keras
 
 from keras_transformer.layers.block import TransformerBlock
-from keras_transformer.layers.masks import keras_mask
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -22,7 +21,11 @@ class TransformerEncoderBlock(TransformerBlock):
         activation: of the feed-forward network.
         layer_norm_epsilon: of both layer normalizations.
         normalize_first: pre-norm instead of the paper's post-norm.
-        kernel_initializer, bias_initializer: of every dense projection.
+        kernel_initializer, bias_initializer: of every dense projection
+            (each gets its own copy, see `clone_initializer`).
+        attention_class: `MultiHeadAttention` or a registered subclass of it
+            (e.g. with another `compute_attention_logits`), for the
+            self-attention.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -35,10 +38,14 @@ class TransformerEncoderBlock(TransformerBlock):
 
     Example:
 
+    >>> import keras
+    >>> from keras_transformer.layers import TokenAndPositionEmbedding, TransformerEncoderBlock
     >>> token_ids = keras.Input((None,), dtype="int32")
     >>> x = TokenAndPositionEmbedding(1000, 128, 64)(token_ids)
     >>> x = TransformerEncoderBlock(num_heads=4, intermediate_dim=128)(x)
     >>> model = keras.Model(token_ids, x)
+    >>> tuple(model(keras.ops.ones((2, 10), "int32")).shape)
+    (2, 10, 64)
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017, section 3.1.
@@ -59,9 +66,13 @@ class TransformerEncoderBlock(TransformerBlock):
         attention_mask=None,
         training=None,
         return_attention_scores=False,
+        mask=None,
+        inputs_mask=None,
     ):
+        # Keras fills `mask` (when `inputs` is the only tensor argument) or
+        # `inputs_mask` (when it is not) with the Keras mask of `inputs`.
         if padding_mask is None:
-            padding_mask = keras_mask(inputs)
+            padding_mask = mask if inputs_mask is None else inputs_mask
 
         def self_attention(x):
             output, scores = self.self_attention(
@@ -86,3 +97,6 @@ class TransformerEncoderBlock(TransformerBlock):
 
     def compute_mask(self, inputs, mask=None, **kwargs):
         return mask
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape

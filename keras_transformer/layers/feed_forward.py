@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_transformer.layers.initializers import clone_initializer
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class FeedForward(keras.layers.Layer):
@@ -16,13 +18,16 @@ class FeedForward(keras.layers.Layer):
         activation: of the hidden layer, any Keras activation.
         dropout: rate on the output.
         output_dim: defaults to the input width.
-        kernel_initializer, bias_initializer: of both dense layers.
+        kernel_initializer, bias_initializer: of both dense layers (each
+            gets its own copy, see `clone_initializer`).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Example:
 
+    >>> import keras
+    >>> from keras_transformer.layers import FeedForward
     >>> feed_forward = FeedForward(intermediate_dim=64)
-    >>> feed_forward(keras.random.normal((2, 5, 16))).shape
+    >>> tuple(feed_forward(keras.random.normal((2, 5, 16))).shape)
     (2, 5, 16)
 
     References:
@@ -53,18 +58,19 @@ class FeedForward(keras.layers.Layer):
         self.supports_masking = True
 
     def build(self, input_shape):
-        common = dict(
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            dtype=self.dtype_policy,
-        )
+        def dense_arguments(name):
+            return dict(
+                kernel_initializer=clone_initializer(self.kernel_initializer, name),
+                bias_initializer=clone_initializer(self.bias_initializer, name),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
         self.intermediate_dense = keras.layers.Dense(
-            self.intermediate_dim, activation=self.activation, name="intermediate_dense", **common
+            self.intermediate_dim, activation=self.activation, **dense_arguments("intermediate_dense")
         )
         self.intermediate_dense.build(input_shape)
-        self.output_dense = keras.layers.Dense(
-            self.output_dim or input_shape[-1], name="output_dense", **common
-        )
+        self.output_dense = keras.layers.Dense(self.output_dim or input_shape[-1], **dense_arguments("output_dense"))
         self.output_dense.build((*input_shape[:-1], self.intermediate_dim))
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 

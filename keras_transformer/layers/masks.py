@@ -4,14 +4,29 @@ Every layer of the project builds its attention mask through `merge_masks`, so
 the rules for combining padding, causal and explicit masks live in one place.
 """
 
+import keras
+import numpy as np
 from keras import ops
-from keras.src.backend.common.masking import get_keras_mask
+
+# What a position nobody may attend gets in place of its logit (an additive
+# bias, not -inf: a row with every position masked stays finite, and
+# exp(MASKED_LOGIT - max) is exactly 0 in float32). Logits are float32 where
+# it is added; `masked_value` gives what fits a narrower dtype.
+MASKED_LOGIT = -1e9
 
 
-def keras_mask(tensor):
-    """Returns the Keras mask attached to `tensor` (e.g. by an embedding with
-    `mask_zero=True`), or None."""
-    return get_keras_mask(tensor)
+def masked_value(dtype):
+    """`MASKED_LOGIT` as a Python float that `dtype` can hold: float16 tops
+    out at 65504, where -1e9 would become -inf (and -inf - -inf, NaN)."""
+    if keras.backend.standardize_dtype(dtype) == "float16":
+        return float(np.finfo(np.float16).min)
+    return MASKED_LOGIT
+
+
+def attention_bias(mask):
+    """Bool mask (True = may attend) -> float32 additive bias for logits:
+    0 where allowed, `MASKED_LOGIT` where not."""
+    return ops.where(ops.cast(mask, "bool"), 0.0, MASKED_LOGIT)
 
 
 def padding_mask(token_ids, padding_id=0):

@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers.initializers import clone_initializer
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class SinusoidalPositionEncoding(keras.layers.Layer):
@@ -26,8 +28,14 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     Example:
 
+    >>> import keras
+    >>> from keras_transformer.layers import SinusoidalPositionEncoding
     >>> embedded = keras.random.normal((2, 10, 16))
-    >>> with_positions = embedded + SinusoidalPositionEncoding()(embedded)
+    >>> encoding = SinusoidalPositionEncoding()(embedded)
+    >>> tuple(encoding.shape)
+    (2, 10, 16)
+    >>> [round(float(value), 4) for value in encoding[0, 1, :2]]  # sin(1), cos(1)
+    [0.8415, 0.5403]
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017, section 3.5.
@@ -80,8 +88,12 @@ class PositionEmbedding(keras.layers.Layer):
 
     Example:
 
+    >>> import keras
+    >>> from keras_transformer.layers import PositionEmbedding
     >>> embedded = keras.random.normal((2, 10, 16))
     >>> with_positions = embedded + PositionEmbedding(sequence_length=64)(embedded)
+    >>> tuple(with_positions.shape)
+    (2, 10, 16)
 
     References:
         Gehring et al., "Convolutional Sequence to Sequence Learning", 2017.
@@ -158,10 +170,14 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 
     Example:
 
+    >>> import keras
+    >>> from keras_transformer.layers import TokenAndPositionEmbedding
     >>> embedding = TokenAndPositionEmbedding(1000, 64, 32)
     >>> embedded = embedding(keras.ops.convert_to_tensor([[5, 9, 2, 0, 0]]))
-    >>> embedded.shape
+    >>> tuple(embedded.shape)
     (1, 5, 32)
+    >>> keras.ops.convert_to_numpy(embedding.compute_mask([[5, 9, 2, 0, 0]])).tolist()
+    [[True, True, True, False, False]]
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017, sections 3.4-3.5.
@@ -201,7 +217,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.token_embedding = keras.layers.Embedding(
             vocabulary_size,
             embedding_dim,
-            embeddings_initializer=self.embeddings_initializer,
+            embeddings_initializer=clone_initializer(self.embeddings_initializer, "token_embedding"),
             mask_zero=mask_zero,
             dtype=self.dtype_policy,
             name="token_embedding",

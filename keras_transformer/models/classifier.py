@@ -5,9 +5,13 @@ import numbers
 import keras
 from keras import ops
 
+from keras_transformer.layers import MultiHeadAttention
 from keras_transformer.layers import TokenAndPositionEmbedding
 from keras_transformer.layers import TransformerEncoderBlock
 from keras_transformer.layers import padding_mask as make_padding_mask
+from keras_transformer.layers.attention import get_attention_class
+from keras_transformer.layers.attention import serialize_attention_class
+from keras_transformer.layers.masks import masked_value
 
 POOLINGS = ("mean", "max", "cls")
 
@@ -33,6 +37,8 @@ class TransformerClassifier(keras.Model):
             with `[CLS]`).
         positional: `"learned"` or `"sinusoidal"` position information.
         normalize_first: pre-norm blocks (with a final layer norm).
+        attention_class: `MultiHeadAttention` or a registered subclass, for
+            every block's self-attention.
         **kwargs: base `keras.Model` arguments (`name`, `dtype`).
 
     Call arguments:
@@ -43,9 +49,11 @@ class TransformerClassifier(keras.Model):
 
     Example:
 
+    >>> import keras
+    >>> from keras_transformer.models import TransformerClassifier
     >>> model = TransformerClassifier(vocabulary_size=8000, num_classes=5)
     >>> probabilities = model(keras.ops.ones((2, 16), "int32"))
-    >>> probabilities.shape
+    >>> tuple(probabilities.shape)
     (2, 5)
 
     References:
@@ -66,6 +74,7 @@ class TransformerClassifier(keras.Model):
         pooling="mean",
         positional="learned",
         normalize_first=False,
+        attention_class=MultiHeadAttention,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -88,6 +97,7 @@ class TransformerClassifier(keras.Model):
         self.pooling = pooling
         self.positional = positional
         self.normalize_first = normalize_first
+        self.attention_class = get_attention_class(attention_class)
 
         self.embedding = TokenAndPositionEmbedding(
             vocabulary_size,
@@ -106,6 +116,7 @@ class TransformerClassifier(keras.Model):
                 dropout=dropout,
                 activation="gelu",
                 normalize_first=normalize_first,
+                attention_class=self.attention_class,
                 dtype=self.dtype_policy,
                 name=f"encoder_block_{index}",
             )
@@ -153,7 +164,7 @@ class TransformerClassifier(keras.Model):
             return sequence[:, 0, :]
         real = ops.cast(ops.expand_dims(padding_mask, -1), sequence.dtype)
         if self.pooling == "max":
-            lowest = ops.cast(-65000.0 if sequence.dtype == "float16" else -1e9, sequence.dtype)
+            lowest = ops.cast(masked_value(sequence.dtype), sequence.dtype)
             return ops.max(ops.where(real > 0, sequence, lowest), axis=1)
         # An input with no real token pools to zeros rather than dividing by zero.
         count = ops.maximum(ops.sum(real, axis=1), ops.cast(1.0, sequence.dtype))
@@ -177,6 +188,7 @@ class TransformerClassifier(keras.Model):
                 "pooling": self.pooling,
                 "positional": self.positional,
                 "normalize_first": self.normalize_first,
+                "attention_class": serialize_attention_class(self.attention_class),
             }
         )
         return config

@@ -3,10 +3,13 @@
 import keras
 from keras import ops
 
+from keras_transformer.layers import MultiHeadAttention
 from keras_transformer.layers import TokenAndPositionEmbedding
 from keras_transformer.layers import TransformerDecoderBlock
 from keras_transformer.layers import TransformerEncoderBlock
 from keras_transformer.layers import padding_mask as make_padding_mask
+from keras_transformer.layers.attention import get_attention_class
+from keras_transformer.layers.attention import serialize_attention_class
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -33,6 +36,8 @@ class Seq2SeqTransformer(keras.Model):
             projection (needs one shared vocabulary).
         normalize_first: pre-norm blocks (with final layer norms); trains
             more stably at high learning rates than the paper's post-norm.
+        attention_class: `MultiHeadAttention` or a registered subclass, for
+            every attention of every block (training and `decode_step` alike).
         **kwargs: base `keras.Model` arguments.
 
     Call arguments:
@@ -41,6 +46,24 @@ class Seq2SeqTransformer(keras.Model):
         training: whether dropout is active.
 
     Returns logits `[B, T, target_vocabulary_size]`, float32.
+
+    Example:
+
+    >>> import keras
+    >>> from keras_transformer.models import Seq2SeqTransformer
+    >>> model = Seq2SeqTransformer(100, 120, num_encoder_layers=1, num_decoder_layers=1,
+    ...                            d_model=32, intermediate_dim=64)
+    >>> source_ids = keras.ops.convert_to_tensor([[5, 6, 7, 0], [8, 9, 0, 0]])
+    >>> target_ids = keras.ops.convert_to_tensor([[1, 11, 12], [1, 13, 0]])
+    >>> logits = model({"source_ids": source_ids, "target_ids": target_ids})
+    >>> tuple(logits.shape)
+    (2, 3, 120)
+    >>> # One decoding step with the caches, as `keras_transformer.decoding` runs it.
+    >>> encoder_output, source_mask = model.encode(source_ids)
+    >>> self_cache, step_constants = model.initialize_cache(encoder_output, source_mask, max_length=8)
+    >>> step_logits, self_cache = model.decode_step(target_ids[:, :1], 0, self_cache, step_constants)
+    >>> tuple(step_logits.shape)
+    (2, 120)
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017.
@@ -59,6 +82,7 @@ class Seq2SeqTransformer(keras.Model):
         dropout=0.1,
         share_embeddings=False,
         normalize_first=True,
+        attention_class=MultiHeadAttention,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -80,6 +104,7 @@ class Seq2SeqTransformer(keras.Model):
         self.dropout = dropout
         self.share_embeddings = share_embeddings
         self.normalize_first = normalize_first
+        self.attention_class = get_attention_class(attention_class)
 
         def embedding(vocabulary_size, name):
             return TokenAndPositionEmbedding(
@@ -91,7 +116,7 @@ class Seq2SeqTransformer(keras.Model):
             return dict(
                 num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
                 activation="relu", normalize_first=normalize_first,
-                dtype=self.dtype_policy, name=f"{kind}_block_{index}",
+                attention_class=self.attention_class, dtype=self.dtype_policy, name=f"{kind}_block_{index}",
             )
 
         self.source_embedding = embedding(source_vocabulary_size, "source_embedding")
@@ -237,6 +262,7 @@ class Seq2SeqTransformer(keras.Model):
                 "dropout": self.dropout,
                 "share_embeddings": self.share_embeddings,
                 "normalize_first": self.normalize_first,
+                "attention_class": serialize_attention_class(self.attention_class),
             }
         )
         return config

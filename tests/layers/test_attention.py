@@ -198,3 +198,80 @@ def test_masked_softmax_computes_in_float32_for_half_precision_logits():
     half = ops.convert_to_numpy(masked_softmax(ops.cast(logits, "bfloat16")))
     expected = np.exp(ops.convert_to_numpy(ops.cast(ops.cast(logits, "bfloat16"), "float32")))
     np.testing.assert_allclose(half[0], expected[0] / expected[0].sum(), atol=1e-6)
+
+
+def test_attention_dropout_drops_and_rescales_weights_in_training_only(rng):
+    rate = 0.5
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, dropout=rate, seed=3)
+    layer.build((1, 6, 8), (1, 7, 8))
+    query_heads = ops.convert_to_tensor(rng.normal(size=(1, 2, 6, 4)).astype("float32"))
+    key_heads = ops.convert_to_tensor(rng.normal(size=(1, 2, 7, 4)).astype("float32"))
+    # Identity values: the attended output is the (dropped) weights themselves.
+    identity = ops.convert_to_tensor(np.broadcast_to(np.eye(7, dtype="float32"), (1, 2, 7, 7)))
+    inference, weights = layer.compute_attention(query_heads, key_heads, identity, training=False)
+    trained, _ = layer.compute_attention(query_heads, key_heads, identity, training=True)
+    inference, weights, trained = (ops.convert_to_numpy(x) for x in (inference, weights, trained))
+    np.testing.assert_allclose(inference, weights, atol=1e-6)
+    dropped = trained == 0
+    # 84 weights, about half dropped; kept ones rescaled by 1 / (1 - rate) as keras.layers.Dropout does.
+    assert 15 < dropped.sum() < 69
+    np.testing.assert_allclose(trained[~dropped], weights[~dropped] / (1 - rate), rtol=1e-5)
+    # And the layer's own call applies it when training, only then.
+    x = rng.normal(size=(1, 6, 8)).astype("float32")
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(x, x)), ops.convert_to_numpy(layer(x, x, training=False)))
+    assert not np.allclose(ops.convert_to_numpy(layer(x, x, training=True)), ops.convert_to_numpy(layer(x, x)))
+
+
+@pytest.mark.parametrize(
+    "options, query_shape, value_shape",
+    [
+        (dict(), (2, 5, 8), (2, 7, 6)),
+        (dict(output_shape=3), (2, 5, 8), (2, 7, 6)),
+        (dict(output_shape=(2, 3), value_dim=5), (3, 4, 8), (3, 4, 8)),
+    ],
+)
+def test_compute_output_shape_is_the_real_shape(rng, options, query_shape, value_shape):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, **options)
+    query = rng.normal(size=query_shape).astype("float32")
+    value = rng.normal(size=value_shape).astype("float32")
+    output, scores = layer(query, value, return_attention_scores=True)
+    assert layer.compute_output_shape(query_shape, value_shape) == tuple(output.shape)
+    assert layer.compute_output_shape(query_shape, value_shape, return_attention_scores=True) == (
+        tuple(output.shape), tuple(scores.shape)
+    )
+    # Symbolic calls agree, unknown batch and lengths included.
+    symbolic_query, symbolic_value = keras.Input(query_shape[1:]), keras.Input((None, value_shape[-1]))
+    symbolic, symbolic_scores = layer(symbolic_query, symbolic_value, return_attention_scores=True)
+    assert tuple(symbolic.shape) == (None, *output.shape[1:])
+    assert tuple(symbolic_scores.shape) == (None, 2, query_shape[1], None)
+
+
+def test_compute_output_shape_checks_key_against_value():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    with pytest.raises(ValueError, match="same batch and length"):
+        layer.compute_output_shape((2, 5, 8), (2, 7, 8), key_shape=(2, 6, 8))
+
+
+def test_compute_attention_takes_one_form_of_mask(rng):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    layer.build((1, 3, 8), (1, 3, 8))
+    heads = ops.convert_to_tensor(rng.normal(size=(1, 2, 3, 4)).astype("float32"))
+    mask = np.ones((1, 3, 3), bool)
+    with pytest.raises(ValueError, match="either `prepared_mask`"):
+        layer.compute_attention(heads, heads, heads, attention_mask=mask,
+                                prepared_mask=layer.prepare_attention_mask(mask))
+
+
+def test_query_that_attends_nowhere_gets_zero_weights_and_output(rng):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, bias_initializer="random_normal")
+    x = rng.normal(size=(2, 4, 8)).astype("float32")
+    mask = np.ones((2, 4, 4), bool)
+    mask[1, 2] = False  # query 2 of the second sequence may attend nothing
+    output, scores = layer(x, x, attention_mask=mask, return_attention_scores=True)
+    output, scores = ops.convert_to_numpy(output), ops.convert_to_numpy(scores)
+    np.testing.assert_array_equal(scores[1, :, 2], 0.0)
+    # Zero attended heads: the output is the output projection's bias alone.
+    np.testing.assert_allclose(output[1, 2], ops.convert_to_numpy(layer.output_bias), atol=1e-6)
+    query_padding = np.array([[True] * 4, [True, True, False, True]])
+    padded = ops.convert_to_numpy(layer(x, x, query_mask=query_padding))
+    np.testing.assert_allclose(padded[1, 2], ops.convert_to_numpy(layer.output_bias), atol=1e-6)

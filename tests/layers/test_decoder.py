@@ -302,3 +302,15 @@ def test_cache_needs_an_index():
 def test_heads_must_divide_width(num_heads):
     with pytest.raises(ValueError, match="multiple of `num_heads`"):
         TransformerDecoderBlock(num_heads, FF)(TARGET, SOURCE)
+
+
+def test_compute_output_shape_is_the_real_shape(block):
+    source_shape = (SOURCE.shape,) if has_cross(block) else ()
+    assert block.compute_output_shape(TARGET.shape, *source_shape) == full_pass(block).shape
+    # Symbolic calls, with the cache returned too.
+    target = keras.Input((1, D_MODEL), batch_size=B)
+    cache = keras.Input((B, HEADS, T, D_MODEL // HEADS), batch_size=2)
+    source = {"cross_attention_cache": keras.Input((B, HEADS, S, D_MODEL // HEADS), batch_size=2),
+              "encoder_padding_mask": keras.Input((S,), batch_size=B, dtype="bool")} if has_cross(block) else {}
+    output, new_cache = block(target, self_attention_cache=cache, self_attention_cache_update_index=0, **source)
+    assert tuple(output.shape) == (B, 1, D_MODEL) and tuple(new_cache.shape) == tuple(cache.shape)

@@ -170,3 +170,12 @@ def test_training_step_reduces_loss():
         if variable.path.endswith("key_bias"):
             continue
         assert np.abs(as_numpy(variable) - old).max() > 0, variable.path
+
+
+def test_compute_output_shape_is_the_real_shape():
+    block = TransformerEncoderBlock(num_heads=2, intermediate_dim=16)
+    x = np.random.default_rng(0).normal(size=(3, 5, 8)).astype("float32")
+    assert block.compute_output_shape(x.shape) == tuple(block(x).shape)
+    # Symbolic calls, with the scores too.
+    output, scores = block(keras.Input((None, 8)), return_attention_scores=True)
+    assert tuple(output.shape) == (None, None, 8) and tuple(scores.shape) == (None, 2, None, None)

@@ -127,7 +127,7 @@ def test_position_embedding_rejects_positions_past_the_table():
     # must raise rather than silently return other rows (e.g. clamped slices).
     layer = PositionEmbedding(sequence_length=4)
     layer(np.zeros((1, 3, 2), "float32"))
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match=r"Positions 2\.\.4 are past `sequence_length` \(4\)"):
         layer(np.zeros((1, 3, 2), "float32"), start_index=2)
 
 
@@ -237,5 +237,5 @@ def test_token_and_learned_position_too_long_dynamic():
     ids = keras.Input((None,), dtype="int32")
     model = keras.Model(ids, TokenAndPositionEmbedding(VOCAB, 4, DIM, positional="learned")(ids))
     model(np.ones((1, 4), "int32"))  # fits
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match=r"past `sequence_length` \(4\)"):
         model(np.ones((1, 6), "int32"))
