@@ -44,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the exports need)
 
+from bench_common import paired_ratio
 from bench_common import set_tensorflow_threads
 from bench_common import time_interleaved
 from bench_common import write_json
@@ -114,7 +115,7 @@ def main():
             baseline = tf.saved_model.load(args.baseline_export)
             decoders["baseline greedy"] = baseline.signatures["greedy"]
             decoders["baseline beam 4"] = baseline.signatures["serving_default"]
-        rows = []
+        rows, baseline_ratios = [], []
         for batch_size in [int(size) for size in args.batch_sizes.split(",")]:
             texts = tf.constant((data.test.sources * batch_size)[:batch_size])
             _check_same_output(decoders, texts, args.tokens)
@@ -129,10 +130,20 @@ def main():
                      "tokens_per_second": batch_size * args.tokens / value,
                      "speedup_vs_tutorial": tutorial_seconds / value}
                 )
+            for kind in ("greedy", "beam 4") if args.baseline_export else ():
+                baseline_ratios.append(
+                    {"decoder": kind, "batch_size": batch_size,
+                     "ours_over_baseline": paired_ratio(rounds[f"ours {kind}"], rounds[f"baseline {kind}"])}
+                )
     print(f"Weights: {weights}")
     _print_table(rows, args.tokens)
+    if baseline_ratios:
+        print("\nSeconds of ours / seconds of the baseline export, median over rounds (below 1: ours is faster)")
+        for row in baseline_ratios:
+            print(f"{row['decoder']:8} batch {row['batch_size']:3d}: {row['ours_over_baseline']:.3f}")
     write_json(RESULTS, {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                         "weights": weights, "tokens": args.tokens, "rows": rows})
+                         "weights": weights, "tokens": args.tokens, "rows": rows,
+                         "baseline_export": args.baseline_export, "baseline_ratios": baseline_ratios})
     print(f"Results: {RESULTS}")
 
 
