@@ -25,6 +25,7 @@ SHARED_GROUPS = {
     # trained_classifier (tests/classifier_fixtures.py)
     "tests/apps/test_predict.py": "trained_classifier",
     "tests/apps/test_predict_matches_export.py": "trained_classifier",
+    "tests/apps/test_quiet_tensorflow.py": "trained_classifier",
     "tests/apps/test_train_classifier.py": "trained_classifier",
     "tests/export/test_classifier_export.py": "trained_classifier",
     # exports, and direct_models / direct_answers built on it (tests/serving/conftest.py)

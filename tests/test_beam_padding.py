@@ -54,19 +54,20 @@ class ScriptedDecoder:
         return logits, self_cache
 
 
+def first_end_positions(sequences):
+    """`[..., MAX_LENGTH]` -> each row's first [END] position, -1 where there is none."""
+    rows = sequences.reshape(-1, sequences.shape[-1])
+    return np.array([np.flatnonzero(row == END)[0] if (row == END).any() else -1 for row in rows])
+
+
 def assert_padded_after_end(sequences):
     """`[..., MAX_LENGTH]`: after the first [END], only [PAD]; returns each row's [END] position (-1 if none)."""
     rows = sequences.reshape(-1, sequences.shape[-1])
-    end_positions = []
-    for row in rows:
-        ends = np.flatnonzero(row == END)
-        if len(ends) == 0:
-            end_positions.append(-1)
-            continue
-        first = ends[0]
-        assert (row[first + 1:] == PAD).all(), f"tokens after [END] at {first}: {row.tolist()}"
-        end_positions.append(first)
-    return np.array(end_positions)
+    end_positions = first_end_positions(sequences)
+    for row, first in zip(rows, end_positions):
+        if first >= 0:
+            assert (row[first + 1:] == PAD).all(), f"tokens after [END] at {first}: {row.tolist()}"
+    return end_positions
 
 
 # First ids name the step at which [END] takes over (the rest is padding and filler).
@@ -113,30 +114,43 @@ def test_a_row_finishing_first_stays_padded_while_the_others_decode():
     assert (early[:, 1:] == PAD).all(), early
 
 
+def random_sources():
+    rng = np.random.default_rng(0)
+    sources = rng.integers(3, 20, size=(8, 7)).astype(np.int32)
+    for row, length in enumerate([7, 1, 3, 5, 2, 7, 4, 6]):
+        sources[row, length:] = 0
+    return sources
+
+
 @pytest.fixture(scope="module")
-def translator():
+def translator_ending_at_varied_steps():
+    """A random-weight model whose hypotheses end at different steps, some never.
+
+    Sharp logits and an `[END]` bias that makes it likely but not certain. The
+    fresh initialization never ends and a large bias ends everything at once;
+    the bias in between depends on the initial weights, so it is searched for
+    rather than fixed."""
     keras.utils.set_random_seed(11)
     model = Seq2SeqTransformer(
         20, VOCABULARY_SIZE, sequence_length=12, num_encoder_layers=1, num_decoder_layers=1,
         d_model=16, num_heads=2, intermediate_dim=32, dropout=0.0,
     )
     model.build()
-    # Sharp logits and an [END] bias that makes it likely but not certain, so
-    # hypotheses end at different steps (the fresh initialization never ends).
     kernel, bias = model.output_projection.get_weights()
-    bias = bias.copy()
-    bias[END] += 6.0
-    model.output_projection.set_weights([kernel * 4.0, bias])
-    return model
+    for end_bias in np.arange(0.0, 10.0, 0.5):
+        shifted = bias.copy()
+        shifted[END] += end_bias
+        model.output_projection.set_weights([kernel * 4.0, shifted])
+        sequences, _ = beam_search(model, tf.constant(random_sources()), MAX_LENGTH, START, END, beam_width=3,
+                                   return_all_beams=True)
+        end_positions = first_end_positions(sequences.numpy())
+        finished = end_positions[end_positions >= 0]
+        if len(set(finished.tolist())) >= 2 and (end_positions == -1).any():
+            return model
+    pytest.fail("no [END] bias in [0, 10) makes the random model's hypotheses end at different steps")
 
 
-def test_a_random_weight_transformers_beams_are_padded_after_end(translator):
-    rng = np.random.default_rng(0)
-    sources = rng.integers(3, 20, size=(8, 7)).astype(np.int32)
-    for row, length in enumerate([7, 1, 3, 5, 2, 7, 4, 6]):
-        sources[row, length:] = 0
-    sequences, _ = beam_search(translator, tf.constant(sources), MAX_LENGTH, START, END, beam_width=3,
-                               return_all_beams=True)
-    end_positions = assert_padded_after_end(sequences.numpy())
-    finished = end_positions[end_positions >= 0]
-    assert len(set(finished.tolist())) >= 2 and (end_positions == -1).any(), end_positions
+def test_a_random_weight_transformers_beams_are_padded_after_end(translator_ending_at_varied_steps):
+    sequences, _ = beam_search(translator_ending_at_varied_steps, tf.constant(random_sources()), MAX_LENGTH,
+                               START, END, beam_width=3, return_all_beams=True)
+    assert_padded_after_end(sequences.numpy())
