@@ -14,17 +14,21 @@ import tempfile
 
 def existing_versions(base_dir):
     """Sorted integer versions present under `base_dir` (empty if none)."""
-    return sorted(_version_folders(base_dir))
+    return sorted(version_folders(base_dir))
 
 
-def _version_folders(base_dir):
-    """`{version: folder name}`; `007` is version 7, as TensorFlow Serving reads it."""
+def version_folders(base_dir):
+    """`{version: folder name}`; `007` is version 7, as TensorFlow Serving reads it.
+
+    Only ASCII digits name a version: `str.isdigit` alone accepts `²`, which
+    `int` refuses, and `١`, which `int` reads as 1.
+    """
     if not os.path.isdir(base_dir):
         return {}
     return {
         int(entry): entry
         for entry in sorted(os.listdir(base_dir), reverse=True)
-        if entry.isdigit() and int(entry) > 0 and os.path.isdir(os.path.join(base_dir, entry))
+        if entry.isascii() and entry.isdigit() and int(entry) > 0 and os.path.isdir(os.path.join(base_dir, entry))
     }
 
 
@@ -32,7 +36,7 @@ def latest_version_dir(path):
     """`path` itself if it is a SavedModel folder, else its newest version folder."""
     if os.path.isfile(os.path.join(path, "saved_model.pb")):
         return path
-    folders = _version_folders(path)
+    folders = version_folders(path)
     if not folders:
         raise FileNotFoundError(
             f"No exported model at {path}: expected a SavedModel folder or "
