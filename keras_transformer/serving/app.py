@@ -233,9 +233,13 @@ async def _read_body(request, limit):
 def _version_number(text):
     if text is None:
         return None
-    if not text.isdigit() or int(text) == 0:
-        raise RequestError(400, f"A version is a positive integer, got {text!r}.")
-    return int(text)
+    # ASCII digits only: str.isdigit alone accepts "²", which int() refuses, and "١", which int() reads as 1.
+    if not (text.isascii() and text.isdigit()) or not text.strip("0"):
+        raise RequestError(400, f"A version is a positive integer, got {text[:50]!r}.")
+    try:
+        return int(text)
+    except ValueError:  # past Python's int-string conversion limit, longer than any folder name
+        raise RequestError(404, f"No version has {len(text)} digits.") from None
 
 
 def _servable(name, version):

@@ -17,6 +17,7 @@ import base64
 import binascii
 import json
 import math
+import sys
 
 import numpy as np
 
@@ -68,6 +69,10 @@ def parse_body(raw_body):
         raise RequestError(400, f"JSON parse error: {error.msg} at line {error.lineno} column {error.colno}.")
     except RecursionError:
         raise RequestError(400, "JSON parse error: the body is nested too deeply.")
+    except ValueError:  # JSONDecodeError is caught above; this is Python's int-string conversion limit
+        raise RequestError(
+            400, f"JSON parse error: an integer has more than the {sys.get_int_max_str_digits()} digits this server reads."
+        ) from None
     if not isinstance(body, dict):
         raise RequestError(400, f"The body must be a JSON object, got {_json_type(body)}.")
     return body

@@ -5,8 +5,9 @@ polled; when a new version folder appears (our exports appear by an atomic
 rename, see `keras_transformer.export.versions`), it is loaded beside the one
 being served and only then made current. A request holds the version it
 started with, so a switch never fails or drops a request in flight; a version
-that fails to load is logged, reported in the status, and the previous one
-keeps serving.
+that fails to load is logged, reported in the status, and retried with backoff
+on later polls (it may still be being copied in), while the newest version
+that did load keeps serving. Folders not named by ASCII digits are ignored.
 """
 
 import logging
@@ -14,7 +15,7 @@ import os
 import threading
 import time
 
-from keras_transformer.export.versions import existing_versions
+from keras_transformer.export.versions import version_folders
 from keras_transformer.serving.protocol import TensorSpec
 
 logger = logging.getLogger("keras_transformer.serving")
@@ -65,50 +66,69 @@ class ServedVersion:
 class ServedModel:
     """A model name, its base path, the version being served and the status of each seen."""
 
-    def __init__(self, name, base_path, loader):
+    def __init__(self, name, base_path, loader, retry_seconds=1.0, max_retry_seconds=60.0):
         self.name = name
         self.base_path = base_path
         self._loader = loader
         self._lock = threading.Lock()
         self.current = None
         self.states = {}  # version -> (state, error message)
-        self._failed = {}  # version -> folder mtime when it failed, so it is retried only if rewritten
+        self.retry_seconds = retry_seconds
+        self.max_retry_seconds = max_retry_seconds
+        # version -> (the wait after its last failure, monotonic time of its next
+        # try). A version still being copied in fails until complete, and
+        # copying into its subfolders or files need not change the version
+        # folder's own mtime, so failed versions are retried on a backoff rather
+        # than when rewritten.
+        self._failed = {}
 
     def refresh(self):
-        """Loads the newest version if it is not the one served. Returns True on a switch."""
-        versions = existing_versions(self.base_path)
-        if not versions:
+        """Loads the newest loadable version newer than the one served. Returns True on a switch."""
+        folders = version_folders(self.base_path)
+        self._failed = {version: retry for version, retry in self._failed.items() if version in folders}
+        if not folders:
             if self.current is None:
                 self.states.clear()
             return False
-        newest = versions[-1]
-        if self.current is not None and self.current.version == newest:
-            return False
-        path = _version_path(self.base_path, newest)
-        mtime = _mtime(path)
-        if self._failed.get(newest) == mtime:
-            return False
-        self.states[newest] = (LOADING, "")
+        served = self.current.version if self.current is not None else 0
+        # Newest first: if the newest cannot load yet, a newer one than the
+        # served version may still (and at start, any version beats none).
+        for version in sorted(folders, reverse=True):
+            if version <= served:
+                return False
+            last_delay, next_try = self._failed.get(version, (0.0, 0.0))
+            if time.monotonic() < next_try:
+                continue
+            if self._load(version, os.path.join(self.base_path, folders[version]), last_delay):
+                return True
+        return False
+
+    def _load(self, version, path, last_delay):
+        """Loads `version` and makes it current; False (and a retry scheduled) if it fails."""
+        self.states[version] = (LOADING, "")
         started = time.monotonic()
         try:
             loaded = self._loader(path)
-            served = ServedVersion(self.name, newest, path, loaded)
+            served = ServedVersion(self.name, version, path, loaded)
             served.warm_up()
         except Exception as error:  # a broken export must not take the server down
-            self._failed[newest] = mtime
+            delay = min(2 * last_delay, self.max_retry_seconds) if last_delay else self.retry_seconds
+            self._failed[version] = (delay, time.monotonic() + delay)
             message = f"{type(error).__name__}: {error}".splitlines()[0][:500]
-            self.states[newest] = (END, message)
-            logger.error("model=%s version=%d failed to load: %s", self.name, newest, message)
+            self.states[version] = (END, message)
+            logger.error("model=%s version=%d failed to load (retrying in %.3g s): %s",
+                         self.name, version, delay, message)
             return False
+        self._failed.pop(version, None)
         with self._lock:
             previous, self.current = self.current, served
-        self.states[newest] = (AVAILABLE, "")
+        self.states[version] = (AVAILABLE, "")
         if previous is not None:
             # Requests still running on it hold their own reference.
             previous.retired = True
             self.states[previous.version] = (END, "")
         logger.info(
-            "model=%s version=%d available (%.1f s to load)%s", self.name, newest, time.monotonic() - started,
+            "model=%s version=%d available (%.1f s to load)%s", self.name, version, time.monotonic() - started,
             f", replacing version {previous.version}" if previous else "",
         )
         return True
@@ -124,9 +144,14 @@ class ServedModel:
 class ModelRepository:
     """Every served model by name, and the poller that keeps them current."""
 
-    def __init__(self, model_paths, loader=None, poll_seconds=1.0):
-        """`model_paths`: {name: base path}; `loader`: path -> loaded SavedModel."""
-        self.models = {name: ServedModel(name, path, loader or load_saved_model) for name, path in model_paths.items()}
+    def __init__(self, model_paths, loader=None, poll_seconds=1.0, retry_seconds=1.0, max_retry_seconds=60.0):
+        """`model_paths`: {name: base path}; `loader`: path -> loaded SavedModel;
+        a version that fails to load is retried after `retry_seconds`, then
+        twice as long after each failure, up to `max_retry_seconds`."""
+        self.models = {
+            name: ServedModel(name, path, loader or load_saved_model, retry_seconds, max_retry_seconds)
+            for name, path in model_paths.items()
+        }
         self.poll_seconds = poll_seconds
         self._stop = threading.Event()
         self._thread = None
@@ -161,21 +186,6 @@ def load_saved_model(path):
     import tensorflow_text  # noqa: F401  registers the tokenizer ops our exports use
 
     return tf.saved_model.load(path)
-
-
-def _version_path(base_path, version):
-    # `007` is version 7, as TensorFlow Serving reads it.
-    for entry in os.listdir(base_path):
-        if entry.isdigit() and int(entry) == version:
-            return os.path.join(base_path, entry)
-    raise FileNotFoundError(f"Version {version} vanished from {base_path}.")
-
-
-def _mtime(path):
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return None
 
 
 def _input_specs(function):
