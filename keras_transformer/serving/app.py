@@ -219,8 +219,13 @@ class RequestLog:
 
 async def _read_body(request, limit):
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, f"The body has {int(declared)} bytes; the limit is {limit}.")
+    if declared.isascii() and declared.isdigit():
+        digits = declared.lstrip("0")
+        # Compared by length first: int() refuses more digits than Python's conversion limit.
+        if len(digits) > len(str(limit)):
+            raise RequestError(413, f"The body's declared length has {len(digits)} digits; the limit is {limit} bytes.")
+        if int(declared) > limit:
+            raise RequestError(413, f"The body has {int(declared)} bytes; the limit is {limit}.")
     chunks, total = [], 0
     async for chunk in request.stream():
         total += len(chunk)

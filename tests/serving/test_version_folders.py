@@ -1,5 +1,7 @@
 """Version folders and URL versions: only ASCII digits name a version, and a
 version that failed to load (still being copied in) is retried on later polls.
+Numbers past Python's int-string conversion limit (in a URL, a JSON body or a
+Content-Length) get a JSON error, never a 500.
 
 The SavedModels here are stand-ins: a version folder holds a `saved_model.pb`
 whose text says whether the copy is complete, and the loader refuses the
@@ -162,3 +164,10 @@ def test_a_json_integer_past_the_int_conversion_limit_is_a_json_400(client):
                            headers={"content-type": "application/json"})
     assert_json_error(response, 400)
     assert "digits" in response.json()["error"]
+
+
+def test_a_content_length_past_the_int_conversion_limit_is_a_json_413(client):
+    response = client.post("/v1/models/classifier:predict", content=b'{"instances": ["a"]}',
+                           headers={"content-type": "application/json", "content-length": "9" * 5000})
+    assert_json_error(response, 413)
+    assert "5000 digits" in response.json()["error"]
