@@ -87,8 +87,9 @@ class Batcher:
             task = loop.create_task(self._run_in_slot(served_version, signature_name, batch, loop))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            if pending is None and queue.empty() and served_version.retired and self._queues.get(key) is queue:
-                # An idle queue of a replaced version would keep that model in memory.
+            if pending is None and queue.empty():
+                # An idle loop would hold its version in memory after a swap;
+                # the next request to this signature starts a new one.
                 del self._queues[key]
                 return
 
