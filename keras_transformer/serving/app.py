@@ -12,22 +12,21 @@ for a bad request, 404 for an unknown model or version, plus 413 for a body
 or a batch over the configured limits and 405 for a wrong method.
 """
 
-import asyncio
 import contextlib
 import logging
 import re
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from keras_transformer.serving.batching import Batcher
 from keras_transformer.serving.protocol import RequestError
 from keras_transformer.serving.protocol import format_predict_response
 from keras_transformer.serving.protocol import parse_body
 from keras_transformer.serving.protocol import parse_predict_request
+from keras_transformer.serving.service import DEFAULT_SIGNATURE
+from keras_transformer.serving.service import PredictionService
 
 logger = logging.getLogger("keras_transformer.serving")
 
@@ -36,47 +35,18 @@ _MODEL_PATH = re.compile(
 )
 
 
-class ServerSettings:
-    """Limits and batching of a server.
-
-    Args:
-        max_body_bytes: largest request body accepted (413 above it).
-        max_instances: most examples in one request (413 above it).
-        batching: merge concurrent requests into one model call.
-        max_batch_size: most examples in one merged call.
-        batch_timeout_ms: how long a batch waits for company once a model
-            thread is free, only while other requests to its signature run.
-        num_threads: model calls that may run at once.
-    """
-
-    def __init__(self, max_body_bytes=1 << 20, max_instances=256, batching=True, max_batch_size=64,
-                 batch_timeout_ms=5.0, num_threads=2):
-        self.max_body_bytes = max_body_bytes
-        self.max_instances = max_instances
-        self.batching = batching
-        self.max_batch_size = max_batch_size
-        self.batch_timeout_ms = batch_timeout_ms
-        self.num_threads = num_threads
-
-
 def create_app(repository, settings=None):
     """A Starlette app serving `repository`; it loads every model when it starts."""
-    settings = settings or ServerSettings()
-    executor = ThreadPoolExecutor(max_workers=settings.num_threads, thread_name_prefix="model")
-    batcher = Batcher(
-        executor, settings.max_batch_size, settings.batch_timeout_ms / 1000.0,
-        max_concurrent_batches=settings.num_threads,
-    )
+    service = PredictionService(repository, settings)
+    settings = service.settings
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        await asyncio.get_running_loop().run_in_executor(executor, repository.refresh_all)
-        repository.start_polling()
+        await service.start()
         try:
             yield
         finally:
-            repository.stop_polling()
-            executor.shutdown(wait=False, cancel_futures=True)
+            service.stop()
 
     async def healthz(request):
         models = {
@@ -88,78 +58,54 @@ def create_app(repository, settings=None):
         match = _MODEL_PATH.match(request.path_params["rest"])
         if match is None:
             raise RequestError(404, f"No such route: {request.url.path}")
-        model = repository.models.get(match["name"])
-        version = _version_number(match["version"])
-        request.state.model, request.state.version = match["name"], version
-        if model is None:
-            raise RequestError(404, f"Servable not found for request: {_servable(match['name'], version)}")
+        name, version = match["name"], _version_number(match["version"])
+        request.state.model, request.state.version = name, version
+        service.model(name)
         if match["verb"] is not None:
             if match["verb"] != "predict":
                 raise RequestError(400, f"':{match['verb']}' is not served here; only ':predict' is.")
             if request.method != "POST":
                 raise RequestError(405, f"':predict' takes POST, not {request.method}.")
-            return await predict(request, model, version)
+            return await predict(request, name, version)
         if request.method != "GET":
             raise RequestError(405, f"{request.url.path} takes GET, not {request.method}.")
         if match["metadata"]:
-            return metadata(model, version)
-        return status(model, version)
+            return metadata(name, version)
+        return status(name, version)
 
-    async def predict(request, model, version):
-        served = model.resolve(version)
-        if served is None:
-            raise RequestError(404, f"Servable not found for request: {_servable(model.name, version)}")
+    async def predict(request, name, version):
+        served = service.servable(name, version)
         request.state.version = served.version
         body = parse_body(await _read_body(request, settings.max_body_bytes))
-        signature_name = body.pop("signature_name", "serving_default")
-        if not isinstance(signature_name, str):
-            raise RequestError(400, "'signature_name' must be a string.")
-        if signature_name not in served.signatures:
-            raise RequestError(
-                400, f'Serving signature name: "{signature_name}" not found in signature def; '
-                f"this model has {sorted(served.signatures)}."
-            )
-        request_format, inputs, batch_size = parse_predict_request(
-            body, served.inputs[signature_name], settings.max_instances
-        )
+        signature_name = body.pop("signature_name", DEFAULT_SIGNATURE)
+        input_specs = service.signature_inputs(served, signature_name)
+        request.state.signature = signature_name
+        request_format, inputs, batch_size = parse_predict_request(body, input_specs, settings.max_instances)
         request.state.instances = batch_size
-        try:
-            if settings.batching and served.batchable(signature_name):
-                outputs = await batcher.submit(served, signature_name, inputs, batch_size)
-            else:
-                outputs = await asyncio.get_running_loop().run_in_executor(
-                    executor, served.run, signature_name, inputs
-                )
-        except Exception as error:
-            raise _model_error(error)
+        outputs = await service.predict(served, signature_name, inputs, batch_size)
         return JSONResponse(format_predict_response(request_format, outputs))
 
-    def status(model, version):
-        states = model.states if version is None else {version: model.states.get(version)}
-        if version is not None and states[version] is None:
-            raise RequestError(404, f"Could not find version {version} of model {model.name}.")
+    def status(name, version):
         return JSONResponse({
             "model_version_status": [
                 {"version": str(number), "state": state,
                  "status": {"error_code": "UNKNOWN" if message else "OK", "error_message": message}}
-                for number, (state, message) in sorted(states.items(), reverse=True)
+                for number, state, message in service.version_states(name, version)
             ]
         })
 
-    def metadata(model, version):
-        served = model.resolve(version)
-        if served is None:
-            raise RequestError(404, f"Servable not found for request: {_servable(model.name, version)}")
+    def metadata(name, version):
+        served = service.servable(name, version)
         signature_defs = {
-            name: {
-                "inputs": {spec.name: _tensor_info(spec) for spec in served.inputs[name].values()},
-                "outputs": {spec.name: _tensor_info(spec) for spec in served.outputs[name].values()},
+            signature: {
+                "inputs": {spec.name: _tensor_info(spec) for spec in served.inputs[signature].values()},
+                "outputs": {spec.name: _tensor_info(spec) for spec in served.outputs[signature].values()},
                 "method_name": "tensorflow/serving/predict",
             }
-            for name in sorted(served.signatures)
+            for signature in sorted(served.signatures)
         }
         return JSONResponse({
-            "model_spec": {"name": model.name, "signature_name": "", "version": str(served.version)},
+            "model_spec": {"name": name, "signature_name": "", "version": str(served.version)},
             "metadata": {"signature_def": {"signature_def": signature_defs}},
         })
 
@@ -186,6 +132,7 @@ def create_app(repository, settings=None):
     app.add_middleware(RequestLog)
     app.state.repository = repository
     app.state.settings = settings
+    app.state.service = service
     return app
 
 
@@ -247,20 +194,6 @@ def _version_number(text):
         raise RequestError(404, f"No version has {len(text)} digits.") from None
 
 
-def _servable(name, version):
-    return f"Latest({name})" if version is None else f"Specific({name}, {version})"
-
-
 def _tensor_info(spec):
     dims = [{"size": str(-1 if size is None else size), "name": ""} for size in spec.shape]
     return {"dtype": spec.dtype, "tensor_shape": {"dim": dims, "unknown_rank": False}}
-
-
-def _model_error(error):
-    """A model call that failed: the input's fault (400) or ours (500, logged)."""
-    import tensorflow as tf
-
-    if isinstance(error, (tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError)):
-        return RequestError(400, str(error.message).splitlines()[0][:500])
-    logger.exception("Model call failed", exc_info=error)
-    return RequestError(500, f"Internal error running the model: {type(error).__name__}.")

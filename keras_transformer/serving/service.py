@@ -1,0 +1,128 @@
+"""What the server does for a request, whichever API it came by (REST or gRPC).
+
+`PredictionService` owns the model threads and the batching queues, and
+answers in the API-neutral terms both front ends translate: servables
+resolved by name and version, signatures checked, inputs run. Every refusal
+is a `RequestError` with an HTTP status; the gRPC side maps it to TensorFlow
+Serving's status codes.
+"""
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from keras_transformer.serving.batching import Batcher
+from keras_transformer.serving.protocol import RequestError
+
+logger = logging.getLogger("keras_transformer.serving")
+
+DEFAULT_SIGNATURE = "serving_default"
+
+
+class ServerSettings:
+    """Limits and batching of a server.
+
+    Args:
+        max_body_bytes: largest request body accepted (413 above it).
+        max_instances: most examples in one request (413 above it).
+        batching: merge concurrent requests into one model call.
+        max_batch_size: most examples in one merged call.
+        batch_timeout_ms: how long a batch waits for company once a model
+            thread is free, only while other requests to its signature run.
+        num_threads: model calls that may run at once.
+    """
+
+    def __init__(self, max_body_bytes=1 << 20, max_instances=256, batching=True, max_batch_size=64,
+                 batch_timeout_ms=5.0, num_threads=2):
+        self.max_body_bytes = max_body_bytes
+        self.max_instances = max_instances
+        self.batching = batching
+        self.max_batch_size = max_batch_size
+        self.batch_timeout_ms = batch_timeout_ms
+        self.num_threads = num_threads
+
+
+class PredictionService:
+    """The served models of `repository`, run on `settings.num_threads` model threads."""
+
+    def __init__(self, repository, settings=None):
+        self.repository = repository
+        self.settings = settings or ServerSettings()
+        self.executor = ThreadPoolExecutor(max_workers=self.settings.num_threads, thread_name_prefix="model")
+        self.batcher = Batcher(
+            self.executor, self.settings.max_batch_size, self.settings.batch_timeout_ms / 1000.0,
+            max_concurrent_batches=self.settings.num_threads,
+        )
+
+    async def start(self):
+        """Loads every model's newest version, then starts watching for new ones."""
+        await asyncio.get_running_loop().run_in_executor(self.executor, self.repository.refresh_all)
+        self.repository.start_polling()
+
+    def stop(self):
+        self.repository.stop_polling()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def model(self, name):
+        """The `ServedModel` called `name`, or a 404."""
+        model = self.repository.models.get(name)
+        if model is None:
+            raise RequestError(404, f"Servable not found for request: {servable_name(name, None)}")
+        return model
+
+    def servable(self, name, version=None):
+        """The `ServedVersion` a request for `name` (and `version`, None = latest) runs on, or a 404."""
+        served = self.model(name).resolve(version)
+        if served is None:
+            raise RequestError(404, f"Servable not found for request: {servable_name(name, version)}")
+        return served
+
+    def signature_inputs(self, served, signature_name):
+        """The input specs of `signature_name` on `served`, or TensorFlow Serving's 400 for an unknown one."""
+        if not isinstance(signature_name, str):
+            raise RequestError(400, "'signature_name' must be a string.")
+        if signature_name not in served.signatures:
+            raise RequestError(
+                400, f'Serving signature name: "{signature_name}" not found in signature def; '
+                f"this model has {sorted(served.signatures)}."
+            )
+        return served.inputs[signature_name]
+
+    async def predict(self, served, signature_name, inputs, batch_size):
+        """Runs `inputs` ({name: array `[batch_size, ...]`}) on a signature checked by `signature_inputs`."""
+        try:
+            if self.settings.batching and served.batchable(signature_name):
+                return await self.batcher.submit(served, signature_name, inputs, batch_size)
+            return await asyncio.get_running_loop().run_in_executor(
+                self.executor, served.run, signature_name, inputs
+            )
+        except Exception as error:
+            raise model_error(error)
+
+    def version_states(self, name, version=None):
+        """[(version, state, error message)], newest first: every version seen, or just `version` (404 if unseen)."""
+        model = self.model(name)
+        if version is None:
+            states = model.states
+        else:
+            if version not in model.states:
+                raise RequestError(404, f"Could not find version {version} of model {name}.")
+            states = {version: model.states[version]}
+        return [(number, state, message) for number, (state, message) in sorted(states.items(), reverse=True)]
+
+
+def servable_name(name, version):
+    """How TensorFlow Serving names a requested servable in its errors."""
+    return f"Latest({name})" if version is None else f"Specific({name}, {version})"
+
+
+def model_error(error):
+    """A model call that failed: the input's fault (400) or ours (500, logged)."""
+    if isinstance(error, RequestError):
+        return error
+    import tensorflow as tf
+
+    if isinstance(error, (tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError)):
+        return RequestError(400, str(error.message).splitlines()[0][:500])
+    logger.exception("Model call failed", exc_info=error)
+    return RequestError(500, f"Internal error running the model: {type(error).__name__}.")
