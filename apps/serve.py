@@ -42,6 +42,18 @@ def build_parser():
                         help="how long a batch waits for company once a model thread is free; "
                              "only while other requests to its signature are running")
     parser.add_argument("--num-threads", type=int, default=2, help="model calls running at once")
+    parser.add_argument("--max-queued-examples", type=int, default=None,
+                        help="most examples waiting for a model call, per model version and signature; a "
+                             "request that would go past it gets 503 at once (a request into an empty queue is "
+                             "always taken). Counted in examples, not requests, because a request's cost grows "
+                             "with its examples. Default: 10 x --max-batch-size (TensorFlow Serving's "
+                             "max_enqueued_batches of 10)")
+    parser.add_argument("--request-timeout", type=float, default=30.0,
+                        help="seconds a predict request may take once its body is read; past it the client "
+                             "gets 504, and work whose batch had not started is dropped (TensorFlow Serving's "
+                             "--rest_api_timeout_in_ms is 30 s too)")
+    parser.add_argument("--max-response-bytes", type=int, default=8 << 20,
+                        help="largest JSON answer sent; a larger one gets 413 naming its size")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return parser
 
@@ -60,6 +72,12 @@ def main(argv=None):
             sys.exit(f"error: {flag} must be at least 1, got {value}")
     if not 0 <= args.port <= 65535:
         sys.exit(f"error: --port must be between 0 and 65535, got {args.port}")
+    if args.max_queued_examples is not None and args.max_queued_examples < 1:
+        sys.exit(f"error: --max-queued-examples must be at least 1, got {args.max_queued_examples}")
+    if not 0 < args.request_timeout < float("inf"):
+        sys.exit(f"error: --request-timeout must be a finite number of seconds above 0, got {args.request_timeout}")
+    if args.max_response_bytes < 1:
+        sys.exit(f"error: --max-response-bytes must be at least 1, got {args.max_response_bytes}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
 
     import uvicorn
@@ -72,6 +90,8 @@ def main(argv=None):
     settings = ServerSettings(
         max_body_bytes=args.max_body_bytes, max_instances=args.max_instances, batching=args.batching,
         max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms, num_threads=args.num_threads,
+        max_queued_examples=args.max_queued_examples, request_timeout=args.request_timeout,
+        max_response_bytes=args.max_response_bytes,
     )
     uvicorn.run(create_app(repository, settings), host=args.host, port=args.port, access_log=False,
                 log_level=args.log_level)

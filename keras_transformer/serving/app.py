@@ -12,23 +12,38 @@ for a bad request, 404 for an unknown model or version, plus 413 for a body
 or a batch over the configured limits and 405 for a wrong method.
 """
 
+import asyncio
 import contextlib
+import functools
 import logging
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from keras_transformer.serving.protocol import RequestError
-from keras_transformer.serving.protocol import format_predict_response
+from keras_transformer.serving.protocol import ResponseTooLarge
+from keras_transformer.serving.protocol import encode_predict_response
 from keras_transformer.serving.protocol import parse_body
 from keras_transformer.serving.protocol import parse_predict_request
 from keras_transformer.serving.service import DEFAULT_SIGNATURE
 from keras_transformer.serving.service import PredictionService
 
 logger = logging.getLogger("keras_transformer.serving")
+
+# Bodies and answers up to about these sizes are parsed or encoded on the
+# event loop, where that takes well under a millisecond; a hop to a JSON
+# thread would cost more than it saves.
+_INLINE_BODY_BYTES = 16 << 10
+_INLINE_RESPONSE_ELEMENTS = 2048
+# JSON threads, apart from the model threads so that a large body or answer
+# never waits for a model call (nor the reverse); two keep a burst of large
+# ones from taking every core.
+_JSON_THREADS = 2
 
 _MODEL_PATH = re.compile(
     r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?(?:(?P<metadata>/metadata)|:(?P<verb>[^/:]*))?$"
@@ -39,6 +54,7 @@ def create_app(repository, settings=None):
     """A Starlette app serving `repository`; it loads every model when it starts."""
     service = PredictionService(repository, settings)
     settings = service.settings
+    json_executor = ThreadPoolExecutor(max_workers=_JSON_THREADS, thread_name_prefix="json")
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -47,6 +63,7 @@ def create_app(repository, settings=None):
             yield
         finally:
             service.stop()
+            json_executor.shutdown(wait=False, cancel_futures=True)
 
     async def healthz(request):
         models = {
@@ -76,14 +93,36 @@ def create_app(repository, settings=None):
     async def predict(request, name, version):
         served = service.servable(name, version)
         request.state.version = served.version
-        body = parse_body(await _read_body(request, settings.max_body_bytes))
+        raw_body = await _read_body(request, settings.max_body_bytes)
+        # The deadline counts from here: reading the body has its own limits.
+        started = time.monotonic()
+        off_loop = len(raw_body) > _INLINE_BODY_BYTES
+        body = await _call(json_executor if off_loop else None, parse_body, raw_body)
         signature_name = body.pop("signature_name", DEFAULT_SIGNATURE)
         input_specs = service.signature_inputs(served, signature_name)
         request.state.signature = signature_name
-        request_format, inputs, batch_size = parse_predict_request(body, input_specs, settings.max_instances)
+        request_format, inputs, batch_size = await _call(
+            json_executor if off_loop else None, parse_predict_request, body, input_specs, settings.max_instances
+        )
+        del body, raw_body  # the inputs hold what the model needs
         request.state.instances = batch_size
-        outputs = await service.predict(served, signature_name, inputs, batch_size)
-        return JSONResponse(format_predict_response(request_format, outputs))
+        timeout = None if settings.request_timeout is None else settings.request_timeout - (time.monotonic() - started)
+        outputs = await _unless_disconnected(
+            request.receive, service.predict(served, signature_name, inputs, batch_size, timeout=timeout)
+        )
+        elements = sum(value.size for value in outputs.values())
+        try:
+            encoded = await _call(
+                json_executor if elements > _INLINE_RESPONSE_ELEMENTS else None,
+                encode_predict_response, request_format, outputs, settings.max_response_bytes,
+            )
+        except ResponseTooLarge as error:
+            raise RequestError(
+                413, f"The answer would be {'at least' if error.estimate == error.lower_bound else 'about'} "
+                f"{error.estimate} bytes of JSON, over the limit of {error.limit} bytes (--max-response-bytes); "
+                "ask for fewer examples at a time."
+            ) from None
+        return Response(encoded, media_type="application/json")
 
     def status(name, version):
         return JSONResponse({
@@ -180,6 +219,41 @@ async def _read_body(request, limit):
             raise RequestError(413, f"The body is over the limit of {limit} bytes.")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _call(executor, function, *args):
+    """`function(*args)` on a thread of `executor`, or right here if `executor` is None."""
+    if executor is None:
+        return function(*args)
+    return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(function, *args))
+
+
+async def _unless_disconnected(receive, awaitable):
+    """Awaits `awaitable`, but cancels it and answers 499 if the client disconnects first.
+
+    Called once the body has been read, when `receive()` has nothing left to
+    give but the disconnect. Cancelling a prediction drops it from its queue
+    unless its batch has started, so a client that gave up costs no model time.
+    """
+    work = asyncio.ensure_future(awaitable)
+    watch = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this handler cancelled (shutdown): so is what it waited for
+        work.cancel()
+        watch.cancel()
+        raise
+    watch.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    # Nobody reads this answer; 499 (nginx's "client closed request") is for the log.
+    raise RequestError(499, "The client closed the connection before the answer was ready.")
+
+
+async def _disconnected(receive):
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _version_number(text):

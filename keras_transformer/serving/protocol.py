@@ -15,6 +15,7 @@ wrong; nothing here lets a malformed body reach the model.
 
 import base64
 import binascii
+import io
 import json
 import math
 import sys
@@ -202,16 +203,108 @@ def _convert(value, shape, dtype, where):
     return value
 
 
+class ResponseTooLarge(Exception):
+    """An answer whose JSON would be over `limit` bytes: at least `lower_bound`, about `estimate`."""
+
+    def __init__(self, limit, lower_bound, estimate):
+        super().__init__(f"the answer would be about {estimate} bytes; the limit is {limit}")
+        self.limit, self.lower_bound, self.estimate = limit, lower_bound, estimate
+
+
 def format_predict_response(request_format, outputs):
-    """{output name: numpy array `[B, ...]`} -> the JSON object to answer with."""
+    """{output name: numpy array `[B, ...]`} -> the JSON object to answer with, as Python values."""
+    return json.loads(encode_predict_response(request_format, outputs))
+
+
+def encode_predict_response(request_format, outputs, max_bytes=None):
+    """{output name: numpy array `[B, ...]`} -> the UTF-8 JSON answer (what `format_predict_response` gives, encoded
+    compactly), or `ResponseTooLarge` once it passes `max_bytes` (None: no limit).
+
+    The answer is encoded a row at a time into one buffer: no Python copy of
+    the whole answer is built first, encoding stops as soon as the limit is
+    passed, and each step is short, so a thread encoding a large answer lets
+    the event loop's thread run between steps (one `json.dumps` of it all
+    would hold the GIL throughout).
+    """
+    arrays = list(outputs.values())
+    elements = sum(array.size for array in arrays)
+    # Each number or string takes at least two bytes (a digit and a comma, or two quotes).
+    lower_bound = 2 * elements
+    if max_bytes is not None and lower_bound > max_bytes:
+        raise ResponseTooLarge(max_bytes, lower_bound, lower_bound)
+    buffer, written, encoded_elements = io.BytesIO(), 0, 0
+    for piece, piece_elements in _json_pieces(_response_layout(request_format, outputs)):
+        data = piece.encode("utf-8")
+        written += len(data)
+        encoded_elements += piece_elements
+        if max_bytes is not None and written > max_bytes:
+            estimate = max(written, written * elements // max(encoded_elements, 1))
+            raise ResponseTooLarge(max_bytes, written, estimate)
+        buffer.write(data)
+    # getvalue() hands over the buffer itself rather than a copy.
+    return buffer.getvalue()
+
+
+class _Row:
+    """Example `index` of `array`, encoded when its turn comes."""
+
+    __slots__ = ("array", "index")
+
+    def __init__(self, array, index):
+        self.array, self.index = array, index
+
+
+def _response_layout(request_format, outputs):
+    """The answer's JSON structure with the output arrays (or their rows) still as numpy at its leaves."""
     names = list(outputs)
-    columns = {name: _to_json(outputs[name]) for name in names}
     if request_format == "columnar":
-        return {"outputs": columns[names[0]] if len(names) == 1 else columns}
+        return {"outputs": outputs[names[0]] if len(names) == 1 else dict(outputs)}
     if len(names) == 1:
-        return {"predictions": columns[names[0]]}
-    count = len(columns[names[0]])
-    return {"predictions": [{name: columns[name][index] for name in names} for index in range(count)]}
+        return {"predictions": outputs[names[0]]}
+    count = len(outputs[names[0]])
+    return {"predictions": [{name: _Row(outputs[name], index) for name in names} for index in range(count)]}
+
+
+_encode_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+_LEAF_ELEMENTS = 4096  # most values of a one-dimensional array encoded in one step
+
+
+def _json_pieces(value):
+    """(JSON text, number of array elements in it) pieces that concatenate to `value`'s compact encoding."""
+    if isinstance(value, dict):
+        yield "{", 0
+        for index, (key, item) in enumerate(value.items()):
+            yield ("," if index else "") + _encode_json(key) + ":", 0
+            yield from _json_pieces(item)
+        yield "}", 0
+    elif isinstance(value, list):
+        yield "[", 0
+        for index, item in enumerate(value):
+            if index:
+                yield ",", 0
+            yield from _json_pieces(item)
+        yield "]", 0
+    elif isinstance(value, _Row):
+        if value.array.ndim == 1:
+            yield _encode_json(_to_json(value.array[value.index : value.index + 1])[0]), 1
+        else:
+            yield from _json_pieces(value.array[value.index])
+    elif value.ndim == 0:
+        yield _encode_json(_to_json(value)), 1
+    elif value.ndim == 1:
+        yield "[", 0
+        for start in range(0, len(value), _LEAF_ELEMENTS):
+            chunk = value[start : start + _LEAF_ELEMENTS]
+            # The chunk's own brackets dropped: its values continue the list.
+            yield ("," if start else "") + _encode_json(_to_json(chunk))[1:-1], chunk.size
+        yield "]", 0
+    else:
+        yield "[", 0
+        for index in range(len(value)):
+            if index:
+                yield ",", 0
+            yield from _json_pieces(value[index])
+        yield "]", 0
 
 
 def _to_json(array):

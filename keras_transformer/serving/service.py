@@ -12,6 +12,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from keras_transformer.serving.batching import Batcher
+from keras_transformer.serving.batching import DeadlineExceeded
+from keras_transformer.serving.batching import QueueFull
 from keras_transformer.serving.protocol import RequestError
 
 logger = logging.getLogger("keras_transformer.serving")
@@ -20,7 +22,7 @@ DEFAULT_SIGNATURE = "serving_default"
 
 
 class ServerSettings:
-    """Limits and batching of a server.
+    """Limits, batching and deadlines of a server.
 
     Args:
         max_body_bytes: largest request body accepted (413 above it).
@@ -30,16 +32,27 @@ class ServerSettings:
         batch_timeout_ms: how long a batch waits for company once a model
             thread is free, only while other requests to its signature run.
         num_threads: model calls that may run at once.
+        max_queued_examples: most examples waiting for a model call per
+            version and signature (503 above it); None: ten batches' worth,
+            `10 * max_batch_size`, as TensorFlow Serving's default
+            `max_enqueued_batches` of 10.
+        request_timeout: seconds a request may take before it gets 504
+            (TensorFlow Serving's `--rest_api_timeout_in_ms` defaults to 30 s).
+        max_response_bytes: largest JSON answer sent (413 above it).
     """
 
     def __init__(self, max_body_bytes=1 << 20, max_instances=256, batching=True, max_batch_size=64,
-                 batch_timeout_ms=5.0, num_threads=2):
+                 batch_timeout_ms=5.0, num_threads=2, max_queued_examples=None, request_timeout=30.0,
+                 max_response_bytes=8 << 20):
         self.max_body_bytes = max_body_bytes
         self.max_instances = max_instances
         self.batching = batching
         self.max_batch_size = max_batch_size
         self.batch_timeout_ms = batch_timeout_ms
         self.num_threads = num_threads
+        self.max_queued_examples = max_queued_examples if max_queued_examples is not None else 10 * max_batch_size
+        self.request_timeout = request_timeout
+        self.max_response_bytes = max_response_bytes
 
 
 class PredictionService:
@@ -52,6 +65,7 @@ class PredictionService:
         self.batcher = Batcher(
             self.executor, self.settings.max_batch_size, self.settings.batch_timeout_ms / 1000.0,
             max_concurrent_batches=self.settings.num_threads,
+            max_queued_examples=self.settings.max_queued_examples,
         )
 
     async def start(self):
@@ -88,14 +102,30 @@ class PredictionService:
             )
         return served.inputs[signature_name]
 
-    async def predict(self, served, signature_name, inputs, batch_size):
-        """Runs `inputs` ({name: array `[batch_size, ...]`}) on a signature checked by `signature_inputs`."""
+    async def predict(self, served, signature_name, inputs, batch_size, timeout=None):
+        """Runs `inputs` ({name: array `[batch_size, ...]`}) on a signature checked by `signature_inputs`.
+
+        `timeout`: seconds left for this request (None: `settings.request_timeout`);
+        past it a 504. A full queue is a 503 at once. Cancelling this call (a
+        client that went away) drops the request unless its batch has started.
+        """
+        limit = self.settings.request_timeout if timeout is None else timeout
         try:
-            if self.settings.batching and served.batchable(signature_name):
-                return await self.batcher.submit(served, signature_name, inputs, batch_size)
-            return await asyncio.get_running_loop().run_in_executor(
-                self.executor, served.run, signature_name, inputs
+            return await self.batcher.submit(
+                served, signature_name, inputs, batch_size, timeout=limit,
+                merge=self.settings.batching and served.batchable(signature_name),
             )
+        except QueueFull as full:
+            raise RequestError(
+                503, f"Too many requests waiting for model {served.model_name} version {served.version} "
+                f"signature {signature_name}: {full.queued} examples are queued and the limit is {full.limit} "
+                "(--max-queued-examples); try again later."
+            ) from None
+        except DeadlineExceeded:
+            raise RequestError(
+                504, f"Deadline exceeded: no answer in the {max(limit, 0):.3g} s the request had left "
+                f"(the server's --request-timeout is {self.settings.request_timeout:g} s)."
+            ) from None
         except Exception as error:
             raise model_error(error)
 
