@@ -257,7 +257,7 @@ def test_the_event_loop_answers_while_a_large_body_is_parsed(serve):
             f"{url}/v1/models/classifier:predict", content=body, timeout=60)))
     assert answers[0].status_code == 400 and "example 1000000" in answers[0].json()["error"]
     assert took > 0.5 and len(latencies) >= 3, (took, latencies)
-    assert max(latencies) < min(0.3, took / 2), (took, max(latencies))
+    assert max(latencies) < min(0.5, took / 3), (took, max(latencies))
 
 
 def test_the_event_loop_answers_while_a_large_answer_is_encoded(serve):
@@ -270,7 +270,7 @@ def test_the_event_loop_answers_while_a_large_answer_is_encoded(serve):
     assert answers[0].status_code == 200
     assert np.shape(answers[0].json()["predictions"]) == (examples, WIDE_COLUMNS)
     assert took > 0.5 and len(latencies) >= 3, (took, latencies)
-    assert max(latencies) < min(0.3, took / 2), (took, max(latencies))
+    assert max(latencies) < min(0.5, took / 3), (took, max(latencies))
 
 
 def test_an_answer_over_the_response_cap_gets_413_naming_its_size_the_limit_and_the_flag(serve):
