@@ -10,6 +10,8 @@ computed rather than guessing it from timings.
 
 import contextlib
 import json
+import subprocess
+import sys
 import threading
 import time
 import types
@@ -25,6 +27,7 @@ from keras_transformer.serving import create_app
 from keras_transformer.serving.protocol import ResponseTooLarge
 from keras_transformer.serving.protocol import encode_predict_response
 from keras_transformer.serving.repository import load_saved_model
+from tests.serving.serving_helpers import REPO_ROOT
 from tests.serving.serving_helpers import free_port
 from tests.serving.serving_helpers import join_threads
 from tests.serving.serving_helpers import start_threads
@@ -334,3 +337,20 @@ def test_the_cap_is_exact_and_a_hopeless_answer_is_refused_before_encoding():
     with pytest.raises(ResponseTooLarge) as hopeless:
         encode_predict_response("row", outputs, max_bytes=9_999)
     assert hopeless.value.lower_bound == hopeless.value.estimate == 10_000
+
+
+# The flags
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--max-queued-examples", "0", "--max-queued-examples must be at least 1, got 0"),
+    ("--request-timeout", "0", "--request-timeout must be a finite number of seconds above 0, got 0.0"),
+    ("--request-timeout", "nan", "--request-timeout must be a finite number of seconds above 0, got nan"),
+    ("--request-timeout", "inf", "--request-timeout must be a finite number of seconds above 0, got inf"),
+    ("--max-response-bytes", "0", "--max-response-bytes must be at least 1, got 0"),
+])
+def test_bad_overload_flags_are_refused_before_anything_starts(tmp_path, flag, value, message):
+    result = subprocess.run([sys.executable, "-m", "apps.serve", "--model", f"m={tmp_path}", flag, value],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert result.stderr.strip() == f"error: {message}"
