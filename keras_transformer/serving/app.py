@@ -8,8 +8,9 @@ Routes (as TensorFlow Serving's, https://www.tensorflow.org/tfx/serving/api_rest
 * `GET  /healthz`: 200 once every model has a version loaded, else 503.
 
 Errors are `{"error": "..."}` with TensorFlow Serving's status codes: 400
-for a bad request, 404 for an unknown model or version, plus 413 for a body
-or a batch over the configured limits and 405 for a wrong method.
+for a bad request, 404 for an unknown model or version, 503 for a full queue,
+504 past the request's deadline, plus 413 for a body, a batch or an answer
+over the configured limits and 405 for a wrong method.
 """
 
 import asyncio
