@@ -46,8 +46,8 @@ def build_parser():
                         help="most examples waiting for a model call, per model version and signature; a "
                              "request that would go past it gets 503 at once (a request into an empty queue is "
                              "always taken). Counted in examples, not requests, because a request's cost grows "
-                             "with its examples. Default: 10 x --max-batch-size (TensorFlow Serving's "
-                             "max_enqueued_batches of 10)")
+                             "with its examples. Default: 4 x --max-batch-size, which even a slow model works off "
+                             "well inside --request-timeout, so admitted requests get answers rather than 504")
     parser.add_argument("--request-timeout", type=float, default=30.0,
                         help="seconds a predict request may take once its body is read; past it the client "
                              "gets 504, and work whose batch had not started is dropped (TensorFlow Serving's "

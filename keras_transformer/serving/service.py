@@ -33,9 +33,9 @@ class ServerSettings:
             thread is free, only while other requests to its signature run.
         num_threads: model calls that may run at once.
         max_queued_examples: most examples waiting for a model call per
-            version and signature (503 above it); None: ten batches' worth,
-            `10 * max_batch_size`, as TensorFlow Serving's default
-            `max_enqueued_batches` of 10.
+            version and signature (503 above it); None: four batches' worth,
+            `4 * max_batch_size`, which even a slow model (the translator on
+            two cores) works off well inside the default request timeout.
         request_timeout: seconds a request may take before it gets 504
             (TensorFlow Serving's `--rest_api_timeout_in_ms` defaults to 30 s).
         max_response_bytes: largest JSON answer sent (413 above it).
@@ -50,7 +50,7 @@ class ServerSettings:
         self.max_batch_size = max_batch_size
         self.batch_timeout_ms = batch_timeout_ms
         self.num_threads = num_threads
-        self.max_queued_examples = max_queued_examples if max_queued_examples is not None else 10 * max_batch_size
+        self.max_queued_examples = max_queued_examples if max_queued_examples is not None else 4 * max_batch_size
         self.request_timeout = request_timeout
         self.max_response_bytes = max_response_bytes
 
