@@ -42,12 +42,12 @@ def build_parser():
                         help="how long a batch waits for company once a model thread is free; "
                              "only while other requests to its signature are running")
     parser.add_argument("--num-threads", type=int, default=2, help="model calls running at once")
-    parser.add_argument("--max-queued-examples", type=int, default=None,
+    parser.add_argument("--max-queued-examples", type=int, default=256,
                         help="most examples waiting for a model call, per model version and signature; a "
                              "request that would go past it gets 503 at once (a request into an empty queue is "
                              "always taken). Counted in examples, not requests, because a request's cost grows "
-                             "with its examples. Default: 4 x --max-batch-size, which even a slow model works off "
-                             "well inside --request-timeout, so admitted requests get answers rather than 504")
+                             "with its examples. The default is a queue that even a slow model works off well inside "
+                             "--request-timeout, so admitted requests get answers rather than 504s")
     parser.add_argument("--request-timeout", type=float, default=30.0,
                         help="seconds a predict request may take once its body is read; past it the client "
                              "gets 504, and work whose batch had not started is dropped (TensorFlow Serving's "
@@ -72,7 +72,7 @@ def main(argv=None):
             sys.exit(f"error: {flag} must be at least 1, got {value}")
     if not 0 <= args.port <= 65535:
         sys.exit(f"error: --port must be between 0 and 65535, got {args.port}")
-    if args.max_queued_examples is not None and args.max_queued_examples < 1:
+    if args.max_queued_examples < 1:
         sys.exit(f"error: --max-queued-examples must be at least 1, got {args.max_queued_examples}")
     if not 0 < args.request_timeout < float("inf"):
         sys.exit(f"error: --request-timeout must be a finite number of seconds above 0, got {args.request_timeout}")

@@ -33,16 +33,16 @@ class ServerSettings:
             thread is free, only while other requests to its signature run.
         num_threads: model calls that may run at once.
         max_queued_examples: most examples waiting for a model call per
-            version and signature (503 above it); None: four batches' worth,
-            `4 * max_batch_size`, which even a slow model (the translator on
-            two cores) works off well inside the default request timeout.
+            version and signature (503 above it); the default is a queue that
+            even a slow model (the translator on two cores) works off well
+            inside the default request timeout.
         request_timeout: seconds a request may take before it gets 504
             (TensorFlow Serving's `--rest_api_timeout_in_ms` defaults to 30 s).
         max_response_bytes: largest JSON answer sent (413 above it).
     """
 
     def __init__(self, max_body_bytes=1 << 20, max_instances=256, batching=True, max_batch_size=64,
-                 batch_timeout_ms=5.0, num_threads=2, max_queued_examples=None, request_timeout=30.0,
+                 batch_timeout_ms=5.0, num_threads=2, max_queued_examples=256, request_timeout=30.0,
                  max_response_bytes=8 << 20):
         self.max_body_bytes = max_body_bytes
         self.max_instances = max_instances
@@ -50,7 +50,7 @@ class ServerSettings:
         self.max_batch_size = max_batch_size
         self.batch_timeout_ms = batch_timeout_ms
         self.num_threads = num_threads
-        self.max_queued_examples = max_queued_examples if max_queued_examples is not None else 4 * max_batch_size
+        self.max_queued_examples = max_queued_examples
         self.request_timeout = request_timeout
         self.max_response_bytes = max_response_bytes
 
