@@ -18,13 +18,13 @@ from tests.serving.serving_helpers import ServerProcess
 from tests.serving.serving_helpers import join_threads
 from tests.serving.serving_helpers import start_threads
 
-HEADER_TIMEOUT = 2.0
-BODY_TIMEOUT = 2.0
+HEADER_TIMEOUT = 3.0
+BODY_TIMEOUT = 3.0
 IDLE_TIMEOUT = 1.0
 MAX_CONNECTIONS = 40
 # A deadline is a timer on the server's event loop: never early, but late by
 # as much as a busy two-core machine stalls it.
-LATE = 2.5
+LATE = 1.5
 
 PREDICT = "/v1/models/classifier:predict"
 LOG_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
