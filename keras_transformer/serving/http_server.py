@@ -170,11 +170,8 @@ class GuardedH11Protocol(H11Protocol):
         super().data_received(data)
 
     def handle_events(self):
+        # Also runs when a response completes and the connection awaits the next request.
         super().handle_events()
-        self.watch_reading()
-
-    def on_response_complete(self):
-        super().on_response_complete()
         self.watch_reading()
 
     def watch_reading(self):
