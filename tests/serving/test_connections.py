@@ -6,14 +6,18 @@ traceback, no forged line)."""
 
 import json
 import re
+import resource
 import selectors
 import socket
+import subprocess
+import sys
 import time
 
 import httpx
 import pytest
 
 from tests.serving.serving_helpers import CLASS_NAMES
+from tests.serving.serving_helpers import REPO_ROOT
 from tests.serving.serving_helpers import ServerProcess
 from tests.serving.serving_helpers import join_threads
 from tests.serving.serving_helpers import start_threads
@@ -342,3 +346,22 @@ def test_an_abuse_probe_leaves_the_server_healthy_and_its_log_clean(server):
     assert "\\x1b[31mFORGED\\u2028FORGED\\x85FORGED\\x00 model=" in log
     # An aborted upload is one line, with no traceback: two per probe round.
     assert log.count(f"POST {PREDICT} model=classifier version=1 instances=- status=499 ") == 4
+
+
+@pytest.mark.parametrize("hard, expected_soft, warned", [(5000, 1256, False), (600, 600, True)])
+def test_the_open_file_limit_is_raised_to_fit_the_connection_cap(hard, expected_soft, warned):
+    # In a child process, whose limits are set before it starts: 300 open files allowed, up to `hard`.
+    script = (
+        "import logging, resource, sys\n"
+        "logging.basicConfig(level='INFO', format='%(levelname)s %(message)s', stream=sys.stdout)\n"
+        "from keras_transformer.serving.http_server import _raise_open_file_limit\n"
+        "_raise_open_file_limit(1000)\n"
+        "print('soft', resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard)),
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"soft {expected_soft}" in result.stdout
+    assert ("WARNING The open-file limit is 600, below what 1000 connections need" in result.stdout) == warned
