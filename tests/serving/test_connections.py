@@ -6,7 +6,6 @@ traceback, no forged line)."""
 
 import json
 import re
-import resource
 import selectors
 import socket
 import subprocess
@@ -348,20 +347,23 @@ def test_an_abuse_probe_leaves_the_server_healthy_and_its_log_clean(server):
     assert log.count(f"POST {PREDICT} model=classifier version=1 instances=- status=499 ") == 4
 
 
-@pytest.mark.parametrize("hard, expected_soft, warned", [(5000, 1256, False), (600, 600, True)])
-def test_the_open_file_limit_is_raised_to_fit_the_connection_cap(hard, expected_soft, warned):
-    # In a child process, whose limits are set before it starts: 300 open files allowed, up to `hard`.
+def test_the_open_file_limit_is_raised_to_fit_the_connection_cap():
+    # In a child process: 300 open files allowed, up to 1300, then up to 600 only.
     script = (
         "import logging, resource, sys\n"
         "logging.basicConfig(level='INFO', format='%(levelname)s %(message)s', stream=sys.stdout)\n"
         "from keras_transformer.serving.http_server import _raise_open_file_limit\n"
-        "_raise_open_file_limit(1000)\n"
-        "print('soft', resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+        "for hard in (1300, 600):\n"
+        "    resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard))\n"
+        "    _raise_open_file_limit(1000)\n"
+        "    print('soft', resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard)),
-    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert f"soft {expected_soft}" in result.stdout
-    assert ("WARNING The open-file limit is 600, below what 1000 connections need" in result.stdout) == warned
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("soft", "WARNING"))]
+    assert lines == [
+        "soft 1256",
+        "WARNING The open-file limit is 600, below what 1000 connections need; "
+        "raise it (ulimit -n) or lower --max-connections.",
+        "soft 600",
+    ]
