@@ -176,7 +176,8 @@ def create_app(repository, settings=None):
         return JSONResponse({"error": f"No such route: {shorten(request.url.path)}"}, status_code=404)
 
     async def method_not_allowed(request, error):
-        return JSONResponse({"error": f"{shorten(request.url.path)} does not take {shorten(request.method)}."}, status_code=405)
+        message = f"{shorten(request.url.path)} does not take {shorten(request.method)}."
+        return JSONResponse({"error": message}, status_code=405)
 
     app = Starlette(
         routes=[
@@ -230,7 +231,8 @@ def loggable(text, limit=200):
     ANSI escapes) and backslashes escaped, cut after `limit` characters."""
     text = str(text)
     shown = "".join(
-        character if character.isprintable() and character != "\\" else character.encode("unicode_escape").decode("ascii")
+        character if character.isprintable() and character != "\\"
+        else character.encode("unicode_escape").decode("ascii")
         for character in text[:limit]
     )
     return shown + "..." if len(text) > limit else shown
