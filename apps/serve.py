@@ -43,6 +43,20 @@ def build_parser():
                              "only while other requests to its signature are running")
     parser.add_argument("--num-threads", type=int, default=2, help="model calls running at once")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--header-timeout", type=float, default=10.0,
+                        help="seconds a client has to send a request's headers, counted from when its connection "
+                             "opened or its previous response ended; then the connection is closed")
+    parser.add_argument("--body-timeout", type=float, default=30.0,
+                        help="seconds a client has to send a request's whole body, counted from its headers' end; "
+                             "then it gets 408 (or, with a response already started, the connection is closed)")
+    parser.add_argument("--idle-timeout", type=float, default=5.0,
+                        help="seconds a connection may wait for a request's first byte, new or kept alive; "
+                             "then it is closed")
+    parser.add_argument("--max-connections", type=int, default=1000,
+                        help="most connections open at once; one more is answered 503 and closed")
+    parser.add_argument("--shutdown-grace", type=float, default=10.0,
+                        help="on SIGTERM or SIGINT: stop accepting, let requests in flight finish, "
+                             "and exit within this many seconds whatever the clients do")
     return parser
 
 
@@ -58,23 +72,33 @@ def main(argv=None):
                         (args.max_batch_size, "--max-batch-size"), (args.num_threads, "--num-threads")):
         if value < 1:
             sys.exit(f"error: {flag} must be at least 1, got {value}")
+    for value, flag in ((args.header_timeout, "--header-timeout"), (args.body_timeout, "--body-timeout"),
+                        (args.idle_timeout, "--idle-timeout"), (args.shutdown_grace, "--shutdown-grace")):
+        if not 0 < value < float("inf"):
+            sys.exit(f"error: {flag} must be a positive number of seconds, got {value:g}")
+    if args.max_connections < 1:
+        sys.exit(f"error: --max-connections must be at least 1, got {args.max_connections}")
     if not 0 <= args.port <= 65535:
         sys.exit(f"error: --port must be between 0 and 65535, got {args.port}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
 
-    import uvicorn
-
     from keras_transformer.serving import ModelRepository
     from keras_transformer.serving import ServerSettings
     from keras_transformer.serving import create_app
+    from keras_transformer.serving.http_server import ConnectionSettings
+    from keras_transformer.serving.http_server import build_server
+    from keras_transformer.serving.http_server import run_server
 
     repository = ModelRepository(dict(args.model), poll_seconds=args.poll_seconds)
     settings = ServerSettings(
         max_body_bytes=args.max_body_bytes, max_instances=args.max_instances, batching=args.batching,
         max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms, num_threads=args.num_threads,
     )
-    uvicorn.run(create_app(repository, settings), host=args.host, port=args.port, access_log=False,
-                log_level=args.log_level)
+    connections = ConnectionSettings(
+        header_timeout=args.header_timeout, body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
+        max_connections=args.max_connections, shutdown_grace=args.shutdown_grace,
+    )
+    run_server(build_server(create_app(repository, settings), args.host, args.port, connections, args.log_level))
 
 
 if __name__ == "__main__":

@@ -18,13 +18,16 @@ import re
 import time
 
 from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from keras_transformer.serving.http_server import SERVER_ANSWER
 from keras_transformer.serving.protocol import RequestError
 from keras_transformer.serving.protocol import format_predict_response
 from keras_transformer.serving.protocol import parse_body
 from keras_transformer.serving.protocol import parse_predict_request
+from keras_transformer.serving.protocol import shorten
 from keras_transformer.serving.service import DEFAULT_SIGNATURE
 from keras_transformer.serving.service import PredictionService
 
@@ -116,10 +119,11 @@ def create_app(repository, settings=None):
         return JSONResponse({"error": message}, status_code=error.status)
 
     async def not_found(request, error):
-        return JSONResponse({"error": f"No such route: {request.url.path}"}, status_code=404)
+        return JSONResponse({"error": f"No such route: {shorten(request.url.path)}"}, status_code=404)
 
     async def method_not_allowed(request, error):
-        return JSONResponse({"error": f"{request.url.path} does not take {request.method}."}, status_code=405)
+        message = f"{shorten(request.url.path)} does not take {shorten(request.method)}."
+        return JSONResponse({"error": message}, status_code=405)
 
     app = Starlette(
         routes=[
@@ -137,7 +141,11 @@ def create_app(repository, settings=None):
 
 
 class RequestLog:
-    """One log line per request: method, path, model, version, examples, status, latency."""
+    """One log line per request: method, path, model, version, examples, status, latency.
+
+    What the client chose (method, path, model name) is escaped and shortened:
+    a newline in a path must not forge a log line, nor 16 KiB of it flood one.
+    """
 
     def __init__(self, app):
         self.app = app
@@ -159,9 +167,22 @@ class RequestLog:
             state = scope.get("state", {})
             logger.info(
                 "%s %s model=%s version=%s instances=%s status=%d latency_ms=%.1f",
-                scope["method"], scope["path"], state.get("model", "-"), state.get("version") or "-",
-                state.get("instances", "-"), status[0], (time.perf_counter() - started) * 1000,
+                loggable(scope["method"]), loggable(scope["path"]), loggable(state.get("model", "-")),
+                state.get("version") or "-", state.get("instances", "-"), scope.get(SERVER_ANSWER, status[0]),
+                (time.perf_counter() - started) * 1000,
             )
+
+
+def loggable(text, limit=200):
+    """`text` for a log line: characters that are not printable (line breaks,
+    ANSI escapes) and backslashes escaped, cut after `limit` characters."""
+    text = str(text)
+    shown = "".join(
+        character if character.isprintable() and character != "\\"
+        else character.encode("unicode_escape").decode("ascii")
+        for character in text[:limit]
+    )
+    return shown + "..." if len(text) > limit else shown
 
 
 async def _read_body(request, limit):
@@ -174,11 +195,16 @@ async def _read_body(request, limit):
         if int(declared) > limit:
             raise RequestError(413, f"The body has {int(declared)} bytes; the limit is {limit}.")
     chunks, total = [], 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise RequestError(413, f"The body is over the limit of {limit} bytes.")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > limit:
+                raise RequestError(413, f"The body is over the limit of {limit} bytes.")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # The answer goes nowhere; the request log's line (status 499, as
+        # nginx names a client that closed its request) is all that is left of it.
+        raise RequestError(499, "The client closed the connection before sending its whole body.") from None
     return b"".join(chunks)
 
 
