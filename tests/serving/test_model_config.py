@@ -64,6 +64,18 @@ def test_a_file_with_every_policy_and_labels(tmp_path, folders):
     assert translator.version_labels == {"stable": 1, "canary": 3}
 
 
+def test_the_sample_file_of_the_docs(tmp_path, folders):
+    with open(os.path.join(REPO_ROOT, "docs", "serving.md"), encoding="utf-8") as docs:
+        section = docs.read().partition("## Model config file")[2]
+    sample = section.split("```")[1]
+    for name, folder in folders.items():
+        sample = sample.replace(f'"/models/{name}"', f'"{folder}"')
+    classifier, translator = read_model_config_file(write_config(tmp_path, sample))
+    assert classifier.name == "classifier" and classifier.version_policy == VersionPolicy()
+    assert translator.version_policy == VersionPolicy("specific", versions=frozenset({3, 4}))
+    assert translator.version_labels == {"stable": 3, "canary": 4}
+
+
 @pytest.mark.parametrize("policy, expected", [
     ("latest { num_versions: 3 }", VersionPolicy("latest", num_versions=3)),
     ("latest { }", VersionPolicy("latest", num_versions=1)),  # TensorFlow Serving reads 0 as 1
