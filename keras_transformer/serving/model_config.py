@@ -114,8 +114,7 @@ def with_signatures(configs, names):
             raise ModelConfigError(f"--signatures {item!r}: no model is named {model!r}; "
                                    f"the models are {sorted(added)}")
         for name in [model] if separator else added:
-            if signature not in added[name]:
-                added[name].append(signature)
+            added[name].append(signature)
     return [dataclasses.replace(config, signatures=tuple(dict.fromkeys((*config.signatures, *added[config.name]))))
             for config in configs]
 
