@@ -274,8 +274,8 @@ def serve(*args):
 
 
 def test_a_mistake_in_the_file_stops_the_server_with_its_line(tmp_path, folders):
-    path = write_config(tmp_path, f'model_config_list {{\n  config {{\n    name: "a"\n    bse_path: "{folders["classifier"]}"\n'
-                                  "  }\n}\n")
+    folder = folders["classifier"]
+    path = write_config(tmp_path, f'model_config_list {{\n  config {{\n    name: "a"\n    bse_path: "{folder}"\n  }}\n}}\n')
     result = serve("--model-config-file", path)
     assert result.returncode == 1
     assert f"error: {path}:4:" in result.stderr and "bse_path" in result.stderr
@@ -283,8 +283,9 @@ def test_a_mistake_in_the_file_stops_the_server_with_its_line(tmp_path, folders)
 
 
 def test_model_and_model_config_file_are_exclusive(tmp_path, folders):
-    path = write_config(tmp_path, f'model_config_list {{ config {{ name: "a" base_path: "{folders["classifier"]}" }} }}')
-    result = serve("--model", f"a={folders['classifier']}", "--model-config-file", path)
+    folder = folders["classifier"]
+    path = write_config(tmp_path, f'model_config_list {{ config {{ name: "a" base_path: "{folder}" }} }}')
+    result = serve("--model", f"a={folder}", "--model-config-file", path)
     assert result.returncode == 2 and "not allowed with argument" in result.stderr
 
 
