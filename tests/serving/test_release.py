@@ -148,3 +148,15 @@ def test_a_missing_base_path_changes_nothing(tmp_path):
         os.rename(base + ".away", base)
         write_version_model(base, 2)
         assert model.refresh() is True and answered_version(client) == 2
+
+
+def test_a_model_with_no_version_yet_has_no_status(tmp_path):
+    base = tmp_path / "model"
+    base.mkdir()
+    repository, client = serve_versions(str(base), VersionPolicy())
+    with client:
+        # TensorFlow Serving's NOT_FOUND for a model with no version seen.
+        response = client.get("/v1/models/model")
+        assert response.status_code == 404
+        assert response.json() == {"error": "Could not find any versions of model model."}
+        assert client.get("/healthz").status_code == 503
