@@ -8,6 +8,8 @@
 
 Each `--model NAME=PATH` serves the newest version folder under PATH and
 switches to a newer one when it appears, without dropping requests.
+`--model-config-file` reads TensorFlow Serving's model config file instead
+(version policies and labels); see docs/serving.md.
 """
 
 import argparse
@@ -17,18 +19,28 @@ import sys
 
 
 def parse_model(text):
+    from keras_transformer.serving.model_config import check_model_name
+
     name, separator, path = text.partition("=")
     if not separator or not name or not path:
         raise argparse.ArgumentTypeError(f"expected NAME=PATH, got {text!r}")
-    if not all(character.isalnum() or character in "-_." for character in name):
-        raise argparse.ArgumentTypeError(f"model name {name!r} may only hold letters, digits, '-', '_' and '.'")
+    reason = check_model_name(name)
+    if reason:
+        raise argparse.ArgumentTypeError(reason)
     return name, path
 
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", action="append", type=parse_model, required=True, metavar="NAME=PATH",
-                        help="a model name and its base path (repeatable)")
+    models = parser.add_mutually_exclusive_group(required=True)
+    models.add_argument("--model", action="append", type=parse_model, metavar="NAME=PATH",
+                        help="a model name and its base path (repeatable); serves its newest version")
+    models.add_argument("--model-config-file", metavar="PATH",
+                        help="TensorFlow Serving's model config file (model_config_list in protobuf text "
+                             "format: name, base_path, model_version_policy, version_labels per model)")
+    parser.add_argument("--signatures", action="append", default=[], metavar="NAME[,NAME...]",
+                        help="signatures served beside serving_default (repeatable); MODEL:NAME for one "
+                             "model only. An export's other signatures are hidden from every API")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8501)
     parser.add_argument("--poll-seconds", type=float, default=1.0,
@@ -60,14 +72,34 @@ def build_parser():
     return parser
 
 
+def served_models(args):
+    """The `ModelConfig`s that --model or --model-config-file and --signatures
+    ask for; exits with a message naming what is wrong."""
+    from keras_transformer.serving.model_config import ModelConfigError
+    from keras_transformer.serving.model_config import model_configs
+    from keras_transformer.serving.model_config import read_model_config_file
+    from keras_transformer.serving.model_config import with_signatures
+
+    try:
+        if args.model_config_file:
+            configs = read_model_config_file(args.model_config_file)
+        else:
+            names = [name for name, _ in args.model]
+            if len(set(names)) != len(names):
+                sys.exit(f"error: a model name is given twice: {names}")
+            for name, path in args.model:
+                if not os.path.isdir(path):
+                    sys.exit(f"error: model {name!r}: no folder at {path}")
+            configs = model_configs(dict(args.model))
+        return with_signatures(configs, [name for names in args.signatures for name in names.split(",")])
+    except ModelConfigError as error:
+        sys.exit(f"error: {error}")
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    names = [name for name, _ in args.model]
-    if len(set(names)) != len(names):
-        sys.exit(f"error: a model name is given twice: {names}")
-    for name, path in args.model:
-        if not os.path.isdir(path):
-            sys.exit(f"error: model {name!r}: no folder at {path}")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    configs = served_models(args)
     for value, flag in ((args.max_body_bytes, "--max-body-bytes"), (args.max_instances, "--max-instances"),
                         (args.max_batch_size, "--max-batch-size"), (args.num_threads, "--num-threads")):
         if value < 1:
@@ -80,7 +112,6 @@ def main(argv=None):
         sys.exit(f"error: --max-connections must be at least 1, got {args.max_connections}")
     if not 0 <= args.port <= 65535:
         sys.exit(f"error: --port must be between 0 and 65535, got {args.port}")
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
 
     from keras_transformer.serving import ModelRepository
     from keras_transformer.serving import ServerSettings
@@ -89,7 +120,7 @@ def main(argv=None):
     from keras_transformer.serving.http_server import build_server
     from keras_transformer.serving.http_server import run_server
 
-    repository = ModelRepository(dict(args.model), poll_seconds=args.poll_seconds)
+    repository = ModelRepository(configs, poll_seconds=args.poll_seconds)
     settings = ServerSettings(
         max_body_bytes=args.max_body_bytes, max_instances=args.max_instances, batching=args.batching,
         max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms, num_threads=args.num_threads,

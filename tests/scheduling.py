@@ -35,6 +35,8 @@ SHARED_GROUPS = {
     "tests/serving/test_fuzz.py": "serving_exports",
     "tests/serving/test_load.py": "serving_exports",
     "tests/serving/test_shutdown.py": "serving_exports",
+    "tests/serving/test_release.py": "serving_exports",
+    "tests/serving/test_signatures.py": "serving_exports",
 }
 
 # The session-scoped fixtures behind those groups: fixture name -> group.

@@ -2,14 +2,15 @@
 
 Routes (as TensorFlow Serving's, https://www.tensorflow.org/tfx/serving/api_rest):
 
-* `GET  /v1/models/NAME[/versions/V]`: version status.
-* `GET  /v1/models/NAME[/versions/V]/metadata`: signature definitions.
-* `POST /v1/models/NAME[/versions/V]:predict`: row or columnar predict.
+* `GET  /v1/models/NAME[/versions/V|/labels/LABEL]`: version status.
+* `GET  /v1/models/NAME[/versions/V|/labels/LABEL]/metadata`: signature definitions.
+* `POST /v1/models/NAME[/versions/V|/labels/LABEL]:predict`: row or columnar predict.
 * `GET  /healthz`: 200 once every model has a version loaded, else 503.
 
 Errors are `{"error": "..."}` with TensorFlow Serving's status codes: 400
-for a bad request, 404 for an unknown model or version, plus 413 for a body
-or a batch over the configured limits and 405 for a wrong method.
+for a bad request (an unknown version label included), 404 for an unknown
+model or a version not serving, plus 413 for a body or a batch over the
+configured limits and 405 for a wrong method.
 """
 
 import contextlib
@@ -34,7 +35,8 @@ from keras_transformer.serving.service import PredictionService
 logger = logging.getLogger("keras_transformer.serving")
 
 _MODEL_PATH = re.compile(
-    r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?(?:(?P<metadata>/metadata)|:(?P<verb>[^/:]*))?$"
+    r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+    r"(?:(?P<metadata>/metadata)|:(?P<verb>[^/:]*))?$"
 )
 
 
@@ -62,8 +64,11 @@ def create_app(repository, settings=None):
         if match is None:
             raise RequestError(404, f"No such route: {request.url.path}")
         name, version = match["name"], _version_number(match["version"])
-        request.state.model, request.state.version = name, version
-        service.model(name)
+        request.state.model = name
+        model = service.model(name)
+        if match["label"] is not None:
+            version = service.label_version(model, match["label"])
+        request.state.version = version
         if match["verb"] is not None:
             if match["verb"] != "predict":
                 raise RequestError(400, f"':{match['verb']}' is not served here; only ':predict' is.")

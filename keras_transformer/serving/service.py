@@ -70,12 +70,26 @@ class PredictionService:
             raise RequestError(404, f"Servable not found for request: {servable_name(name, None)}")
         return model
 
-    def servable(self, name, version=None):
-        """The `ServedVersion` a request for `name` (and `version`, None = latest) runs on, or a 404."""
-        served = self.model(name).resolve(version)
+    def servable(self, name, version=None, label=None):
+        """The `ServedVersion` a request for `name` runs on: `version`, the
+        version `label` names, or (neither given) the newest serving. An
+        unknown label is a 400, a version not serving a 404, as in TensorFlow
+        Serving."""
+        model = self.model(name)
+        if label is not None:
+            version = self.label_version(model, label)
+        served = model.resolve(version)
         if served is None:
             raise RequestError(404, f"Servable not found for request: {servable_name(name, version)}")
         return served
+
+    @staticmethod
+    def label_version(model, label):
+        """The version `label` names on `model`, or TensorFlow Serving's 400."""
+        version = model.labels.get(label)
+        if version is None:
+            raise RequestError(400, f"Unrecognized servable version label: {label[:100]}")
+        return version
 
     def signature_inputs(self, served, signature_name):
         """The input specs of `signature_name` on `served`, or TensorFlow Serving's 400 for an unknown one."""
@@ -99,15 +113,19 @@ class PredictionService:
         except Exception as error:
             raise model_error(error)
 
-    def version_states(self, name, version=None):
-        """[(version, state, error message)], newest first: every version seen, or just `version` (404 if unseen)."""
+    def version_states(self, name, version=None, label=None):
+        """[(version, state, error message)], newest first: every version seen,
+        or just `version` (or the one `label` names); a 404 if none was seen."""
         model = self.model(name)
-        if version is None:
-            states = model.states
-        else:
-            if version not in model.states:
+        if label is not None:
+            version = self.label_version(model, label)
+        states = model.states
+        if not states:
+            raise RequestError(404, f"Could not find any versions of model {name}.")
+        if version is not None:
+            if version not in states:
                 raise RequestError(404, f"Could not find version {version} of model {name}.")
-            states = {version: model.states[version]}
+            states = {version: states[version]}
         return [(number, state, message) for number, (state, message) in sorted(states.items(), reverse=True)]
 
 
