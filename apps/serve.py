@@ -1,4 +1,4 @@
-"""Serves exported models over TensorFlow Serving's REST API.
+"""Serves exported models over TensorFlow Serving's REST and gRPC APIs.
 
     python -m apps.serve --model classifier=exported_models/classifier \
         --model translator=exported_models/translator --port 8501
@@ -31,6 +31,9 @@ def build_parser():
                         help="a model name and its base path (repeatable)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8501)
+    parser.add_argument("--grpc-port", type=int, default=8500,
+                        help="port of TensorFlow Serving's gRPC API (PredictionService, ModelService) on --host; "
+                             "0 turns it off")
     parser.add_argument("--poll-seconds", type=float, default=1.0,
                         help="how often to look for new versions (0: never)")
     parser.add_argument("--max-body-bytes", type=int, default=1 << 20)
@@ -58,8 +61,11 @@ def main(argv=None):
                         (args.max_batch_size, "--max-batch-size"), (args.num_threads, "--num-threads")):
         if value < 1:
             sys.exit(f"error: {flag} must be at least 1, got {value}")
-    if not 0 <= args.port <= 65535:
-        sys.exit(f"error: --port must be between 0 and 65535, got {args.port}")
+    for value, flag in ((args.port, "--port"), (args.grpc_port, "--grpc-port")):
+        if not 0 <= value <= 65535:
+            sys.exit(f"error: {flag} must be between 0 and 65535, got {value}")
+    if args.grpc_port and args.grpc_port == args.port:
+        sys.exit(f"error: --grpc-port and --port are both {args.port}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
 
     import uvicorn
@@ -72,6 +78,7 @@ def main(argv=None):
     settings = ServerSettings(
         max_body_bytes=args.max_body_bytes, max_instances=args.max_instances, batching=args.batching,
         max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms, num_threads=args.num_threads,
+        grpc_port=args.grpc_port, grpc_host=args.host,
     )
     uvicorn.run(create_app(repository, settings), host=args.host, port=args.port, access_log=False,
                 log_level=args.log_level)
