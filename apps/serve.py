@@ -13,6 +13,7 @@ switches to a newer one when it appears, without dropping requests.
 import argparse
 import logging
 import os
+import socket
 import sys
 
 
@@ -23,6 +24,18 @@ def parse_model(text):
     if not all(character.isalnum() or character in "-_." for character in name):
         raise argparse.ArgumentTypeError(f"model name {name!r} may only hold letters, digits, '-', '_' and '.'")
     return name, path
+
+
+def cannot_listen(host, port):
+    """Why `host:port` cannot be listened on, or None. The gRPC API binds inside
+    the app's start, where a failure comes with a traceback; this says it in a line first."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            probe.bind((host, port))
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
 
 
 def build_parser():
@@ -66,6 +79,8 @@ def main(argv=None):
             sys.exit(f"error: {flag} must be between 0 and 65535, got {value}")
     if args.grpc_port and args.grpc_port == args.port:
         sys.exit(f"error: --grpc-port and --port are both {args.port}")
+    if args.grpc_port and (problem := cannot_listen(args.host, args.grpc_port)):
+        sys.exit(f"error: --grpc-port {args.grpc_port}: cannot listen on {args.host}: {problem}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
 
     import uvicorn

@@ -256,8 +256,6 @@ def tensor_inputs(tensors, input_specs, max_instances, max_elements):
         dtype = types_pb2.DataType.Name(tensor.dtype) if tensor.dtype in types_pb2.DataType.values() else str(tensor.dtype)
         if dtype != spec.dtype:
             raise RequestError(400, f"{what} has dtype {dtype}; the signature expects {spec.dtype}.")
-        if tensor.tensor_shape.unknown_rank:
-            raise RequestError(400, f"{what} has an unknown rank; send its shape.")
         shape = [dim.size for dim in tensor.tensor_shape.dim]
         expected = ["?" if size is None else size for size in spec.shape]
         if len(shape) != len(spec.shape) or any(size < 0 for size in shape) or any(

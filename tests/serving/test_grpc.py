@@ -3,11 +3,14 @@
 and as the SavedModel called directly, TensorFlow Serving's status codes for
 every refusal, and one set of batching queues shared with REST."""
 
+import asyncio
 import contextlib
 import functools
 import logging
 import re
+import signal
 import threading
+import time
 
 import grpc
 import httpx
@@ -96,8 +99,15 @@ def server(exports, tmp_path_factory):
                             root / "server.log", ["--grpc-port", str(free_port()), "--max-instances", "8"])
     process.stubs = Stubs(process.grpc_port)
     yield process
+    # SIGTERM with a client's channel still open: the gRPC server stops within
+    # its grace and the app shuts down cleanly (uvicorn then exits by the signal it got).
+    started = time.monotonic()
+    status = process.stop()
+    with open(process.log_path, errors="replace") as log_file:
+        log = log_file.read()
+    assert status in (0, -signal.SIGTERM) and "Application shutdown complete" in log, (status, log[-3000:])
+    assert time.monotonic() - started < 15
     process.stubs.close()
-    process.stop()
 
 
 @pytest.mark.timeout(600)  # the session's exports and the server start inside it when it runs first
@@ -392,6 +402,32 @@ def test_a_bug_in_the_handler_is_internal_and_logged(app, monkeypatch, caplog):
     assert any(record.exc_info and record.exc_info[0] is KeyError for record in caplog.records)
 
 
+def test_a_cancelled_call_cancels_its_handler(app, monkeypatch, caplog):
+    """gRPC cancels the handler when its client cancels, and so the service's `predict`: what lets
+    queued work whose client left be dropped."""
+    client, stubs = app
+    started, cancelled = threading.Event(), threading.Event()
+
+    async def waiting(*args, **kwargs):
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    monkeypatch.setattr(client.app.state.service, "predict", waiting)
+    caplog.set_level(logging.INFO, logger="keras_transformer.serving")
+    call = stubs.prediction.Predict.future(predict_request("classifier", ["a"]), timeout=RPC_TIMEOUT)
+    assert started.wait(30)
+    call.cancel()
+    assert cancelled.wait(30)
+    deadline = time.monotonic() + 30
+    while not any("status=CANCELLED" in record.getMessage() for record in caplog.records):
+        assert time.monotonic() < deadline, [record.getMessage() for record in caplog.records]
+        time.sleep(0.05)
+
+
 LOG_LINE = re.compile(
     r"^GRPC (?P<method>\w+) model=(?P<model>\S+) version=(?P<version>\S+) instances=(?P<instances>\S+) "
     r"status=(?P<status>[A-Z_]+) latency_ms=(?P<latency>[0-9.]+)$"
@@ -511,3 +547,56 @@ def test_tensor_inputs_with_a_wrong_tensor_content_length():
     with pytest.raises(RequestError) as raised:
         tensor_inputs(tensors, SPECS, max_instances=8, max_elements=100)
     assert "Input 'ids': its values do not fill its shape [2, 4] as dtype DT_INT32" in raised.value.message
+
+
+# apps.serve's flag
+
+
+def serve_command(*args):
+    """Runs `python -m apps.serve ARGS` (bounded: a server that started would be a failure)."""
+    import subprocess
+    import sys
+
+    from tests.serving.serving_helpers import REPO_ROOT
+
+    return subprocess.run([sys.executable, "-m", "apps.serve", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_taken_grpc_port_is_a_one_line_error(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = serve_command("--model", f"m={tmp_path}", "--port", str(free_port()), "--grpc-port", str(port))
+    assert result.returncode != 0
+    assert result.stderr.strip() == f"error: --grpc-port {port}: cannot listen on 127.0.0.1: Address already in use"
+
+
+def test_a_port_taken_after_the_check_still_stops_the_start(exports, monkeypatch):
+    """The bind inside the app's start (the port may be taken between the check and it)."""
+    import socket
+
+    with socket.socket() as taken:
+        # As another gRPC server would hold it: one that also shares by SO_REUSEPORT.
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        app = create_app(ModelRepository({"classifier": exports.classifier}, poll_seconds=0),
+                         ServerSettings(grpc_port=port))
+        with pytest.raises(OSError, match=f"The gRPC API cannot listen on 127.0.0.1:{port}: is the port taken"):
+            with TestClient(app):
+                pass
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--grpc-port", "70000"], "error: --grpc-port must be between 0 and 65535, got 70000"),
+    (["--grpc-port", "-1"], "error: --grpc-port must be between 0 and 65535, got -1"),
+    (["--grpc-port", "9000", "--port", "9000"], "error: --grpc-port and --port are both 9000"),
+])
+def test_grpc_port_values(tmp_path, args, message):
+    result = serve_command("--model", f"m={tmp_path}", *args)
+    assert result.returncode != 0 and result.stderr.strip() == message
