@@ -17,8 +17,9 @@ JSON answer (serve_load.py's light HTTP/1.1 client); a gRPC client calls
 with a `PredictRequest` holding a one-string TensorProto, as
 `tf.make_tensor_proto([text])` writes it, and reads the outputs. Latency is
 measured at the client, from sending the request to having its answer.
-Throughput is requests / wall-clock time of the segments. A request errs when
-it raises or does not hold exactly one answer.
+Throughput is requests / wall-clock time of the segments. The server's CPU
+time per request (all its threads, from /proc) separates its cost from the
+clients'. A request errs when it raises or does not hold exactly one answer.
 
 Texts, models and their sizes are serve_load.py's: BBC News headlines (or
 whole articles, `--classifier-texts articles`) for the classifier, Spanish
@@ -234,6 +235,7 @@ def measure_cell(server, name, texts, count, seconds, rounds):
     offset = 0
     for round_index in range(rounds):
         for api in (APIS if round_index % 2 == 0 else APIS[::-1]):
+            cpu_before = server_cpu_seconds(server)
             if api == "rest":
                 result = run_clients(server.url, name, texts, count, segment, offset)
             else:
@@ -244,8 +246,20 @@ def measure_cell(server, name, texts, count, seconds, rounds):
             cell["errors"] += result["errors"]
             cell["first_error"] = cell["first_error"] or result["first_error"]
             cell["elapsed"] += result["elapsed"]
+            if cpu_before is not None:
+                cell["server_cpu"] = cell.get("server_cpu", 0.0) + server_cpu_seconds(server) - cpu_before
         offset += 1009  # each round sends other texts, the same to both APIs
     return cells
+
+
+def server_cpu_seconds(server):
+    """CPU seconds the server process has used (all its threads), or None where /proc is missing."""
+    try:
+        with open(f"/proc/{server.process.pid}/stat") as stat_file:
+            fields = stat_file.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def summarize(name, count, api, cell):
@@ -263,6 +277,7 @@ def summarize(name, count, api, cell):
         "p50_ms": float(np.percentile(latencies, 50)) if done else None,
         "p99_ms": float(np.percentile(latencies, 99)) if done else None,
         "mean_ms": float(latencies.mean()) if done else None,
+        "server_cpu_ms_per_request": 1000.0 * cell["server_cpu"] / done if done and "server_cpu" in cell else None,
         "mean_output_words": float(np.mean(cell["words"])) if cell["words"] else None,
     }
 
@@ -287,14 +302,15 @@ def _ms(value):
 
 def format_row(row):
     return (f"{row['model']:11} {row['clients']:7d} {row['api']:>5} {row['requests']:8d} "
-            f"{row['requests_per_second']:8.2f} {_ms(row['p50_ms'])} {_ms(row['p99_ms'])} {row['errors']:6d}")
+            f"{row['requests_per_second']:8.2f} {_ms(row['p50_ms'])} {_ms(row['p99_ms'])} "
+            f" {_ms(row['server_cpu_ms_per_request'])} {row['errors']:6d}")
 
 
 def print_table(rows, ratios, load_before, load_after):
     print(f"\nClosed-loop clients, one text per request; latency at the client "
           f"(load average before {load_before[0]:.2f}, after {load_after[0]:.2f}, {os.cpu_count()} CPUs)")
     print(f"{'model':11} {'clients':>7} {'api':>5} {'requests':>8} {'req/s':>8} {'p50 ms':>9} {'p99 ms':>9} "
-          f"{'errors':>6}")
+          f"{'cpu ms/req':>10} {'errors':>6}")
     for row in rows:
         print(format_row(row))
     for model, by_clients in ratios.items():

@@ -30,6 +30,7 @@ from keras_transformer.serving import ModelRepository
 from keras_transformer.serving import ServerSettings
 from keras_transformer.serving import create_app
 from keras_transformer.serving.grpc_api import tensor_inputs
+from keras_transformer.serving.grpc_api import write_tensor
 from keras_transformer.serving.protocol import RequestError
 from keras_transformer.serving.protocol import TensorSpec
 from keras_transformer.serving.repository import ServedVersion
@@ -600,3 +601,24 @@ def test_a_port_taken_after_the_check_still_stops_the_start(exports, monkeypatch
 def test_grpc_port_values(tmp_path, args, message):
     result = serve_command("--model", f"m={tmp_path}", *args)
     assert result.returncode != 0 and result.stderr.strip() == message
+
+
+@pytest.mark.parametrize("array", [
+    np.array([[0.25, -1.5, 3e-8]], dtype=np.float32),
+    np.arange(6, dtype=np.float64).reshape(3, 2),
+    np.array([7, -8], dtype=np.int32),
+    np.array([[2**40]], dtype=np.int64),
+    np.array([[2**40, -1]], dtype=np.int64),
+    np.zeros((0, 3), dtype=np.float32),
+    np.array([b"la casa", b"", NON_UTF8_TEXT], dtype=object),
+    np.array([[b"a"], [b"b"]], dtype=object),
+    np.array([], dtype=object),
+    np.array([True, False]),  # written by tf.make_tensor_proto itself
+    np.float32(1.5),
+    np.array([1, 2], dtype=np.uint8),
+])
+def test_write_tensor_writes_what_make_tensor_proto_does(array):
+    proto = predict_pb2.PredictResponse().outputs["x"]
+    write_tensor(proto, array)
+    assert proto == tf.make_tensor_proto(array)
+    np.testing.assert_array_equal(tf.make_ndarray(proto), array)
