@@ -48,6 +48,8 @@ SHUTDOWN_GRACE_SECONDS = 5.0
 _PREDICT_METHOD = "tensorflow/serving/predict"
 # How much of a client's string an error message quotes.
 _QUOTE_LIMIT = 64
+# The longest error message sent.
+_DETAILS_LIMIT = 1000
 
 
 def bind_grpc_server(service, host, port):
@@ -76,7 +78,7 @@ class _Call:
     """What one RPC's log line reports; the handler fills in what it resolved."""
 
     def __init__(self, method):
-        self.method = method
+        self.method = method  # the RPC's name: "Predict", ...
         self.model = self.version = self.instances = "-"
         self.signature = None
 
@@ -94,15 +96,17 @@ async def _answer(method, context, handler):
     except RequestError as error:
         code, details = STATUS_CODES.get(error.status, grpc.StatusCode.INTERNAL), error.message
     except Exception:
-        logger.exception("gRPC %s failed", method)
+        logger.exception("gRPC %s failed", call.method)
         code, details = grpc.StatusCode.INTERNAL, "Internal error."
     finally:
         logger.info(
-            "GRPC %s model=%s version=%s instances=%s status=%s latency_ms=%.1f", method, call.model, call.version,
+            "GRPC %s model=%s version=%s instances=%s status=%s latency_ms=%.1f", call.method, call.model, call.version,
             call.instances, code.name, (time.perf_counter() - started) * 1000,
         )
-    # Outside the try: abort() ends the RPC by raising.
-    await context.abort(code, details)
+    # Outside the try: abort() ends the RPC by raising. The details travel in a
+    # header, which clients refuse past a few kilobytes: a message quoting a
+    # long model name is cut.
+    await context.abort(code, details if len(details) <= _DETAILS_LIMIT else details[:_DETAILS_LIMIT] + "...")
 
 
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):

@@ -316,6 +316,13 @@ def test_a_long_client_string_is_quoted_short(app):
     assert "x" * 65 not in details and "x" * 64 in details
 
 
+def test_a_long_model_name_is_cut_from_the_details(app):
+    _, stubs = app
+    details = assert_grpc_error(lambda: stubs.predict(predict_request("m" * 3000, ["a"])), grpc.StatusCode.NOT_FOUND,
+                                "Servable not found for request: Latest(mmm")
+    assert len(details) == 1003 and details.endswith("...")
+
+
 def test_limits_are_resource_exhausted(app):
     _, stubs = app
     assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["a"] * 9)),
