@@ -57,6 +57,7 @@ from serve_load import MODELS
 from serve_load import Server
 from serve_load import _commit
 from serve_load import _free_port
+from serve_load import _ms
 from serve_load import build_export
 from serve_load import load_texts
 from serve_load import run_clients
@@ -294,10 +295,6 @@ def throughput_ratios(rows):
                     row["requests_per_second"] / rest["requests_per_second"]
                 )
     return ratios
-
-
-def _ms(value):
-    return f"{value:9.1f}" if value is not None else f"{'-':>9}"
 
 
 def format_row(row):

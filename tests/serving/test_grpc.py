@@ -34,7 +34,6 @@ from keras_transformer.serving.grpc_api import write_tensor
 from keras_transformer.serving.protocol import RequestError
 from keras_transformer.serving.protocol import TensorSpec
 from keras_transformer.serving.repository import ServedVersion
-from keras_transformer.serving.repository import load_saved_model
 from tests.serving.serving_helpers import NON_UTF8_TEXT
 from tests.serving.serving_helpers import TEXT_POOL
 from tests.serving.serving_helpers import assert_classifier_answer
@@ -43,6 +42,7 @@ from tests.serving.serving_helpers import join_threads
 from tests.serving.serving_helpers import start_threads
 from tests.serving.serving_helpers import text_bytes
 from tests.serving.serving_helpers import text_json
+from tests.serving.test_app import shared_loader  # noqa: F401  its loader: one load per SavedModel and module
 
 SOME_TEXTS = ["the cat sat on the mat", "", "la casa es azul", NON_UTF8_TEXT, "zebra quantum xylophone"]
 RPC_TIMEOUT = 120.0  # seconds; every call is bounded
@@ -213,19 +213,6 @@ def test_refusals_over_a_real_server(server):
 
 
 # The app in process
-
-
-@pytest.fixture(scope="module")
-def shared_loader():
-    """Loads each SavedModel folder once for all the apps of this module."""
-    cache = {}
-
-    def load(path):
-        if path not in cache:
-            cache[path] = load_saved_model(path)
-        return cache[path]
-
-    return load
 
 
 @pytest.fixture(scope="module")
