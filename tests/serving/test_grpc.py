@@ -398,8 +398,8 @@ def test_a_bug_in_the_handler_is_internal_and_logged(app, monkeypatch, caplog):
 
 
 def test_a_cancelled_call_cancels_its_handler(app, monkeypatch, caplog):
-    """gRPC cancels the handler when its client cancels, and so the service's `predict`: what lets
-    queued work whose client left be dropped."""
+    """gRPC cancels the handler when its client cancels or its deadline passes, and so the service's
+    `predict`: what lets queued work whose client left be dropped."""
     client, stubs = app
     started, cancelled = threading.Event(), threading.Event()
 
@@ -421,6 +421,13 @@ def test_a_cancelled_call_cancels_its_handler(app, monkeypatch, caplog):
     while not any("status=CANCELLED" in record.getMessage() for record in caplog.records):
         assert time.monotonic() < deadline, [record.getMessage() for record in caplog.records]
         time.sleep(0.05)
+
+    # A client's deadline passing does the same: it gets DEADLINE_EXCEEDED and the work is cancelled.
+    started.clear()
+    cancelled.clear()
+    assert_grpc_error(lambda: stubs.prediction.Predict(predict_request("classifier", ["a"]), timeout=1.0),
+                      grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+    assert started.is_set() and cancelled.wait(30)
 
 
 LOG_LINE = re.compile(
