@@ -1,4 +1,4 @@
-"""Serves exported models over TensorFlow Serving's REST API.
+"""Serves exported models over TensorFlow Serving's REST and gRPC APIs.
 
     python -m apps.serve --model classifier=exported_models/classifier \
         --model translator=exported_models/translator --port 8501
@@ -15,6 +15,7 @@ switches to a newer one when it appears, without dropping requests.
 import argparse
 import logging
 import os
+import socket
 import sys
 
 
@@ -30,6 +31,18 @@ def parse_model(text):
     return name, path
 
 
+def cannot_listen(host, port):
+    """Why `host:port` cannot be listened on, or None. The gRPC API binds inside
+    the app's start, where a failure comes with a traceback; this says it in a line first."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            probe.bind((host, port))
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
+
+
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     models = parser.add_mutually_exclusive_group(required=True)
@@ -43,6 +56,9 @@ def build_parser():
                              "model only. An export's other signatures are hidden from every API")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8501)
+    parser.add_argument("--grpc-port", type=int, default=8500,
+                        help="port of TensorFlow Serving's gRPC API (PredictionService, ModelService) on --host; "
+                             "0 turns it off")
     parser.add_argument("--poll-seconds", type=float, default=1.0,
                         help="how often to look for new versions (0: never)")
     parser.add_argument("--max-body-bytes", type=int, default=1 << 20)
@@ -110,8 +126,13 @@ def main(argv=None):
             sys.exit(f"error: {flag} must be a positive number of seconds, got {value:g}")
     if args.max_connections < 1:
         sys.exit(f"error: --max-connections must be at least 1, got {args.max_connections}")
-    if not 0 <= args.port <= 65535:
-        sys.exit(f"error: --port must be between 0 and 65535, got {args.port}")
+    for value, flag in ((args.port, "--port"), (args.grpc_port, "--grpc-port")):
+        if not 0 <= value <= 65535:
+            sys.exit(f"error: {flag} must be between 0 and 65535, got {value}")
+    if args.grpc_port and args.grpc_port == args.port:
+        sys.exit(f"error: --grpc-port and --port are both {args.port}")
+    if args.grpc_port and (problem := cannot_listen(args.host, args.grpc_port)):
+        sys.exit(f"error: --grpc-port {args.grpc_port}: cannot listen on {args.host}: {problem}")
 
     from keras_transformer.serving import ModelRepository
     from keras_transformer.serving import ServerSettings
@@ -124,6 +145,7 @@ def main(argv=None):
     settings = ServerSettings(
         max_body_bytes=args.max_body_bytes, max_instances=args.max_instances, batching=args.batching,
         max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms, num_threads=args.num_threads,
+        grpc_port=args.grpc_port, grpc_host=args.host,
     )
     connections = ConnectionSettings(
         header_timeout=args.header_timeout, body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,

@@ -33,6 +33,7 @@ SHARED_GROUPS = {
     "tests/serving/test_connections.py": "serving_exports",
     "tests/serving/test_edge_strings.py": "serving_exports",
     "tests/serving/test_fuzz.py": "serving_exports",
+    "tests/serving/test_grpc.py": "serving_exports",
     "tests/serving/test_load.py": "serving_exports",
     "tests/serving/test_shutdown.py": "serving_exports",
     "tests/serving/test_release.py": "serving_exports",

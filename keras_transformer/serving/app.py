@@ -47,10 +47,21 @@ def create_app(repository, settings=None):
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        await service.start()
+        grpc_server = None
+        if settings.grpc_port:
+            from keras_transformer.serving import grpc_api
+
+            # Bound before the models load, so a taken port fails the start at once.
+            grpc_server = grpc_api.bind_grpc_server(service, settings.grpc_host, settings.grpc_port)
         try:
+            await service.start()
+            if grpc_server is not None:
+                await grpc_server.start()
+                logger.info("gRPC API listening on %s:%d", settings.grpc_host, settings.grpc_port)
             yield
         finally:
+            if grpc_server is not None:
+                await grpc_server.stop(grpc_api.SHUTDOWN_GRACE_SECONDS)
             service.stop()
 
     async def healthz(request):

@@ -30,16 +30,20 @@ class ServerSettings:
         batch_timeout_ms: how long a batch waits for company once a model
             thread is free, only while other requests to its signature run.
         num_threads: model calls that may run at once.
+        grpc_port: the port of TensorFlow Serving's gRPC API (0: none).
+        grpc_host: the address the gRPC API listens on.
     """
 
     def __init__(self, max_body_bytes=1 << 20, max_instances=256, batching=True, max_batch_size=64,
-                 batch_timeout_ms=5.0, num_threads=2):
+                 batch_timeout_ms=5.0, num_threads=2, grpc_port=0, grpc_host="127.0.0.1"):
         self.max_body_bytes = max_body_bytes
         self.max_instances = max_instances
         self.batching = batching
         self.max_batch_size = max_batch_size
         self.batch_timeout_ms = batch_timeout_ms
         self.num_threads = num_threads
+        self.grpc_port = grpc_port
+        self.grpc_host = grpc_host
 
 
 class PredictionService:
