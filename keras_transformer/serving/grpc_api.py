@@ -178,10 +178,8 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         spec = request.model_spec
         call.model = _model_name(spec)
         version = spec.version.value if spec.HasField("version") else None
-        if spec.version_label:
-            raise _unknown_label(spec)
         response = get_model_status_pb2.GetModelStatusResponse()
-        for number, state, message in self.service.version_states(call.model, version):
+        for number, state, message in self.service.version_states(call.model, version, spec.version_label or None):
             status = response.model_version_status.add()
             status.version = number
             status.state = get_model_status_pb2.ModelVersionStatus.State.Value(state)
@@ -201,19 +199,12 @@ def _model_name(model_spec):
 
 
 def _servable(service, model_spec, call):
-    """The `ServedVersion` `model_spec` asks for (its version, else the latest), or the service's 404."""
+    """The `ServedVersion` `model_spec` asks for (its version or label, else the latest), or the service's 400/404."""
     call.model = _model_name(model_spec)
-    if model_spec.version_label:
-        raise _unknown_label(model_spec)
     version = model_spec.version.value if model_spec.HasField("version") else None
-    served = service.servable(call.model, version)
+    served = service.servable(call.model, version, model_spec.version_label or None)
     call.version = served.version
     return served
-
-
-def _unknown_label(model_spec):
-    # Version labels come with the model config file; until then none is known.
-    return RequestError(400, f"Unrecognized servable version label: {_quote(model_spec.version_label)}")
 
 
 def _answered_spec(model_spec, served, signature_name):

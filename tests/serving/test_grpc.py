@@ -31,6 +31,7 @@ from keras_transformer.serving import ServerSettings
 from keras_transformer.serving import create_app
 from keras_transformer.serving.grpc_api import tensor_inputs
 from keras_transformer.serving.grpc_api import write_tensor
+from keras_transformer.serving.model_config import ModelConfig
 from keras_transformer.serving.protocol import RequestError
 from keras_transformer.serving.protocol import TensorSpec
 from keras_transformer.serving.repository import ServedVersion
@@ -97,7 +98,8 @@ def server(exports, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("grpc_server")
     process = ServerProcess({"classifier": exports.classifier, "translator": exports.translator},
-                            root / "server.log", ["--grpc-port", str(free_port()), "--max-instances", "8"])
+                            root / "server.log", ["--grpc-port", str(free_port()), "--max-instances", "8",
+                                                   "--signatures", "translator:greedy"])
     process.stubs = Stubs(process.grpc_port)
     yield process
     # SIGTERM with a client's channel still open: the gRPC server stops within
@@ -222,8 +224,9 @@ def serve(exports, shared_loader):
 
     @contextlib.contextmanager
     def serve(**settings):
-        repository = ModelRepository({"classifier": exports.classifier, "translator": exports.translator},
-                                     loader=shared_loader, poll_seconds=0)
+        configs = [ModelConfig("classifier", exports.classifier, version_labels={"stable": 1}),
+                   ModelConfig("translator", exports.translator)]
+        repository = ModelRepository(configs, loader=shared_loader, poll_seconds=0)
         port = free_port()
         app = create_app(repository, ServerSettings(grpc_port=port, **settings))
         with TestClient(app, raise_server_exceptions=False) as client:
@@ -270,7 +273,7 @@ def two_inputs():
 
 def labelled():
     request = predict_request("classifier", ["a"])
-    request.model_spec.version_label = "stable"
+    request.model_spec.version_label = "canary"
     return request
 
 
@@ -289,11 +292,25 @@ def labelled():
      "output tensor alias not found in signature: 'logits'"),
     (lambda: predict_request("classifier", ["a"], output_filter=["label", "label"]),
      "duplicate output tensor alias: 'label'"),
-    (labelled, "Unrecognized servable version label: 'stable'"),
+    (labelled, "Unrecognized servable version label: canary"),
 ])
 def test_bad_predict_requests_are_invalid_argument(app, request_factory, fragment):
     _, stubs = app
     assert_grpc_error(lambda: stubs.predict(request_factory()), grpc.StatusCode.INVALID_ARGUMENT, fragment)
+
+
+def test_a_version_label_resolves_to_its_version(app):
+    _, stubs = app
+    request = predict_request("classifier", ["the cat sat on the mat"])
+    request.model_spec.version_label = "stable"
+    assert stubs.predict(request).model_spec.version.value == 1
+    status_request = get_model_status_pb2.GetModelStatusRequest()
+    status_request.model_spec.name = "classifier"
+    status_request.model_spec.version_label = "stable"
+    statuses = stubs.models.GetModelStatus(status_request, timeout=RPC_TIMEOUT).model_version_status
+    assert [(status.version, status.state) for status in statuses] == [
+        (1, get_model_status_pb2.ModelVersionStatus.State.AVAILABLE)
+    ]
 
 
 def test_a_long_client_string_is_quoted_short(app):
