@@ -73,6 +73,7 @@ class ServedModel:
         self._lock = threading.Lock()
         self.current = None
         self.states = {}  # version -> (state, error message)
+        self.load_failures = 0  # failed loads of any version, retries included
         self.retry_seconds = retry_seconds
         self.max_retry_seconds = max_retry_seconds
         # version -> (the wait after its last failure, monotonic time of its next
@@ -114,6 +115,7 @@ class ServedModel:
         except Exception as error:  # a broken export must not take the server down
             delay = min(2 * last_delay, self.max_retry_seconds) if last_delay else self.retry_seconds
             self._failed[version] = (delay, time.monotonic() + delay)
+            self.load_failures += 1
             message = f"{type(error).__name__}: {error}".splitlines()[0][:500]
             self.states[version] = (END, message)
             logger.error("model=%s version=%d failed to load (retrying in %.3g s): %s",
