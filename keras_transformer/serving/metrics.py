@@ -136,7 +136,8 @@ def queue_depths(batcher):
     """{(model name, version, signature name): examples waiting for a model call} over the queues in use."""
     if hasattr(batcher, "queue_depths"):
         return batcher.queue_depths()
-    # Until the batcher reports its queues itself: main's queues hold (inputs, examples, future).
+    # A batcher that does not report its queues: each holds (inputs, examples, future) items; the
+    # request its loop has taken out while waiting for a model thread is not seen.
     return {
         (served.model_name, served.version, signature): sum(examples for _, examples, _ in list(queue._queue))
         for (served, signature), queue in list(batcher._queues.items())

@@ -184,8 +184,8 @@ def test_batch_sizes_queued_examples_and_requests_in_flight(serve, monkeypatch):
         idle = scrape(client)
 
     assert [response.status_code for response in responses] == [200] * (1 + queued_requests)
-    # Main's batching loop holds the oldest queued request out of its queue while it waits for a model
-    # thread, where the depth cannot see it; Batcher.queue_depths() (overload branch) counts it too.
+    # Read from the asyncio queues, the depth misses the oldest request, which the batching loop holds
+    # while it waits for a model thread; Batcher.queue_depths() counts it: then exactly 10.
     assert (queued_requests - 1) * examples_each <= sample(busy, PREFIX + "queued_examples", **labels) \
         <= queued_requests * examples_each
     assert sample(idle, PREFIX + "in_flight_requests", api="rest") == 1
