@@ -6,6 +6,7 @@ Routes (as TensorFlow Serving's, https://www.tensorflow.org/tfx/serving/api_rest
 * `GET  /v1/models/NAME[/versions/V|/labels/LABEL]/metadata`: signature definitions.
 * `POST /v1/models/NAME[/versions/V|/labels/LABEL]:predict`: row or columnar predict.
 * `GET  /healthz`: 200 once every model has a version loaded, else 503.
+* `GET  /monitoring/prometheus/metrics`: Prometheus metrics (see `metrics.py`).
 
 Errors are `{"error": "..."}` with TensorFlow Serving's status codes: 400
 for a bad request (an unknown version label included), 404 for an unknown
@@ -24,6 +25,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from keras_transformer.serving.http_server import SERVER_ANSWER
+from keras_transformer.serving.metrics import RequestMetrics
 from keras_transformer.serving.protocol import RequestError
 from keras_transformer.serving.protocol import format_predict_response
 from keras_transformer.serving.protocol import parse_body
@@ -144,12 +146,14 @@ def create_app(repository, settings=None):
     app = Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/monitoring/prometheus/metrics", service.metrics.endpoint, methods=["GET"]),
             Route("/v1/models/{rest:path}", models_route, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
         ],
         exception_handlers={RequestError: request_error, 404: not_found, 405: method_not_allowed},
         lifespan=lifespan,
     )
     app.add_middleware(RequestLog)
+    app.add_middleware(RequestMetrics, metrics=service.metrics)
     app.state.repository = repository
     app.state.settings = settings
     app.state.service = service

@@ -27,10 +27,14 @@ class Batcher:
         max_concurrent_batches: merged calls running at once, over all
             signatures (TensorFlow Serving's `num_batch_threads`); size it to
             the executor's threads so batching uses them all.
+        on_batch: called as `on_batch(served_version, signature_name, examples)`
+            for each batch before its model call (metrics).
     """
 
-    def __init__(self, executor, max_batch_size=32, max_wait_seconds=0.005, max_concurrent_batches=1):
+    def __init__(self, executor, max_batch_size=32, max_wait_seconds=0.005, max_concurrent_batches=1,
+                 on_batch=None):
         self.executor = executor
+        self.on_batch = on_batch
         self.max_batch_size = max_batch_size
         self.max_wait_seconds = max_wait_seconds
         self._slots = asyncio.Semaphore(max_concurrent_batches)
@@ -100,6 +104,8 @@ class Batcher:
 
     async def _run_in_slot(self, served_version, signature_name, batch, loop):
         try:
+            if self.on_batch is not None:
+                self.on_batch(served_version, signature_name, sum(size for _, size, _ in batch))
             await self._run(served_version, signature_name, batch, loop)
         finally:
             self._slots.release()

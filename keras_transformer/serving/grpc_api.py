@@ -83,11 +83,13 @@ class _Call:
         self.signature = None
 
 
-async def _answer(method, context, handler):
+async def _answer(method, context, handler, metrics):
     """Runs `handler(call)`; a `RequestError` ends the RPC with its mapped code, anything else with
-    INTERNAL (logged). Writes the RPC's log line."""
+    INTERNAL (logged). Writes the RPC's log line and reports it to `metrics` (a `ServingMetrics`)."""
     call = _Call(method)
     started = time.perf_counter()
+    in_flight = metrics.in_flight_requests.labels("grpc")
+    in_flight.inc()
     code, details = grpc.StatusCode.CANCELLED, None  # what a cancelled handler leaves
     try:
         response = await handler(call)
@@ -99,9 +101,12 @@ async def _answer(method, context, handler):
         logger.exception("gRPC %s failed", call.method)
         code, details = grpc.StatusCode.INTERNAL, "Internal error."
     finally:
+        seconds = time.perf_counter() - started
+        in_flight.dec()
+        metrics.observe_request("grpc", call.model, call.version, call.signature, code.name, seconds)
         logger.info(
             "GRPC %s model=%s version=%s instances=%s status=%s latency_ms=%.1f", call.method, call.model, call.version,
-            call.instances, code.name, (time.perf_counter() - started) * 1000,
+            call.instances, code.name, seconds * 1000,
         )
     # Outside the try: abort() ends the RPC by raising. The details travel in a
     # header, which clients refuse past a few kilobytes: a message quoting a
@@ -116,10 +121,12 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         self.service = service
 
     async def Predict(self, request, context):
-        return await _answer("Predict", context, lambda call: self._predict(request, context, call))
+        return await _answer("Predict", context, lambda call: self._predict(request, context, call),
+                             self.service.metrics)
 
     async def GetModelMetadata(self, request, context):
-        return await _answer("GetModelMetadata", context, lambda call: self._metadata(request, call))
+        return await _answer("GetModelMetadata", context, lambda call: self._metadata(request, call),
+                             self.service.metrics)
 
     async def Classify(self, request, context):
         await _unimplemented(context, "Classify")
@@ -167,7 +174,8 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         self.service = service
 
     async def GetModelStatus(self, request, context):
-        return await _answer("GetModelStatus", context, lambda call: self._status(request, call))
+        return await _answer("GetModelStatus", context, lambda call: self._status(request, call),
+                             self.service.metrics)
 
     async def HandleReloadConfigRequest(self, request, context):
         await _unimplemented(context, "HandleReloadConfigRequest")

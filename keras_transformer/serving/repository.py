@@ -88,6 +88,7 @@ class ServedModel:
         self.served = {}
         self.states = {}  # version -> (state, error message); replaced whole, as `served` is
         self._base_path_missing = False
+        self.load_failures = 0  # failed loads of any version, retries included
         # Weak references to unloaded versions that requests still held at
         # the swap: their memory goes back at the first poll after the last
         # such request ends.
@@ -167,6 +168,7 @@ class ServedModel:
         except Exception as error:  # a broken export must not take the server down
             delay = min(2 * last_delay, self.max_retry_seconds) if last_delay else self.retry_seconds
             self._failed[version] = (delay, time.monotonic() + delay)
+            self.load_failures += 1
             message = f"{type(error).__name__}: {error}".splitlines()[0][:500]
             self._set_state(version, END, message)
             logger.error("model=%s version=%d failed to load (retrying in %.3g s): %s",

@@ -12,6 +12,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from keras_transformer.serving.batching import Batcher
+from keras_transformer.serving.metrics import ServingMetrics
 from keras_transformer.serving.protocol import RequestError
 
 logger = logging.getLogger("keras_transformer.serving")
@@ -53,9 +54,10 @@ class PredictionService:
         self.repository = repository
         self.settings = settings or ServerSettings()
         self.executor = ThreadPoolExecutor(max_workers=self.settings.num_threads, thread_name_prefix="model")
+        self.metrics = ServingMetrics(self)
         self.batcher = Batcher(
             self.executor, self.settings.max_batch_size, self.settings.batch_timeout_ms / 1000.0,
-            max_concurrent_batches=self.settings.num_threads,
+            max_concurrent_batches=self.settings.num_threads, on_batch=self.metrics.observe_batch,
         )
 
     async def start(self):

@@ -313,6 +313,24 @@ def test_a_version_label_resolves_to_its_version(app):
     ]
 
 
+def test_grpc_calls_are_counted_in_the_metrics(app):
+    from tests.serving.test_metrics import request_count
+    from tests.serving.test_metrics import scrape
+
+    client, stubs = app
+    before = scrape(client)
+    for _ in range(3):
+        stubs.predict(predict_request("classifier", ["the cat sat on the mat"]))
+    assert_grpc_error(lambda: stubs.predict(predict_request("nope", ["a"])), grpc.StatusCode.NOT_FOUND, "nope")
+    after = scrape(client)
+
+    def added(**labels):
+        return request_count(after, api="grpc", **labels) - request_count(before, api="grpc", **labels)
+
+    assert added(model="classifier", version="1", signature="serving_default", status="OK") == 3
+    assert added(status="NOT_FOUND") == 1  # an unknown model is not a label value
+
+
 def test_a_long_client_string_is_quoted_short(app):
     _, stubs = app
     details = assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["a"], output_filter=["x" * 500])),
