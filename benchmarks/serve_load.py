@@ -261,13 +261,15 @@ def build_export(name, base_dir):
 
 
 class Server:
-    """One `apps.serve` process on a free port of 127.0.0.1, its log in a file."""
+    """One `apps.serve` process on a free port of 127.0.0.1, its log in a file; its gRPC API is off
+    unless `flags` give a `--grpc-port` (servers side by side would all want the default port)."""
 
     def __init__(self, paths, flags, log_path):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        command = [sys.executable, "-m", "apps.serve", "--port", str(self.port), "--host", "127.0.0.1"]
+        command = [sys.executable, "-m", "apps.serve", "--port", str(self.port), "--host", "127.0.0.1",
+                   "--grpc-port", "0"]  # a --grpc-port in `flags` comes later and wins
         for name, path in paths.items():
             command += ["--model", f"{name}={path}"]
         command += flags

@@ -30,9 +30,14 @@ SHARED_GROUPS = {
     "tests/export/test_classifier_export.py": "trained_classifier",
     # exports, and direct_models / direct_answers built on it (tests/serving/conftest.py)
     "tests/serving/test_app.py": "serving_exports",
+    "tests/serving/test_connections.py": "serving_exports",
     "tests/serving/test_edge_strings.py": "serving_exports",
     "tests/serving/test_fuzz.py": "serving_exports",
+    "tests/serving/test_grpc.py": "serving_exports",
     "tests/serving/test_load.py": "serving_exports",
+    "tests/serving/test_shutdown.py": "serving_exports",
+    "tests/serving/test_release.py": "serving_exports",
+    "tests/serving/test_signatures.py": "serving_exports",
 }
 
 # The session-scoped fixtures behind those groups: fixture name -> group.

@@ -1,4 +1,8 @@
-"""A model server speaking TensorFlow Serving's REST API (`python -m apps.serve`)."""
+"""A model server speaking TensorFlow Serving's REST and gRPC APIs (`python -m apps.serve`).
+
+`create_app` is the REST app; with `ServerSettings.grpc_port` set its start
+also serves the gRPC API (`grpc_api`) on the same event loop and service.
+"""
 
 from keras_transformer.serving.app import create_app
 from keras_transformer.serving.repository import ModelRepository

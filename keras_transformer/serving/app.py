@@ -2,15 +2,17 @@
 
 Routes (as TensorFlow Serving's, https://www.tensorflow.org/tfx/serving/api_rest):
 
-* `GET  /v1/models/NAME[/versions/V]`: version status.
-* `GET  /v1/models/NAME[/versions/V]/metadata`: signature definitions.
-* `POST /v1/models/NAME[/versions/V]:predict`: row or columnar predict.
+* `GET  /v1/models/NAME[/versions/V|/labels/LABEL]`: version status.
+* `GET  /v1/models/NAME[/versions/V|/labels/LABEL]/metadata`: signature definitions.
+* `POST /v1/models/NAME[/versions/V|/labels/LABEL]:predict`: row or columnar predict.
 * `GET  /healthz`: 200 once every model has a version loaded, else 503.
+* `GET  /monitoring/prometheus/metrics`: Prometheus metrics (see `metrics.py`).
 
 Errors are `{"error": "..."}` with TensorFlow Serving's status codes: 400
-for a bad request, 404 for an unknown model or version, 503 for a full queue,
-504 past the request's deadline, plus 413 for a body, a batch or an answer
-over the configured limits and 405 for a wrong method.
+for a bad request (an unknown version label included), 404 for an unknown
+model or a version not serving, 503 for a full queue, 504 past the request's
+deadline, plus 413 for a body, a batch or an answer over the configured
+limits and 405 for a wrong method.
 """
 
 import asyncio
@@ -22,15 +24,19 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
+from keras_transformer.serving.http_server import SERVER_ANSWER
+from keras_transformer.serving.metrics import RequestMetrics
 from keras_transformer.serving.protocol import RequestError
 from keras_transformer.serving.protocol import ResponseTooLarge
 from keras_transformer.serving.protocol import encode_predict_response
 from keras_transformer.serving.protocol import parse_body
 from keras_transformer.serving.protocol import parse_predict_request
+from keras_transformer.serving.protocol import shorten
 from keras_transformer.serving.service import DEFAULT_SIGNATURE
 from keras_transformer.serving.service import PredictionService
 
@@ -47,7 +53,8 @@ _INLINE_RESPONSE_ELEMENTS = 2048
 _JSON_THREADS = 2
 
 _MODEL_PATH = re.compile(
-    r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+))?(?:(?P<metadata>/metadata)|:(?P<verb>[^/:]*))?$"
+    r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
+    r"(?:(?P<metadata>/metadata)|:(?P<verb>[^/:]*))?$"
 )
 
 
@@ -59,10 +66,21 @@ def create_app(repository, settings=None):
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        await service.start()
+        grpc_server = None
+        if settings.grpc_port:
+            from keras_transformer.serving import grpc_api
+
+            # Bound before the models load, so a taken port fails the start at once.
+            grpc_server = grpc_api.bind_grpc_server(service, settings.grpc_host, settings.grpc_port)
         try:
+            await service.start()
+            if grpc_server is not None:
+                await grpc_server.start()
+                logger.info("gRPC API listening on %s:%d", settings.grpc_host, settings.grpc_port)
             yield
         finally:
+            if grpc_server is not None:
+                await grpc_server.stop(grpc_api.SHUTDOWN_GRACE_SECONDS)
             service.stop()
             json_executor.shutdown(wait=False, cancel_futures=True)
 
@@ -77,8 +95,11 @@ def create_app(repository, settings=None):
         if match is None:
             raise RequestError(404, f"No such route: {request.url.path}")
         name, version = match["name"], _version_number(match["version"])
-        request.state.model, request.state.version = name, version
-        service.model(name)
+        request.state.model = name
+        model = service.model(name)
+        if match["label"] is not None:
+            version = service.label_version(model, match["label"])
+        request.state.version = version
         if match["verb"] is not None:
             if match["verb"] != "predict":
                 raise RequestError(400, f"':{match['verb']}' is not served here; only ':predict' is.")
@@ -156,20 +177,23 @@ def create_app(repository, settings=None):
         return JSONResponse({"error": message}, status_code=error.status)
 
     async def not_found(request, error):
-        return JSONResponse({"error": f"No such route: {request.url.path}"}, status_code=404)
+        return JSONResponse({"error": f"No such route: {shorten(request.url.path)}"}, status_code=404)
 
     async def method_not_allowed(request, error):
-        return JSONResponse({"error": f"{request.url.path} does not take {request.method}."}, status_code=405)
+        message = f"{shorten(request.url.path)} does not take {shorten(request.method)}."
+        return JSONResponse({"error": message}, status_code=405)
 
     app = Starlette(
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/monitoring/prometheus/metrics", service.metrics.endpoint, methods=["GET"]),
             Route("/v1/models/{rest:path}", models_route, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
         ],
         exception_handlers={RequestError: request_error, 404: not_found, 405: method_not_allowed},
         lifespan=lifespan,
     )
     app.add_middleware(RequestLog)
+    app.add_middleware(RequestMetrics, metrics=service.metrics)
     app.state.repository = repository
     app.state.settings = settings
     app.state.service = service
@@ -177,7 +201,11 @@ def create_app(repository, settings=None):
 
 
 class RequestLog:
-    """One log line per request: method, path, model, version, examples, status, latency."""
+    """One log line per request: method, path, model, version, examples, status, latency.
+
+    What the client chose (method, path, model name) is escaped and shortened:
+    a newline in a path must not forge a log line, nor 16 KiB of it flood one.
+    """
 
     def __init__(self, app):
         self.app = app
@@ -199,9 +227,22 @@ class RequestLog:
             state = scope.get("state", {})
             logger.info(
                 "%s %s model=%s version=%s instances=%s status=%d latency_ms=%.1f",
-                scope["method"], scope["path"], state.get("model", "-"), state.get("version") or "-",
-                state.get("instances", "-"), status[0], (time.perf_counter() - started) * 1000,
+                loggable(scope["method"]), loggable(scope["path"]), loggable(state.get("model", "-")),
+                state.get("version") or "-", state.get("instances", "-"), scope.get(SERVER_ANSWER, status[0]),
+                (time.perf_counter() - started) * 1000,
             )
+
+
+def loggable(text, limit=200):
+    """`text` for a log line: characters that are not printable (line breaks,
+    ANSI escapes) and backslashes escaped, cut after `limit` characters."""
+    text = str(text)
+    shown = "".join(
+        character if character.isprintable() and character != "\\"
+        else character.encode("unicode_escape").decode("ascii")
+        for character in text[:limit]
+    )
+    return shown + "..." if len(text) > limit else shown
 
 
 async def _read_body(request, limit):
@@ -214,11 +255,16 @@ async def _read_body(request, limit):
         if int(declared) > limit:
             raise RequestError(413, f"The body has {int(declared)} bytes; the limit is {limit}.")
     chunks, total = [], 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > limit:
-            raise RequestError(413, f"The body is over the limit of {limit} bytes.")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > limit:
+                raise RequestError(413, f"The body is over the limit of {limit} bytes.")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # The answer goes nowhere; the request log's line (status 499, as
+        # nginx names a client that closed its request) is all that is left of it.
+        raise RequestError(499, "The client closed the connection before sending its whole body.") from None
     return b"".join(chunks)
 
 

@@ -86,11 +86,14 @@ class Batcher:
             for their model call to start; a request that would go past it is
             refused with `QueueFull`, unless its queue is empty (so a request
             larger than the limit is never refused for its size alone).
+        on_batch: called as `on_batch(served_version, signature_name, examples)`
+            for each batch before its model call (metrics).
     """
 
     def __init__(self, executor, max_batch_size=32, max_wait_seconds=0.005, max_concurrent_batches=1,
-                 max_queued_examples=1024):
+                 max_queued_examples=1024, on_batch=None):
         self.executor = executor
+        self.on_batch = on_batch
         self.max_batch_size = max_batch_size
         self.max_wait_seconds = max_wait_seconds
         self.max_queued_examples = max_queued_examples
@@ -216,6 +219,8 @@ class Batcher:
 
     async def _run_in_slot(self, served_version, signature_name, batch, merge, loop):
         try:
+            if self.on_batch is not None:
+                self.on_batch(served_version, signature_name, sum(request.size for request in batch))
             await self._run(served_version, signature_name, batch, merge, loop)
         finally:
             self._slots.release()

@@ -32,6 +32,13 @@ class RequestError(Exception):
         self.message = message
 
 
+def shorten(text, limit=100):
+    """What an error message quotes of the client's input: at most `limit`
+    characters, then "...", so an answer never echoes a whole request back."""
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 # dtype names as TensorFlow Serving's metadata spells them.
 _NUMPY_DTYPES = {
     "DT_STRING": object,
@@ -93,7 +100,7 @@ def parse_predict_request(body, input_specs, max_instances):
     """
     unknown = set(body) - {"instances", "inputs", "signature_name"}
     if unknown:
-        raise RequestError(400, f"Unknown key(s) {sorted(unknown)}; a predict body has 'instances' or 'inputs', and optionally 'signature_name'.")
+        raise RequestError(400, f"Unknown key(s) {shorten(sorted(unknown))}; a predict body has 'instances' or 'inputs', and optionally 'signature_name'.")
     if ("instances" in body) == ("inputs" in body):
         raise RequestError(400, "A predict body needs exactly one of 'instances' (row format) or 'inputs' (columnar format).")
     if "instances" in body:
@@ -115,7 +122,7 @@ def _row_inputs(instances, input_specs, max_instances):
             raise RequestError(400, f"Instance {index} must be an object with keys {names}, got {_json_type(instance)}.")
         missing, extra = set(names) - set(instance), set(instance) - set(names)
         if missing or extra:
-            raise RequestError(400, f"Instance {index} has keys {sorted(instance)}; the signature's inputs are {names}.")
+            raise RequestError(400, f"Instance {index} has keys {shorten(sorted(instance))}; the signature's inputs are {names}.")
         for name in names:
             columns[name].append(instance[name])
     arrays = {name: _to_array(values, input_specs[name], f"input '{name}'") for name, values in columns.items()}
@@ -129,7 +136,7 @@ def _columnar_inputs(inputs, input_specs, max_instances):
             raise RequestError(400, f"'inputs' must be an object with keys {names}, got {_json_type(inputs)}.")
         inputs = {names[0]: inputs}  # the bare value of the one input
     if set(inputs) != set(names):
-        raise RequestError(400, f"'inputs' has keys {sorted(inputs)}; the signature's inputs are {names}.")
+        raise RequestError(400, f"'inputs' has keys {shorten(sorted(inputs))}; the signature's inputs are {names}.")
     arrays, batch_sizes = {}, set()
     for name in names:
         values = inputs[name]
@@ -167,7 +174,7 @@ def _to_array(values, spec, what):
     except FloatingPointError:
         raise RequestError(400, f"{what}: a number is out of range for {spec.dtype}.")
     except (OverflowError, ValueError) as error:
-        raise RequestError(400, f"{what}: {error}.")
+        raise RequestError(400, f"{what}: {shorten(error)}.")
 
 
 def _convert(value, shape, dtype, where):

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from keras_transformer.serving.batching import Batcher
 from keras_transformer.serving.batching import DeadlineExceeded
 from keras_transformer.serving.batching import QueueFull
+from keras_transformer.serving.metrics import ServingMetrics
 from keras_transformer.serving.protocol import RequestError
 
 logger = logging.getLogger("keras_transformer.serving")
@@ -39,11 +40,13 @@ class ServerSettings:
         request_timeout: seconds a request may take before it gets 504
             (TensorFlow Serving's `--rest_api_timeout_in_ms` defaults to 30 s).
         max_response_bytes: largest JSON answer sent (413 above it).
+        grpc_port: the port of TensorFlow Serving's gRPC API (0: none).
+        grpc_host: the address the gRPC API listens on.
     """
 
     def __init__(self, max_body_bytes=1 << 20, max_instances=256, batching=True, max_batch_size=64,
                  batch_timeout_ms=5.0, num_threads=2, max_queued_examples=256, request_timeout=30.0,
-                 max_response_bytes=8 << 20):
+                 max_response_bytes=8 << 20, grpc_port=0, grpc_host="127.0.0.1"):
         self.max_body_bytes = max_body_bytes
         self.max_instances = max_instances
         self.batching = batching
@@ -53,6 +56,8 @@ class ServerSettings:
         self.max_queued_examples = max_queued_examples
         self.request_timeout = request_timeout
         self.max_response_bytes = max_response_bytes
+        self.grpc_port = grpc_port
+        self.grpc_host = grpc_host
 
 
 class PredictionService:
@@ -62,10 +67,11 @@ class PredictionService:
         self.repository = repository
         self.settings = settings or ServerSettings()
         self.executor = ThreadPoolExecutor(max_workers=self.settings.num_threads, thread_name_prefix="model")
+        self.metrics = ServingMetrics(self)
         self.batcher = Batcher(
             self.executor, self.settings.max_batch_size, self.settings.batch_timeout_ms / 1000.0,
             max_concurrent_batches=self.settings.num_threads,
-            max_queued_examples=self.settings.max_queued_examples,
+            max_queued_examples=self.settings.max_queued_examples, on_batch=self.metrics.observe_batch,
         )
 
     async def start(self):
@@ -84,12 +90,26 @@ class PredictionService:
             raise RequestError(404, f"Servable not found for request: {servable_name(name, None)}")
         return model
 
-    def servable(self, name, version=None):
-        """The `ServedVersion` a request for `name` (and `version`, None = latest) runs on, or a 404."""
-        served = self.model(name).resolve(version)
+    def servable(self, name, version=None, label=None):
+        """The `ServedVersion` a request for `name` runs on: `version`, the
+        version `label` names, or (neither given) the newest serving. An
+        unknown label is a 400, a version not serving a 404, as in TensorFlow
+        Serving."""
+        model = self.model(name)
+        if label is not None:
+            version = self.label_version(model, label)
+        served = model.resolve(version)
         if served is None:
             raise RequestError(404, f"Servable not found for request: {servable_name(name, version)}")
         return served
+
+    @staticmethod
+    def label_version(model, label):
+        """The version `label` names on `model`, or TensorFlow Serving's 400."""
+        version = model.labels.get(label)
+        if version is None:
+            raise RequestError(400, f"Unrecognized servable version label: {label[:100]}")
+        return version
 
     def signature_inputs(self, served, signature_name):
         """The input specs of `signature_name` on `served`, or TensorFlow Serving's 400 for an unknown one."""
@@ -129,15 +149,19 @@ class PredictionService:
         except Exception as error:
             raise model_error(error)
 
-    def version_states(self, name, version=None):
-        """[(version, state, error message)], newest first: every version seen, or just `version` (404 if unseen)."""
+    def version_states(self, name, version=None, label=None):
+        """[(version, state, error message)], newest first: every version seen,
+        or just `version` (or the one `label` names); a 404 if none was seen."""
         model = self.model(name)
-        if version is None:
-            states = model.states
-        else:
-            if version not in model.states:
+        if label is not None:
+            version = self.label_version(model, label)
+        states = model.states
+        if not states:
+            raise RequestError(404, f"Could not find any versions of model {name}.")
+        if version is not None:
+            if version not in states:
                 raise RequestError(404, f"Could not find version {version} of model {name}.")
-            states = {version: model.states[version]}
+            states = {version: states[version]}
         return [(number, state, message) for number, (state, message) in sorted(states.items(), reverse=True)]
 
 

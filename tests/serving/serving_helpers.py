@@ -121,12 +121,19 @@ def free_port():
 
 
 class ServerProcess:
-    """`python -m apps.serve` on 127.0.0.1 and a free port; its stderr goes to a log file."""
+    """`python -m apps.serve` on 127.0.0.1 and a free port; its stderr goes to a log file.
+
+    Its gRPC API is off unless `extra_args` sets `--grpc-port` (servers run in
+    parallel would otherwise all want the default port)."""
 
     def __init__(self, models, log_path, extra_args=(), startup_timeout=180.0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = str(log_path)
+        extra_args = list(extra_args)
+        if "--grpc-port" not in extra_args:
+            extra_args += ["--grpc-port", "0"]
+        self.grpc_port = int(extra_args[extra_args.index("--grpc-port") + 1])
         command = [sys.executable, "-m", "apps.serve", "--port", str(self.port), *extra_args]
         for name, path in models.items():
             command += ["--model", f"{name}={path}"]

@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 from keras_transformer.serving import ModelRepository
 from keras_transformer.serving import ServerSettings
 from keras_transformer.serving import create_app
+from keras_transformer.serving.model_config import model_configs
 from keras_transformer.serving.repository import ServedVersion
 from keras_transformer.serving.repository import load_saved_model
 from tests.serving.serving_helpers import NON_UTF8_TEXT
@@ -54,7 +55,8 @@ def serve(exports, shared_loader):
     @contextlib.contextmanager
     def serve(models=None, **settings):
         models = models or {"classifier": exports.classifier, "translator": exports.translator}
-        repository = ModelRepository(models, loader=shared_loader, poll_seconds=0)
+        repository = ModelRepository(model_configs(models, signatures=("greedy", "attention")),
+                                     loader=shared_loader, poll_seconds=0)
         with TestClient(create_app(repository, ServerSettings(**settings)), raise_server_exceptions=False) as client:
             client.repository = repository
             yield client

@@ -19,6 +19,7 @@ from starlette.testclient import TestClient
 from keras_transformer.serving import ModelRepository
 from keras_transformer.serving import ServerSettings
 from keras_transformer.serving import create_app
+from keras_transformer.serving.model_config import model_configs
 from keras_transformer.serving.repository import load_saved_model
 from tests.serving.serving_helpers import CLASS_NAMES
 from tests.serving.serving_helpers import call_direct
@@ -70,8 +71,10 @@ def client(exports, direct_models):
     def loader(path):
         return loaded.get(str(path)) or load_saved_model(path)
 
-    repository = ModelRepository({"classifier": exports.classifier, "translator": exports.translator},
-                                 loader=loader, poll_seconds=0)
+    repository = ModelRepository(
+        model_configs({"classifier": exports.classifier, "translator": exports.translator}, signatures=("attention",)),
+        loader=loader, poll_seconds=0,
+    )
     settings = ServerSettings(max_body_bytes=1 << 20, max_instances=64, batch_timeout_ms=1.0)
     with TestClient(create_app(repository, settings), raise_server_exceptions=False) as client:
         yield client

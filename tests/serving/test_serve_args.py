@@ -75,3 +75,17 @@ def test_port_out_of_range(folder, port):
     result = serve("--model", f"m={folder}", "--port", port)
     assert result.returncode != 0
     assert result.stderr.strip() == f"error: --port must be between 0 and 65535, got {port}"
+
+
+@pytest.mark.parametrize("flag", ["--header-timeout", "--body-timeout", "--idle-timeout", "--shutdown-grace"])
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_timeouts_must_be_positive_and_finite(folder, flag, value):
+    result = serve("--model", f"m={folder}", flag, value)
+    assert result.returncode != 0
+    assert result.stderr.strip() == f"error: {flag} must be a positive number of seconds, got {float(value):g}"
+
+
+def test_max_connections_must_be_positive(folder):
+    result = serve("--model", f"m={folder}", "--max-connections", "0")
+    assert result.returncode != 0
+    assert result.stderr.strip() == "error: --max-connections must be at least 1, got 0"
