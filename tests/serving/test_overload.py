@@ -19,11 +19,11 @@ import types
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 
 from keras_transformer.serving import ModelRepository
 from keras_transformer.serving import ServerSettings
 from keras_transformer.serving import create_app
+from keras_transformer.serving.http_server import build_server
 from keras_transformer.serving.protocol import ResponseTooLarge
 from keras_transformer.serving.protocol import encode_predict_response
 from keras_transformer.serving.repository import load_saved_model
@@ -83,7 +83,7 @@ def loaded_models(exports):
 def serve(exports, loaded_models):
     """`with serve(recorder, wide=False, **settings) as (url, service):` the classifier and
     the translator (or, with `wide`, the classifier's inputs answering WIDE_COLUMNS floats
-    each) served by uvicorn on 127.0.0.1 in a thread of this process."""
+    each) served as `apps.serve` serves them, on 127.0.0.1 in a thread of this process."""
 
     @contextlib.contextmanager
     def serve(recorder, wide=False, **settings):
@@ -100,7 +100,7 @@ def serve(exports, loaded_models):
             "classifier": exports.classifier, "translator": exports.translator}
         app = create_app(ModelRepository(models, loader=loader, poll_seconds=0), ServerSettings(**settings))
         port = free_port()
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+        server = build_server(app, "127.0.0.1", port, log_level="warning")
         thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
         thread.start()
         try:
