@@ -64,23 +64,31 @@ def create_app(repository, settings=None):
     settings = service.settings
     json_executor = ThreadPoolExecutor(max_workers=_JSON_THREADS, thread_name_prefix="json")
 
+    grpc_server, grpc_stop = [], []  # the gRPC server while it runs; its stop, once begun
+
+    def stop_accepting(grace):
+        """Ends the gRPC API's new calls at a stop signal, as the HTTP server ends its new
+        connections; its calls in flight get `grace` seconds."""
+        if grpc_server and not grpc_stop:
+            grpc_stop.append(asyncio.ensure_future(grpc_server[0].stop(grace)))
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        grpc_server = None
         if settings.grpc_port:
             from keras_transformer.serving import grpc_api
 
             # Bound before the models load, so a taken port fails the start at once.
-            grpc_server = grpc_api.bind_grpc_server(service, settings.grpc_host, settings.grpc_port)
+            grpc_server.append(grpc_api.bind_grpc_server(service, settings.grpc_host, settings.grpc_port))
         try:
             await service.start()
-            if grpc_server is not None:
-                await grpc_server.start()
+            if grpc_server:
+                await grpc_server[0].start()
                 logger.info("gRPC API listening on %s:%d", settings.grpc_host, settings.grpc_port)
             yield
         finally:
-            if grpc_server is not None:
-                await grpc_server.stop(grpc_api.SHUTDOWN_GRACE_SECONDS)
+            if grpc_server:
+                stop_accepting(grpc_api.SHUTDOWN_GRACE_SECONDS)
+                await grpc_stop[0]
             service.stop()
             json_executor.shutdown(wait=False, cancel_futures=True)
 
@@ -197,6 +205,7 @@ def create_app(repository, settings=None):
     app.state.repository = repository
     app.state.settings = settings
     app.state.service = service
+    app.state.stop_accepting = stop_accepting  # called by http_server.GracefulServer at a stop signal
     return app
 
 

@@ -59,6 +59,8 @@ def bind_grpc_server(service, host, port):
     server = grpc.aio.server(options=[
         # A message over the REST body limit is refused before it is parsed (RESOURCE_EXHAUSTED).
         ("grpc.max_receive_message_length", service.settings.max_body_bytes),
+        # An answer over the REST answer cap is refused too, by grpcio (RESOURCE_EXHAUSTED).
+        ("grpc.max_send_message_length", service.settings.max_response_bytes),
         # grpcio binds with SO_REUSEPORT by default: a second server on a taken
         # port would start and silently share it instead of failing.
         ("grpc.so_reuseport", 0),

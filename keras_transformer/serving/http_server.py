@@ -276,6 +276,10 @@ class GracefulServer(uvicorn.Server):
         # Time kept after the drain for closing what is left and the application's own shutdown.
         drain_until = deadline - min(1.0, self.grace / 4)
         logger.info("Shutting down: finishing the requests in flight (at most %g s).", self.grace)
+        # The application's other listeners (the gRPC API) stop taking calls now too.
+        stop_accepting = getattr(getattr(self.config.app, "state", None), "stop_accepting", None)
+        if stop_accepting is not None:
+            stop_accepting(max(0.0, drain_until - time.monotonic()))
         for server in self.servers:
             server.close()
         for sock in sockets or []:

@@ -331,6 +331,14 @@ def test_grpc_calls_are_counted_in_the_metrics(app):
     assert added(status="NOT_FOUND") == 1  # an unknown model is not a label value
 
 
+def test_an_answer_over_the_response_cap_is_resource_exhausted(serve):
+    texts = ["the cat sat on the mat"] * 8
+    with serve(max_response_bytes=200) as (_, stubs):
+        assert_grpc_error(lambda: stubs.predict(predict_request("classifier", texts)),
+                          grpc.StatusCode.RESOURCE_EXHAUSTED, "")
+        assert len(stubs.predict(predict_request("classifier", texts[:1])).outputs) == 2
+
+
 def test_a_long_client_string_is_quoted_short(app):
     _, stubs = app
     details = assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["a"], output_filter=["x" * 500])),

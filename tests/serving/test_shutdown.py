@@ -151,3 +151,36 @@ def test_a_stop_that_hangs_is_ended_by_the_watchdog_at_the_grace(tmp_path):
     assert process.returncode == 1
     assert "Still running 1.5 s after the stop signal (--shutdown-grace): exiting now." in log_path.read_text()
 
+
+
+def test_sigterm_stops_the_grpc_api_taking_calls_while_http_requests_drain(exports, start_server):
+    import grpc
+    from tensorflow_serving.apis import get_model_status_pb2
+    from tensorflow_serving.apis import model_service_pb2_grpc
+
+    grpc_port = free_port()
+    server = start_server({"classifier": exports.classifier}, "--grpc-port", str(grpc_port),
+                          "--shutdown-grace", str(GRACE), *SLOW_CLIENT_FLAGS)
+    status_request = get_model_status_pb2.GetModelStatusRequest()
+    status_request.model_spec.name = "classifier"
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        models = model_service_pb2_grpc.ModelServiceStub(channel)
+        assert models.GetModelStatus(status_request, timeout=10).model_version_status[0].version == 1
+        # A slow upload keeps the HTTP side draining for most of the grace.
+        slow_upload = connect(server)
+        slow_upload.sendall(request_head("POST", "/v1/models/classifier:predict", b"Content-Length: 1000\r\n") + b"{")
+        time.sleep(0.3)
+        signalled = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert server.process.poll() is None  # still draining
+        try:
+            models.GetModelStatus(status_request, timeout=2)
+            refused = False
+        except grpc.RpcError as error:
+            refused = error.code() == grpc.StatusCode.UNAVAILABLE
+        assert refused, "the gRPC API still took calls after the stop signal"
+        exited = time.monotonic() - signalled + wait_exit(server, timeout=GRACE + 10)
+        slow_upload.close()
+    assert exited <= GRACE + 1.0
+    assert "Traceback" not in server.log()
