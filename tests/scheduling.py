@@ -35,8 +35,10 @@ SHARED_GROUPS = {
     "tests/serving/test_fuzz.py": "serving_exports",
     "tests/serving/test_grpc.py": "serving_exports",
     "tests/serving/test_load.py": "serving_exports",
-    "tests/serving/test_shutdown.py": "serving_exports",
+    "tests/serving/test_metrics.py": "serving_exports",
+    "tests/serving/test_overload.py": "serving_exports",
     "tests/serving/test_release.py": "serving_exports",
+    "tests/serving/test_shutdown.py": "serving_exports",
     "tests/serving/test_signatures.py": "serving_exports",
 }
 
