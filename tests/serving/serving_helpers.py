@@ -235,3 +235,24 @@ def assert_classifier_answer(answer, expected, atol=1e-6):
     probabilities, label = expected
     np.testing.assert_allclose(np.asarray(answer["probabilities"], dtype=np.float64), probabilities, atol=atol, rtol=0)
     assert answer["label"] == label.decode("utf-8")
+
+
+def fail_on_marked_texts(monkeypatch):
+    """Makes every served model fail on two marked texts: `b"bad input"` as a model
+    refusing its input (InvalidArgumentError, two lines), `b"server bug"` as a bug
+    (RuntimeError); other texts run as before."""
+    import tensorflow as tf
+
+    from keras_transformer.serving.repository import ServedVersion
+
+    original = ServedVersion.run
+
+    def failing(self, signature_name, inputs):
+        text = inputs["text"][0]
+        if text == b"bad input":
+            raise tf.errors.InvalidArgumentError(None, None, "the model refuses this\nsecond line")
+        if text == b"server bug":
+            raise RuntimeError("boom")
+        return original(self, signature_name, inputs)
+
+    monkeypatch.setattr(ServedVersion, "run", failing)

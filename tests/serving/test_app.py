@@ -26,6 +26,7 @@ from tests.serving.serving_helpers import NON_UTF8_TEXT
 from tests.serving.serving_helpers import TEXT_POOL
 from tests.serving.serving_helpers import assert_classifier_answer
 from tests.serving.serving_helpers import call_direct
+from tests.serving.serving_helpers import fail_on_marked_texts
 from tests.serving.serving_helpers import join_threads
 from tests.serving.serving_helpers import publish_copy
 from tests.serving.serving_helpers import start_threads
@@ -291,17 +292,7 @@ def test_the_app_still_answers_after_refusals(client, direct_answers):
 
 
 def test_model_failures(client, monkeypatch):
-    original = ServedVersion.run
-
-    def failing(self, signature_name, inputs):
-        text = inputs["text"][0]
-        if text == b"bad input":
-            raise tf.errors.InvalidArgumentError(None, None, "the model refuses this\nsecond line")
-        if text == b"server bug":
-            raise RuntimeError("boom")
-        return original(self, signature_name, inputs)
-
-    monkeypatch.setattr(ServedVersion, "run", failing)
+    fail_on_marked_texts(monkeypatch)
     assert_error(predict(client, "classifier", {"instances": ["bad input"]}), 400, "the model refuses this")
     assert "second line" not in predict(client, "classifier", {"instances": ["bad input"]}).json()["error"]
     assert_error(predict(client, "classifier", {"instances": ["server bug"]}), 500, "RuntimeError")

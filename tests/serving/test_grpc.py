@@ -38,6 +38,7 @@ from keras_transformer.serving.repository import ServedVersion
 from tests.serving.serving_helpers import NON_UTF8_TEXT
 from tests.serving.serving_helpers import TEXT_POOL
 from tests.serving.serving_helpers import assert_classifier_answer
+from tests.serving.serving_helpers import fail_on_marked_texts
 from tests.serving.serving_helpers import free_port
 from tests.serving.serving_helpers import join_threads
 from tests.serving.serving_helpers import start_threads
@@ -406,17 +407,7 @@ def test_service_refusals_carry_tensorflow_serving_codes(app, monkeypatch, statu
 
 def test_model_failures(app, monkeypatch, caplog):
     _, stubs = app
-    original = ServedVersion.run
-
-    def failing(self, signature_name, inputs):
-        text = inputs["text"][0]
-        if text == b"bad input":
-            raise tf.errors.InvalidArgumentError(None, None, "the model refuses this\nsecond line")
-        if text == b"server bug":
-            raise RuntimeError("boom")
-        return original(self, signature_name, inputs)
-
-    monkeypatch.setattr(ServedVersion, "run", failing)
+    fail_on_marked_texts(monkeypatch)
     details = assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["bad input"])),
                                 grpc.StatusCode.INVALID_ARGUMENT, "the model refuses this")
     assert "second line" not in details
