@@ -80,6 +80,9 @@ bench: bench-venv
 	$(VENV_PYTHON) benchmarks/decode_speed.py
 	$(VENV_PYTHON) benchmarks/classifier_quality.py bbc
 	$(VENV_PYTHON) benchmarks/serve_load.py
+	$(VENV_PYTHON) benchmarks/serve_grpc.py
+	$(VENV_PYTHON) benchmarks/serve_overload.py
+	$(VENV_PYTHON) benchmarks/serve_soak.py
 
 # About 70 minutes: both translators for 30 minutes each, then BLEU on 1,000 test verses.
 bench-translation: bench-venv
