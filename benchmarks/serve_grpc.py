@@ -59,8 +59,10 @@ from serve_load import _commit
 from serve_load import _free_port
 from serve_load import _ms
 from serve_load import build_export
+from serve_load import cell_summary
 from serve_load import load_texts
 from serve_load import run_clients
+from serve_load import throughput_ratios
 
 RESULTS = os.path.join("benchmarks", "results", "serve_grpc.json")
 APIS = ("rest", "grpc")
@@ -127,7 +129,7 @@ def main():
         server_log_tail = server.log_tail()
 
     load_after = os.getloadavg()
-    ratios = throughput_ratios(rows)
+    ratios = throughput_ratios(rows, key="api", compared="grpc", baseline="rest")
     print_table(rows, ratios, load_before, load_after)
     errors = sum(row["errors"] for row in rows)
     result = {
@@ -264,37 +266,12 @@ def server_cpu_seconds(server):
 
 
 def summarize(name, count, api, cell):
-    latencies = np.asarray(cell["latencies"]) * 1000.0
-    done = len(latencies)
+    done = len(cell["latencies"])
     return {
-        "model": name,
-        "clients": count,
-        "api": api,
-        "requests": done,
-        "errors": cell["errors"],
-        "first_error": cell["first_error"],
-        "seconds": cell["elapsed"],
-        "requests_per_second": done / cell["elapsed"] if cell["elapsed"] else 0.0,
-        "p50_ms": float(np.percentile(latencies, 50)) if done else None,
-        "p99_ms": float(np.percentile(latencies, 99)) if done else None,
-        "mean_ms": float(latencies.mean()) if done else None,
+        "model": name, "clients": count, "api": api, **cell_summary(cell),
         "server_cpu_ms_per_request": 1000.0 * cell["server_cpu"] / done if done and "server_cpu" in cell else None,
         "mean_output_words": float(np.mean(cell["words"])) if cell["words"] else None,
     }
-
-
-def throughput_ratios(rows):
-    """{model: {clients: gRPC req/s / REST req/s}}."""
-    ratios = {}
-    for row in rows:
-        if row["api"] == "grpc":
-            rest = next(other for other in rows if other["model"] == row["model"]
-                        and other["clients"] == row["clients"] and other["api"] == "rest")
-            if rest["requests_per_second"]:
-                ratios.setdefault(row["model"], {})[str(row["clients"])] = (
-                    row["requests_per_second"] / rest["requests_per_second"]
-                )
-    return ratios
 
 
 def format_row(row):

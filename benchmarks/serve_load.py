@@ -432,12 +432,14 @@ def measure_cell(servers, name, texts, count, seconds, rounds):
 
 
 def summarize(name, count, mode, cell):
+    return {"model": name, "clients": count, "batching": mode == "on", **cell_summary(cell)}
+
+
+def cell_summary(cell):
+    """Counts, throughput and client latencies (ms) of one measured cell."""
     latencies = np.asarray(cell["latencies"]) * 1000.0
     done = len(latencies)
     return {
-        "model": name,
-        "clients": count,
-        "batching": mode == "on",
         "requests": done,
         "errors": cell["errors"],
         "first_error": cell["first_error"],
@@ -449,16 +451,17 @@ def summarize(name, count, mode, cell):
     }
 
 
-def throughput_ratios(rows):
-    """{model: {clients: batching-on req/s / batching-off req/s}}."""
+def throughput_ratios(rows, key="batching", compared=True, baseline=False):
+    """{model: {clients: req/s of the rows whose `key` is `compared` / req/s of those whose `key` is
+    `baseline`}}; by default batching on over off."""
     ratios = {}
     for row in rows:
-        if row["batching"]:
-            off = next(other for other in rows if other["model"] == row["model"]
-                       and other["clients"] == row["clients"] and not other["batching"])
-            if off["requests_per_second"]:
+        if row[key] == compared:
+            other = next(other for other in rows if other["model"] == row["model"]
+                         and other["clients"] == row["clients"] and other[key] == baseline)
+            if other["requests_per_second"]:
                 ratios.setdefault(row["model"], {})[str(row["clients"])] = (
-                    row["requests_per_second"] / off["requests_per_second"]
+                    row["requests_per_second"] / other["requests_per_second"]
                 )
     return ratios
 
