@@ -9,7 +9,8 @@ Data: `bbc` (BBC News, offline), `csv:PATH` / `tsv:PATH` (your own file with a
 header row), `tfds:NAME` (TensorFlow Datasets, online, optional package).
 
 The run folder (--run-dir) keeps the vocabulary, a backup every epoch (for
---resume), checkpoints (last.keras, best.keras), TensorBoard logs
+--resume), checkpoints (last.keras, best.keras: the epoch with the best
+--monitor, which the export also gets), TensorBoard logs
 (`tensorboard --logdir RUN_DIR/logs`), history.csv, metrics.json with the
 test-split report, confusion_matrix.png and learning_curves.png. The export
 goes to EXPORT_DIR/N, N one above the newest version there.
@@ -20,11 +21,13 @@ import sys
 
 from apps.training_flags import add_hardware_flags
 from apps.training_flags import add_model_size_flags
+from apps.training_flags import add_monitor_flag
 from apps.training_flags import add_run_flags
 from apps.training_flags import strategy_and_data
 from apps.training_flags import train_on_chief
 from keras_transformer.data import load_classification_data
 from keras_transformer.models.classifier import POOLINGS
+from keras_transformer.training.classifier import MONITORS
 from keras_transformer.training.classifier import ClassifierSettings
 
 DEFAULTS = ClassifierSettings()
@@ -56,6 +59,7 @@ def build_parser():
                           help="peak of the warmup-then-cosine schedule")
     training.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
     add_run_flags(training, DEFAULTS, run_dir="runs/classifier")
+    add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
     add_hardware_flags(parser)
 
     export = parser.add_argument_group("export")
@@ -79,6 +83,7 @@ def settings_from(args):
         learning_rate=args.learning_rate,
         weight_decay=args.weight_decay,
         patience=args.patience,
+        monitor=args.monitor,
         seed=args.seed,
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,

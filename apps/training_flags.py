@@ -26,7 +26,8 @@ def add_model_size_flags(model_group, defaults):
 def add_run_flags(training_group, defaults, run_dir):
     """`--patience`, `--seed`, `--time-budget`, `--resume`, `--run-dir`, `--verbose`."""
     training_group.add_argument("--patience", type=int, default=defaults.patience,
-                                help="early stopping: epochs without a better validation loss (0 = off)")
+                                help=f"early stopping: epochs without a better {defaults.monitor} "
+                                     "(0 = off)")
     training_group.add_argument("--seed", type=int, default=defaults.seed)
     training_group.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                                 help="stop training after MINUTES, then finish the run and export as usual")
@@ -36,6 +37,15 @@ def add_run_flags(training_group, defaults, run_dir):
     training_group.add_argument("--verbose", type=int, choices=(0, 1, 2), default=None,
                                 help="Keras verbosity: 1 progress bars, 2 one line per epoch "
                                      "(default: 1 on a terminal, 2 when output goes to a file or pipe)")
+
+
+def add_monitor_flag(training_group, choices, default):
+    """`--monitor`: the validation metric that picks the kept epoch and drives early stopping."""
+    training_group.add_argument(
+        "--monitor", choices=choices, default=default,
+        help=f"validation metric that chooses the epoch kept (best.keras, the exported weights) and "
+             f"early stopping; the validation loss breaks ties (default {default})",
+    )
 
 
 def add_hardware_flags(parser):

@@ -23,6 +23,7 @@ from keras_transformer.text import WordPieceTokenizer
 from keras_transformer.text import build_vocabulary
 from keras_transformer.text import save_vocabulary
 from keras_transformer.text.padding import trim_shared_padding
+from keras_transformer.training.callbacks import MacroF1
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.distribute import dtype_policy
 from keras_transformer.training.distribute import strategy_scope
@@ -39,6 +40,7 @@ from keras_transformer.training.settings import check_settings
 
 
 METRICS_FILE = "metrics.json"  # written once a run finished
+MONITORS = ("val_accuracy", "val_macro_f1", "val_loss")  # what `--monitor` selects the epoch on
 
 
 @dataclasses.dataclass
@@ -60,12 +62,15 @@ class ClassifierSettings:
     warmup_fraction: float = 0.1
     clip_norm: float = 1.0
     patience: int = 4
+    monitor: str = "val_accuracy"  # one of MONITORS; the validation loss breaks ties
     seed: int = 1337
     mixed_precision: str = "off"  # "off", "float16" or "bfloat16"
     jit_compile: bool = False  # XLA
 
     def validate(self):
         check_settings(self)
+        if self.monitor not in MONITORS:
+            raise ValueError(f"`monitor` must be one of {', '.join(MONITORS)}, got {self.monitor!r}.")
         if self.learning_rate <= 0:
             raise ValueError(f"`learning_rate` must be positive, got {self.learning_rate}.")
         return self
@@ -159,6 +164,7 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     report.update(
         {
             "data": data.name,
+            "kept_epoch": folder.read_best_epoch(),
             "split": "test",
             "epochs_completed": len(fitted.history.get("loss", [])),
             "stopped_by_time_budget": fitted.stopped_by_time_budget,
@@ -216,7 +222,10 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
             loss="sparse_categorical_crossentropy",
             # An object, not "accuracy": Keras builds a metric named by a string
             # inside the first traced train step, which then traces twice.
-            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+            metrics=[
+                keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
+                *([MacroF1(num_classes)] if settings.monitor == "val_macro_f1" else []),
+            ],
             jit_compile=settings.jit_compile,
         )
         build_optimizer(model)

@@ -80,14 +80,15 @@ class FitResult:
 def fit_in_folder(model, strategy, folder, settings, train_dataset, validation_dataset,
                   time_budget_minutes=None, verbose=1, steps_per_epoch=None, callbacks=()):
     """Fits `settings.epochs` with a time budget and the folder's callbacks
-    (backup, checkpoints, logs, history, early stopping after `settings.patience`).
+    (backup, checkpoints, logs, history, the best epoch by `settings.monitor`
+    with early stopping after `settings.patience`).
 
     Returns:
         A `FitResult` on the chief; None on the other workers of a
         multi-worker strategy (the chief writes the results).
     """
     time_budget = TimeBudget(time_budget_minutes)
-    callbacks = [time_budget, *folder.callbacks(patience=settings.patience), *callbacks]
+    callbacks = [time_budget, *folder.callbacks(settings.monitor, settings.patience, verbose), *callbacks]
     started = time.monotonic()
     model = fit(model, strategy, train_dataset, validation_dataset, settings.epochs,
                 steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)

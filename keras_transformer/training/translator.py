@@ -63,6 +63,9 @@ class TranslatorSettings:
     learning_rate_scale: float = 0.75
     clip_norm: float = 1.0
     patience: int = 3
+    # Token accuracy under teacher forcing: unlike the label-smoothed loss, it
+    # does not get worse as the model grows confident (issue 16).
+    monitor: str = "val_masked_accuracy"
     seed: int = 1337
     mixed_precision: str = "off"  # "off", "float16" or "bfloat16"
     jit_compile: bool = False  # XLA

@@ -1,0 +1,172 @@
+"""Model selection (issue 16): `BestEpoch` keeps the epoch with the best
+monitored validation metric, the loss breaking ties; `MacroF1`; `--monitor`."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+from sklearn.metrics import f1_score
+
+from apps import train_classifier
+from keras_transformer.training.callbacks import BestEpoch
+from keras_transformer.training.callbacks import MacroF1
+from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.classifier import ClassifierSettings
+from tests.classifier_fixtures import TRAIN_FLAGS
+from tests.classifier_fixtures import expect_usage_error
+from tests.classifier_fixtures import write_keyword_csv
+
+
+def tiny_model():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(loss="mse")
+    return model
+
+
+def replay(callback, model, epoch_logs, first_epoch=0):
+    """Plays scripted epochs through `callback`, giving the model distinct
+    weights each epoch. Returns those weights by epoch index and whether
+    the callback asked to stop after each epoch."""
+    callback.set_model(model)
+    callback.on_train_begin()
+    weights_by_epoch, stops = {}, []
+    for offset, logs in enumerate(epoch_logs):
+        epoch = first_epoch + offset
+        weights = [np.full(w.shape, float(epoch + 1), "float32") for w in model.get_weights()]
+        model.set_weights(weights)
+        weights_by_epoch[epoch] = weights
+        model.stop_training = False
+        callback.on_epoch_end(epoch, dict(logs))
+        stops.append(model.stop_training)
+    callback.on_train_end()
+    return weights_by_epoch, stops
+
+
+def best_epoch(tmp_path, monitor="val_accuracy", patience=0):
+    tmp_path.mkdir(exist_ok=True)
+    return BestEpoch(tmp_path / "best.keras", tmp_path / "best_epoch.json", monitor=monitor,
+                     patience=patience, verbose=0)
+
+
+def assert_weights_equal(model, weights):
+    for actual, expected in zip(model.get_weights(), weights, strict=True):
+        np.testing.assert_array_equal(actual, expected)
+
+
+# Validation loss rises from epoch 2 as the model grows confident, while accuracy still climbs to epoch 4.
+RISING_LOSS = [
+    {"val_accuracy": 0.70, "val_loss": 0.50},
+    {"val_accuracy": 0.74, "val_loss": 0.55},
+    {"val_accuracy": 0.73, "val_loss": 0.60},
+    {"val_accuracy": 0.77, "val_loss": 0.70},
+    {"val_accuracy": 0.76, "val_loss": 0.80},
+]
+
+
+def test_keeps_the_accuracy_best_epoch_when_the_loss_rises(tmp_path):
+    model = tiny_model()
+    weights, _ = replay(best_epoch(tmp_path), model, RISING_LOSS)
+    assert_weights_equal(model, weights[3])
+    assert_weights_equal(keras.models.load_model(tmp_path / "best.keras", compile=False), weights[3])
+    record = json.loads((tmp_path / "best_epoch.json").read_text())
+    assert record["epoch"] == 4 and record["monitor"] == "val_accuracy"
+    assert record["value"] == pytest.approx(0.77) and record["val_loss"] == pytest.approx(0.70)
+
+
+def test_on_val_loss_keeps_the_loss_best_epoch(tmp_path):
+    model = tiny_model()
+    weights, _ = replay(best_epoch(tmp_path, monitor="val_loss"), model, RISING_LOSS)
+    assert_weights_equal(model, weights[0])
+
+
+def test_a_tie_on_accuracy_goes_to_the_lower_loss(tmp_path):
+    model = tiny_model()
+    logs = [
+        {"val_accuracy": 0.75, "val_loss": 0.60},
+        {"val_accuracy": 0.75, "val_loss": 0.50},
+        {"val_accuracy": 0.75, "val_loss": 0.55},
+    ]
+    weights, _ = replay(best_epoch(tmp_path), model, logs)
+    assert_weights_equal(model, weights[1])
+
+
+def test_patience_counts_epochs_without_a_better_monitored_value(tmp_path):
+    # The loss improves every epoch; only the accuracy stalls after epoch 2.
+    logs = [{"val_accuracy": accuracy, "val_loss": 1.0 - 0.1 * index}
+            for index, accuracy in enumerate([0.70, 0.80, 0.79, 0.78, 0.77])]
+    model = tiny_model()
+    weights, stops = replay(best_epoch(tmp_path, patience=2), model, logs)
+    assert stops.index(True) == 3
+    assert_weights_equal(model, weights[1])
+    _, stops_on_loss = replay(best_epoch(tmp_path / "loss", monitor="val_loss", patience=2), tiny_model(), logs)
+    assert not any(stops_on_loss)
+
+
+def test_the_best_so_far_survives_a_resume(tmp_path):
+    model = tiny_model()
+    before, _ = replay(best_epoch(tmp_path, patience=3), model, RISING_LOSS[:4])
+    # A new process: a new callback on the same run folder files, resumed at epoch 5.
+    resumed = best_epoch(tmp_path, patience=3)
+    replay(resumed, model, [{"val_accuracy": 0.76, "val_loss": 0.40}, {"val_accuracy": 0.75, "val_loss": 0.4}],
+           first_epoch=4)
+    assert_weights_equal(model, before[3])
+    assert resumed.best["epoch"] == 4 and resumed.best["epochs_without_improvement"] == 2
+
+
+def test_an_unlogged_monitor_is_a_clear_error(tmp_path):
+    callback = best_epoch(tmp_path, monitor="val_macro_f1")
+    callback.set_model(tiny_model())
+    callback.on_train_begin()
+    with pytest.raises(ValueError, match="val_macro_f1.*val_accuracy, val_loss"):
+        callback.on_epoch_end(0, {"val_accuracy": 0.5, "val_loss": 1.0})
+
+
+def test_macro_f1_matches_sklearn_over_batches():
+    # Four classes: class 3 never occurs in labels or predictions, class 2 is
+    # only ever predicted, never labelled.
+    labels = np.array([0, 0, 0, 1, 1, 0, 1, 1, 0, 1])
+    predicted = np.array([0, 2, 0, 1, 0, 0, 1, 2, 1, 1])
+    scores = np.eye(4, dtype="float32")[predicted] * 0.7 + 0.1
+    metric = MacroF1(num_classes=4)
+    metric.update_state(labels[:6], scores[:6])
+    metric.update_state(labels[6:], scores[6:])
+    expected = f1_score(labels, predicted, average="macro")
+    assert float(metric.result()) == pytest.approx(expected, abs=1e-6)
+    metric.reset_state()
+    metric.update_state(labels, np.eye(4, dtype="float32")[labels])
+    assert float(metric.result()) == pytest.approx(1.0)
+
+
+def test_monitor_flag_default_choices_and_bad_value(capsys):
+    parser = train_classifier.build_parser()
+    assert train_classifier.settings_from(parser.parse_args([])).monitor == "val_accuracy"
+    for monitor in ("val_macro_f1", "val_loss"):
+        assert train_classifier.settings_from(parser.parse_args(["--monitor", monitor])).monitor == monitor
+    with pytest.raises(SystemExit) as raised:
+        parser.parse_args(["--monitor", "accuracy"])
+    assert raised.value.code == 2
+    assert "--monitor: invalid choice: 'accuracy'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="`monitor` must be one of val_accuracy, val_macro_f1, val_loss"):
+        ClassifierSettings(monitor="val_f1").validate()
+
+
+def test_a_run_on_macro_f1_keeps_and_records_its_best_epoch(tmp_path, capsys):
+    csv_path = write_keyword_csv(tmp_path / "keywords.csv")
+    run_dir = tmp_path / "run"
+    status = train_classifier.main(["--data", f"csv:{csv_path}", *TRAIN_FLAGS, "--monitor", "val_macro_f1", "--verbose", "2",
+                                    "--run-dir", str(run_dir), "--no-export"])
+    assert status == 0
+    folder = RunFolder(run_dir)
+    history = folder.read_history()
+    kept = json.loads((run_dir / "metrics.json").read_text())["kept_epoch"]
+    assert kept == folder.read_best_epoch() and kept["monitor"] == "val_macro_f1"
+    best_value = max(history["val_macro_f1"])
+    ties = [index for index, value in enumerate(history["val_macro_f1"]) if value == best_value]
+    best_index = min(ties, key=lambda index: history["val_loss"][index])
+    assert kept["epoch"] == best_index + 1
+    assert kept["value"] == pytest.approx(best_value) and kept["val_loss"] == pytest.approx(
+        history["val_loss"][best_index])
+    assert f"Kept epoch {kept['epoch']} (val_macro_f1 " in capsys.readouterr().out
+    assert os.path.isfile(run_dir / "checkpoints" / "best.keras")
