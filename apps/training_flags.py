@@ -26,8 +26,8 @@ def add_model_size_flags(model_group, defaults):
 def add_run_flags(training_group, defaults, run_dir):
     """`--patience`, `--seed`, `--time-budget`, `--resume`, `--run-dir`, `--verbose`."""
     training_group.add_argument("--patience", type=int, default=defaults.patience,
-                                help=f"early stopping: epochs without a better {defaults.monitor} "
-                                     "(0 = off)")
+                                help="early stopping: epochs without a better monitored metric "
+                                     f"(default {defaults.monitor}; 0 = off)")
     training_group.add_argument("--seed", type=int, default=defaults.seed)
     training_group.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                                 help="stop training after MINUTES, then finish the run and export as usual")

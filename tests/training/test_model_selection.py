@@ -170,3 +170,44 @@ def test_a_run_on_macro_f1_keeps_and_records_its_best_epoch(tmp_path, capsys):
         history["val_loss"][best_index])
     assert f"Kept epoch {kept['epoch']} (val_macro_f1 " in capsys.readouterr().out
     assert os.path.isfile(run_dir / "checkpoints" / "best.keras")
+
+
+class StopInEpoch(keras.callbacks.Callback):
+    """Stops mid-epoch as `TimeBudget` does when the budget runs out."""
+
+    def __init__(self, epoch, batch):
+        super().__init__()
+        self.stop_at = (epoch, batch)
+        self.epoch = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self.epoch, batch) == self.stop_at:
+            self.model.stop_training = True
+
+
+def test_a_fit_cut_short_by_the_time_budget_ends_on_the_best_epoch(tmp_path):
+    # Validated against the opposite labels, so the accuracy gets worse as
+    # training goes on and an early epoch is the best.
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 3)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy",
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    folder = RunFolder(tmp_path / "run")
+    folder.start_fresh()
+    model.fit(x, y, validation_data=(x, 1 - y), epochs=10, batch_size=8, verbose=0,
+              callbacks=[StopInEpoch(epoch=4, batch=2),
+                         *folder.callbacks(monitor="val_accuracy", patience=0, verbose=0)])
+    history = folder.read_history()
+    assert len(history["loss"]) == 5
+    kept = folder.read_best_epoch()
+    assert kept["epoch"] < 5 and kept["value"] == pytest.approx(max(history["val_accuracy"]))
+    best = keras.models.load_model(tmp_path / "run" / "checkpoints" / "best.keras", compile=False)
+    last = keras.models.load_model(tmp_path / "run" / "checkpoints" / "last.keras", compile=False)
+    assert_weights_equal(model, best.get_weights())
+    assert not np.allclose(model.get_weights()[0], last.get_weights()[0])
