@@ -45,6 +45,47 @@ class TimeBudget(keras.callbacks.Callback):
             print(f"\nTime budget of {self.minutes:g} minutes spent: stopping training.", flush=True)
 
 
+class FitScheduleToBudget(keras.callbacks.Callback):
+    """Shortens a learning-rate schedule to the steps a time budget leaves.
+
+    The schedule (e.g. `WarmupCosine`) has a `total_steps` variable, sized by
+    the planned epochs. Every `every` steps and at each epoch end this
+    estimates, from the pace so far (validation and the first step's tracing
+    included, so it errs short), how many steps the budget still allows, and
+    sets `total_steps` to that when it is fewer than planned: the schedule
+    then reaches its end when the budget does.
+    """
+
+    def __init__(self, schedule, minutes, every=50):
+        super().__init__()
+        self.schedule = schedule
+        self.minutes = minutes
+        self.every = every
+        self.planned_steps = float(schedule.total_steps.numpy())
+        self._start = None
+        self._steps = 0
+
+    def on_train_begin(self, logs=None):
+        self._start = time.monotonic()
+        self._steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps += 1
+        if self._steps % self.every == 0:
+            self.fit_to_budget()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.fit_to_budget()
+
+    def fit_to_budget(self):
+        if self.minutes is None or self._steps == 0:
+            return
+        elapsed = time.monotonic() - self._start
+        remaining_steps = max(0.0, self.minutes * 60 - elapsed) * self._steps / max(elapsed, 1e-9)
+        done = float(keras.ops.convert_to_numpy(self.model.optimizer.iterations))
+        self.schedule.total_steps.assign(min(self.planned_steps, done + 1 + remaining_steps))
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MacroF1(keras.metrics.Metric):
     """Macro-averaged F1 of sparse labels against class scores, over a whole split.

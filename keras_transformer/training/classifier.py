@@ -23,6 +23,7 @@ from keras_transformer.text import WordPieceTokenizer
 from keras_transformer.text import build_vocabulary
 from keras_transformer.text import save_vocabulary
 from keras_transformer.text.padding import trim_shared_padding
+from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.callbacks import MacroF1
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.distribute import dtype_policy
@@ -155,6 +156,7 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
         _batches(train_ids, train_labels, settings.batch_size, shuffle_seed=settings.seed),
         _batches(validation_ids, validation_labels, settings.batch_size),
         time_budget_minutes=time_budget_minutes, verbose=verbose,
+        callbacks=[FitScheduleToBudget(learning_rate_schedule(model), time_budget_minutes)],
     )
     if fitted is None:
         return None  # the chief evaluates and writes the results
@@ -192,7 +194,8 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
 
 
 def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epoch, strategy=None):
-    """The built and compiled `TransformerClassifier` that `train_classifier` trains.
+    """The built and compiled `TransformerClassifier` that `train_classifier` trains,
+    with a `WarmupCosine` learning rate sized by `settings.epochs`.
 
     Created in `strategy`'s scope (its variables then live on every replica)
     under `settings.mixed_precision`'s dtype policy, compiled with XLA when
@@ -215,7 +218,9 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
         model.build((None, settings.sequence_length))
         model.compile(
             optimizer=keras.optimizers.AdamW(
-                learning_rate=_warmup_cosine(settings, steps_per_epoch),
+                learning_rate=WarmupCosine(
+                    settings.learning_rate, settings.epochs * steps_per_epoch, settings.warmup_fraction
+                ),
                 weight_decay=settings.weight_decay,
                 clipnorm=settings.clip_norm,
             ),
@@ -232,6 +237,13 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
     return model
 
 
+def learning_rate_schedule(model):
+    """The `WarmupCosine` that `build_classifier_model` gave `model`'s optimizer."""
+    # Under mixed_float16, compile wrapped the AdamW in a LossScaleOptimizer.
+    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+    return optimizer._learning_rate
+
+
 def _batches(token_ids, labels, batch_size, shuffle_seed=None):
     dataset = tf.data.Dataset.from_tensor_slices((token_ids, labels))
     if shuffle_seed is not None:
@@ -243,15 +255,29 @@ def _trim_padding(token_ids, labels):
     return trim_shared_padding(token_ids), labels
 
 
-def _warmup_cosine(settings, steps_per_epoch):
-    total_steps = max(1, settings.epochs * steps_per_epoch)
-    warmup_steps = max(1, int(settings.warmup_fraction * total_steps))
-    # Keras' CosineDecay warms up linearly from its initial rate to the target.
-    return keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0,
-        decay_steps=max(1, total_steps - warmup_steps),
-        warmup_target=settings.learning_rate,
-        warmup_steps=warmup_steps,
-        alpha=0.0,
-    )
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """A linear warmup over `warmup_fraction` of the steps to `peak`, then a cosine to 0.
 
+    The number of steps is a variable, so `FitScheduleToBudget` can shorten
+    the cosine to the steps a time budget leaves; sized by the epochs alone, a
+    run cut short would stop with its learning rate still high.
+    """
+
+    def __init__(self, peak, total_steps, warmup_fraction):
+        self.peak = peak
+        self.warmup_fraction = warmup_fraction
+        self.total_steps = keras.Variable(float(max(1, total_steps)), trainable=False, name="total_steps")
+
+    def __call__(self, step):
+        ops = keras.ops
+        step = ops.cast(step, "float32")
+        total = ops.convert_to_tensor(self.total_steps)
+        warmup = ops.maximum(1.0, ops.floor(self.warmup_fraction * total))
+        progress = ops.clip((step - warmup) / ops.maximum(1.0, total - warmup), 0.0, 1.0)
+        cosine = 0.5 * self.peak * (1.0 + ops.cos(np.pi * progress))
+        return ops.where(step < warmup, self.peak * step / warmup, cosine)
+
+    def get_config(self):
+        return {"peak": self.peak, "total_steps": float(self.total_steps.numpy()),
+                "warmup_fraction": self.warmup_fraction}

@@ -3,6 +3,7 @@ monitored validation metric, the loss breaking ties; `MacroF1`; `--monitor`."""
 
 import json
 import os
+import time
 
 import keras
 import numpy as np
@@ -11,9 +12,11 @@ from sklearn.metrics import f1_score
 
 from apps import train_classifier
 from keras_transformer.training.callbacks import BestEpoch
+from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.callbacks import MacroF1
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.classifier import ClassifierSettings
+from keras_transformer.training.classifier import WarmupCosine
 from tests.classifier_fixtures import TRAIN_FLAGS
 from tests.classifier_fixtures import expect_usage_error
 from tests.classifier_fixtures import write_keyword_csv
@@ -211,3 +214,40 @@ def test_a_fit_cut_short_by_the_time_budget_ends_on_the_best_epoch(tmp_path):
     last = keras.models.load_model(tmp_path / "run" / "checkpoints" / "last.keras", compile=False)
     assert_weights_equal(model, best.get_weights())
     assert not np.allclose(model.get_weights()[0], last.get_weights()[0])
+
+
+# --- the learning rate under a time budget (issue 16, "Defaults from the data") ---
+
+
+def test_warmup_cosine_follows_keras_cosine_decay():
+    schedule = WarmupCosine(peak=1e-3, total_steps=200, warmup_fraction=0.1)
+    reference = keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0, decay_steps=180, warmup_target=1e-3, warmup_steps=20, alpha=0.0)
+    for step in (0, 5, 19, 20, 21, 100, 199, 200, 250):
+        assert float(schedule(step)) == pytest.approx(float(reference(step)), abs=1e-9), step
+
+
+def test_the_schedule_ends_when_the_time_budget_does(monkeypatch):
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(time, "monotonic", lambda: clock["now"])
+    schedule = WarmupCosine(peak=1e-3, total_steps=1000, warmup_fraction=0.1)
+    model = tiny_model()
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=schedule), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    fitting = FitScheduleToBudget(schedule, minutes=1, every=10)
+    fitting.set_model(model)
+    fitting.on_train_begin()
+    for batch in range(10):  # one step a second
+        clock["now"] += 1.0
+        model.optimizer.iterations.assign_add(1)
+        fitting.on_train_batch_end(batch)
+    # 50 seconds left at a step a second: the cosine now ends at step 10 + 50.
+    assert float(schedule.total_steps.numpy()) == pytest.approx(61.0)
+    assert float(schedule(61)) == pytest.approx(0.0, abs=1e-12)
+    without_budget = WarmupCosine(peak=1e-3, total_steps=1000, warmup_fraction=0.1)
+    fitting = FitScheduleToBudget(without_budget, minutes=None, every=10)
+    fitting.set_model(model)
+    fitting.on_train_begin()
+    for batch in range(10):
+        fitting.on_train_batch_end(batch)
+    assert float(without_budget.total_steps.numpy()) == 1000.0
