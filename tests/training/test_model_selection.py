@@ -251,3 +251,18 @@ def test_the_schedule_ends_when_the_time_budget_does(monkeypatch):
     for batch in range(10):
         fitting.on_train_batch_end(batch)
     assert float(without_budget.total_steps.numpy()) == 1000.0
+
+
+def test_a_classifier_run_cut_short_by_its_budget_shortens_its_schedule(tmp_path):
+    from keras_transformer.data import load_classification_data
+    from keras_transformer.training.classifier import learning_rate_schedule
+    from keras_transformer.training.classifier import train_classifier as train
+
+    csv_path = write_keyword_csv(tmp_path / "keywords.csv")
+    settings = train_classifier.settings_from(train_classifier.build_parser().parse_args(TRAIN_FLAGS))
+    data = load_classification_data(f"csv:{csv_path}")
+    # A budget spent by the first step: training stops after it.
+    run = train(data, settings, tmp_path / "run", time_budget_minutes=1e-6, verbose=0)
+    assert run.stopped_by_time_budget
+    planned = settings.epochs * -(-len(data.train) // settings.batch_size)
+    assert float(learning_rate_schedule(run.model).total_steps.numpy()) < planned
