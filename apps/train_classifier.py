@@ -56,7 +56,8 @@ def build_parser():
     training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
     training.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     training.add_argument("--learning-rate", type=float, default=DEFAULTS.learning_rate,
-                          help="peak of the warmup-then-cosine schedule")
+                          help="peak of the warmup-then-cosine schedule, which ends "
+                               "after --epochs or with --time-budget, whichever comes first")
     training.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
     add_run_flags(training, DEFAULTS, run_dir="runs/classifier")
     add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
