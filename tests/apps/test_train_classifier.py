@@ -99,8 +99,8 @@ def test_checkpoints_load_and_best_is_the_exported_model(trained_classifier):
         probabilities = model.predict(token_ids, verbose=0)
         assert probabilities.shape == (len(texts), len(CLASS_NAMES))
         np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, atol=1e-5)
-    # Early stopping (patience 4 here) restores the best weights before the
-    # export, so the export answers as best.keras does.
+    # BestEpoch restores the best epoch's weights when training ends, before
+    # the export, so the export answers as best.keras does.
     exported = tf.saved_model.load(trained_classifier.version_dir)
     served = exported.signatures["serving_default"](text=tf.constant(texts))["probabilities"].numpy()
     np.testing.assert_allclose(served, best.predict(token_ids, verbose=0), atol=1e-5)
