@@ -23,6 +23,7 @@ from apps.training_flags import add_hardware_flags
 from apps.training_flags import add_model_size_flags
 from apps.training_flags import add_monitor_flag
 from apps.training_flags import add_run_flags
+from apps.training_flags import default_help
 from apps.training_flags import strategy_and_data
 from apps.training_flags import train_on_chief
 from keras_transformer.data import load_classification_data
@@ -47,14 +48,18 @@ def build_parser():
                       help="train on a stratified subset of N training texts (quick runs)")
 
     model = parser.add_argument_group("model")
-    model.add_argument("--sequence-length", type=int, default=DEFAULTS.sequence_length)
+    model.add_argument("--sequence-length", type=int, default=DEFAULTS.sequence_length,
+                       help=default_help(DEFAULTS.sequence_length, "tokens per text; longer texts are cut"))
+    model.add_argument("--max-length", type=int, default=DEFAULTS.max_length,
+                       help=default_help(DEFAULTS.max_length, "the longest --sequence-length chosen from the data"))
     model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers)
     add_model_size_flags(model, DEFAULTS)
     model.add_argument("--pooling", choices=POOLINGS, default=DEFAULTS.pooling)
 
     training = parser.add_argument_group("training")
     training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
-    training.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
+    training.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size,
+                          help=default_help(DEFAULTS.batch_size))
     training.add_argument("--learning-rate", type=float, default=DEFAULTS.learning_rate,
                           help="peak of the warmup-then-cosine schedule, which ends "
                                "after --epochs or with --time-budget, whichever comes first")
@@ -74,6 +79,7 @@ def settings_from(args):
         epochs=args.epochs,
         batch_size=args.batch_size,
         sequence_length=args.sequence_length,
+        max_length=args.max_length,
         vocabulary_size=args.vocab_size,
         num_layers=args.num_layers,
         d_model=args.d_model,

@@ -19,6 +19,7 @@ import sys
 from apps.training_flags import add_hardware_flags
 from apps.training_flags import add_model_size_flags
 from apps.training_flags import add_run_flags
+from apps.training_flags import default_help
 from apps.training_flags import strategy_and_data
 from apps.training_flags import train_on_chief
 from keras_transformer.data import load_translation_data
@@ -42,19 +43,26 @@ def build_parser():
     data.add_argument("--test-size", type=int, default=1000)
 
     model = parser.add_argument_group("model")
-    model.add_argument("--max-length", type=int, default=DEFAULTS.sequence_length,
-                       help="longest source and output, in tokens")
+    model.add_argument("--sequence-length", type=int, default=DEFAULTS.sequence_length,
+                       help=default_help(DEFAULTS.sequence_length,
+                                         "longest source and output, in tokens; longer ones are cut"))
+    model.add_argument("--max-length", type=int, default=DEFAULTS.max_length,
+                       help=default_help(DEFAULTS.max_length, "the longest --sequence-length chosen from the data"))
     model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers,
-                       help="encoder blocks (and decoder blocks unless --decoder-layers)")
+                       help=default_help(DEFAULTS.num_layers,
+                                         "encoder blocks (and decoder blocks unless --decoder-layers)"))
     model.add_argument("--decoder-layers", type=int, default=DEFAULTS.num_decoder_layers,
                        help="decoder blocks (default: --num-layers)")
-    add_model_size_flags(model, DEFAULTS)
+    add_model_size_flags(model, DEFAULTS, vocabulary_help="WordPiece vocabulary size of each side")
 
     training = parser.add_argument_group("training")
     training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
-    training.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
-    training.add_argument("--label-smoothing", type=float, default=DEFAULTS.label_smoothing)
-    training.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps)
+    training.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size,
+                          help=default_help(DEFAULTS.batch_size))
+    training.add_argument("--label-smoothing", type=float, default=DEFAULTS.label_smoothing,
+                          help=default_help(DEFAULTS.label_smoothing))
+    training.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps,
+                          help=default_help(DEFAULTS.warmup_steps))
     training.add_argument("--learning-rate-scale", type=float, default=DEFAULTS.learning_rate_scale,
                           help="multiplies the paper's warmup schedule")
     add_run_flags(training, DEFAULTS, run_dir="runs/translator")
@@ -78,7 +86,8 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     settings = TranslatorSettings(
-        epochs=args.epochs, batch_size=args.batch_size, sequence_length=args.max_length,
+        epochs=args.epochs, batch_size=args.batch_size, sequence_length=args.sequence_length,
+        max_length=args.max_length,
         vocabulary_size=args.vocab_size, num_layers=args.num_layers,
         num_decoder_layers=args.decoder_layers, d_model=args.d_model,
         num_heads=args.num_heads, intermediate_dim=args.intermediate_dim, dropout=args.dropout,
@@ -111,7 +120,7 @@ def main(argv=None):
 
         version_dir = export_translator(
             run.model, run.source_tokenizer, run.target_tokenizer, args.export_dir,
-            max_output_length=settings.sequence_length, beam_width=args.beam_width,
+            max_output_length=run.settings.sequence_length, beam_width=args.beam_width,
             length_penalty=args.length_penalty, source_language=data.source_language,
             target_language=data.target_language,
         )

@@ -14,13 +14,25 @@ from keras_transformer.training.distribute import make_strategy
 from keras_transformer.training.distribute import worker_name
 
 
-def add_model_size_flags(model_group, defaults):
+def default_help(default, text=None):
+    """A flag's help ending with its default; None is "from the data"
+    (chosen from the training split before training, see `data_defaults`)."""
+    said = "default: from the data" if default is None else f"default {default}"
+    return f"{text} ({said})" if text else said
+
+
+def add_model_size_flags(model_group, defaults, vocabulary_help="WordPiece vocabulary size"):
     """`--vocab-size`, `--d-model`, `--num-heads`, `--intermediate-dim`, `--dropout`."""
-    model_group.add_argument("--vocab-size", type=int, default=defaults.vocabulary_size)
-    model_group.add_argument("--d-model", type=int, default=defaults.d_model)
-    model_group.add_argument("--num-heads", type=int, default=defaults.num_heads)
-    model_group.add_argument("--intermediate-dim", type=int, default=defaults.intermediate_dim)
-    model_group.add_argument("--dropout", type=float, default=defaults.dropout)
+    model_group.add_argument("--vocab-size", type=int, default=defaults.vocabulary_size,
+                             help=default_help(defaults.vocabulary_size, vocabulary_help))
+    model_group.add_argument("--d-model", type=int, default=defaults.d_model,
+                             help=default_help(defaults.d_model))
+    model_group.add_argument("--num-heads", type=int, default=defaults.num_heads,
+                             help=default_help(defaults.num_heads))
+    model_group.add_argument("--intermediate-dim", type=int, default=defaults.intermediate_dim,
+                             help=default_help(defaults.intermediate_dim, "feed-forward width"))
+    model_group.add_argument("--dropout", type=float, default=defaults.dropout,
+                             help=default_help(defaults.dropout))
 
 
 def add_run_flags(training_group, defaults, run_dir):

@@ -53,6 +53,20 @@ def build_vocabulary(texts, vocabulary_size, lower_case=True, normalization_form
             f"`vocabulary_size` must be an integer above {len(RESERVED_TOKENS)} "
             f"(the reserved tokens), got {vocabulary_size!r}."
         )
+    word_counts = list(count_words(texts, lower_case, normalization_form).items())
+    return _fit_to_size(_learn_wordpieces(word_counts, vocabulary_size), vocabulary_size)
+
+
+def count_words(texts, lower_case=True, normalization_form="NFKC"):
+    """How often each word occurs in `texts`, split as `build_vocabulary` splits them.
+
+    Args:
+        texts: an iterable of strings, or a `tf.data.Dataset` of scalar strings.
+        lower_case, normalization_form: as for `build_vocabulary`.
+
+    Returns:
+        A `collections.Counter` of words (str) to counts; punctuation marks are words.
+    """
     if isinstance(texts, tf.data.Dataset):
         dataset = texts
     else:
@@ -62,8 +76,7 @@ def build_vocabulary(texts, vocabulary_size, lower_case=True, normalization_form
         dataset = tf.data.Dataset.from_tensor_slices(texts)
     splitter = BasicTokenizer(**_bert_parameters(lower_case, normalization_form))
     words = dataset.batch(256).map(splitter.tokenize).prefetch(tf.data.AUTOTUNE)
-    word_counts = list(learner.count_words(words).items())
-    return _fit_to_size(_learn_wordpieces(word_counts, vocabulary_size), vocabulary_size)
+    return learner.count_words(words)
 
 
 def _fit_to_size(vocabulary, vocabulary_size):

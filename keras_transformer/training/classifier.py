@@ -26,6 +26,8 @@ from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.callbacks import MacroF1
 from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.data_defaults import choices_record
+from keras_transformer.training.data_defaults import classifier_settings_from_data
 from keras_transformer.training.distribute import dtype_policy
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
@@ -46,12 +48,20 @@ MONITORS = ("val_accuracy", "val_macro_f1", "val_loss")  # what `--monitor` sele
 
 @dataclasses.dataclass
 class ClassifierSettings:
-    """Everything that shapes a classifier run; saved with the run for `--resume`."""
+    """Everything that shapes a classifier run; saved with the run for `--resume`.
+
+    The `FROM_DATA` fields left None are chosen from the training texts
+    (`keras_transformer.training.data_defaults`); `max_length` caps the
+    chosen `sequence_length`.
+    """
+
+    FROM_DATA = ("vocabulary_size", "sequence_length", "batch_size", "warmup_fraction")
 
     epochs: int = 12
-    batch_size: int = 32
-    sequence_length: int = 512
-    vocabulary_size: int = 8000
+    batch_size: int = None
+    sequence_length: int = None
+    max_length: int = 512
+    vocabulary_size: int = None
     num_layers: int = 1
     d_model: int = 128
     num_heads: int = 4
@@ -60,7 +70,7 @@ class ClassifierSettings:
     pooling: str = "max"
     learning_rate: float = 1e-3
     weight_decay: float = 0.01
-    warmup_fraction: float = 0.1
+    warmup_fraction: float = None
     clip_norm: float = 1.0
     patience: int = 4
     monitor: str = "val_accuracy"  # one of MONITORS; the validation loss breaks ties
@@ -129,10 +139,17 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
         settings = ClassifierSettings(**saved["settings"])
     else:
         settings.validate()
-        say(verbose, f"Building a WordPiece vocabulary from {len(data.train)} training texts...")
-        vocabulary = build_vocabulary(data.train.texts, settings.vocabulary_size)
-        save_vocabulary(vocabulary, vocabulary_path)
-        save_settings(folder, settings, class_names=data.class_names, data=data.name)
+
+        def build_tokenizer(vocabulary_size):
+            say(verbose, f"Building a WordPiece vocabulary from {len(data.train)} training texts...")
+            save_vocabulary(build_vocabulary(data.train.texts, vocabulary_size), vocabulary_path)
+            return WordPieceTokenizer(vocabulary_path)
+
+        settings, chosen = classifier_settings_from_data(settings, data.train.texts, build_tokenizer)
+        for choice in chosen:
+            say(verbose, choice.line())
+        save_settings(folder, settings.validate(), class_names=data.class_names, data=data.name,
+                      chosen_from_data=choices_record(chosen))
     keras.utils.set_random_seed(settings.seed)
     tokenizer = WordPieceTokenizer(vocabulary_path)
     add_cls = settings.pooling == "cls"

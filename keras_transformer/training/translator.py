@@ -24,6 +24,8 @@ from keras_transformer.text import save_vocabulary
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.training.batching import length_bucketed_batches
 from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.data_defaults import choices_record
+from keras_transformer.training.data_defaults import translator_settings_from_data
 from keras_transformer.training.distribute import dtype_policy
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
@@ -44,22 +46,35 @@ SAMPLES_FILE = "samples.json"  # written once a run finished
 
 @dataclasses.dataclass
 class TranslatorSettings:
-    """Everything that shapes a translator run; saved with the run for `--resume`."""
+    """Everything that shapes a translator run; saved with the run for `--resume`.
+
+    The `FROM_DATA` fields left None are chosen from the training pairs
+    (`keras_transformer.training.data_defaults`); `max_length` caps the
+    chosen `sequence_length`. `vocabulary_size` is the source side's.
+    """
+
+    FROM_DATA = (
+        "vocabulary_size", "target_vocabulary_size", "sequence_length", "num_layers", "d_model",
+        "intermediate_dim", "dropout", "label_smoothing", "warmup_steps",
+    )
 
     epochs: int = 20
     batch_size: int = 64
-    sequence_length: int = 64
-    vocabulary_size: int = 8000
-    num_layers: int = 3
+    sequence_length: int = None
+    max_length: int = 64
+    vocabulary_size: int = None
+    # None: chosen from the targets, or `vocabulary_size` when that was set.
+    target_vocabulary_size: int = None
+    num_layers: int = None
     # None: as many decoder blocks as encoder blocks (`num_layers`). A deep
     # encoder with a shallow decoder decodes faster: the encoder runs once.
     num_decoder_layers: int = None
-    d_model: int = 256
+    d_model: int = None
     num_heads: int = 4
-    intermediate_dim: int = 1024
-    dropout: float = 0.1
-    label_smoothing: float = 0.1
-    warmup_steps: int = 500
+    intermediate_dim: int = None
+    dropout: float = None
+    label_smoothing: float = None
+    warmup_steps: int = None
     learning_rate_scale: float = 0.75
     clip_norm: float = 1.0
     patience: int = 3
@@ -71,13 +86,15 @@ class TranslatorSettings:
     jit_compile: bool = False  # XLA
 
     def validate(self):
-        extra = ("warmup_steps",) if self.num_decoder_layers is None else ("warmup_steps", "num_decoder_layers")
+        extra = ("warmup_steps", "target_vocabulary_size", *(() if self.num_decoder_layers is None
+                                                              else ("num_decoder_layers",)))
         return check_settings(self, extra_integers=extra)
 
 
 @dataclasses.dataclass
 class TranslatorRun:
     model: Seq2SeqTransformer
+    settings: TranslatorSettings  # with the values chosen from the data (or resumed)
     source_tokenizer: WordPieceTokenizer
     target_tokenizer: WordPieceTokenizer
     samples: list
@@ -120,14 +137,23 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
         settings = TranslatorSettings(**saved["settings"])
     else:
         settings.validate()
-        say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
-        # Sources are lower-cased (less sparsity); targets keep case, since they are output.
-        save_vocabulary(build_vocabulary(data.train.sources, settings.vocabulary_size), source_vocabulary)
-        save_vocabulary(
-            build_vocabulary(data.train.targets, settings.vocabulary_size, lower_case=False),
-            target_vocabulary,
+
+        def build_tokenizers(source_vocabulary_size, target_vocabulary_size):
+            say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
+            # Sources are lower-cased (less sparsity); targets keep case, since they are output.
+            save_vocabulary(build_vocabulary(data.train.sources, source_vocabulary_size), source_vocabulary)
+            save_vocabulary(
+                build_vocabulary(data.train.targets, target_vocabulary_size, lower_case=False),
+                target_vocabulary,
+            )
+            return WordPieceTokenizer(source_vocabulary), WordPieceTokenizer(target_vocabulary, lower_case=False)
+
+        settings, chosen = translator_settings_from_data(
+            settings, data.train.sources, data.train.targets, build_tokenizers
         )
-        save_settings(folder, settings, data=data.name)
+        for choice in chosen:
+            say(verbose, choice.line())
+        save_settings(folder, settings.validate(), data=data.name, chosen_from_data=choices_record(chosen))
     keras.utils.set_random_seed(settings.seed)
     source_tokenizer = WordPieceTokenizer(source_vocabulary)
     target_tokenizer = WordPieceTokenizer(target_vocabulary, lower_case=False)
@@ -193,6 +219,7 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
                      f"  translation: {sample['translation']}\n")
     return TranslatorRun(
         model=fitted.model,
+        settings=settings,
         source_tokenizer=source_tokenizer,
         target_tokenizer=target_tokenizer,
         samples=samples,

@@ -1,0 +1,245 @@
+"""Settings chosen from the training data when the user left them unset.
+
+A settings field that can be chosen takes `None` for "choose from the data".
+Before training, `classifier_settings_from_data` and
+`translator_settings_from_data` look at the training split, fill those Nones
+and return one `Choice` (name, value, reason) for each, which the run prints
+and records in `settings.json`; `--resume` reads the values back and never
+chooses again. A value the user set is never changed.
+
+The rules, and why:
+
+* Vocabulary size: the word types seen at least `FREQUENT_WORD_COUNT` times,
+  plus room for the reserved tokens and every character (alone and as a `##`
+  continuation), within `VOCABULARY_SIZE_RANGE`. A WordPiece seen only a few
+  times gets an embedding trained on a few examples, i.e. noise; rarer words
+  are better spelled from pieces that occur often.
+* Sequence length: a percentile of the training texts' WordPiece lengths,
+  rounded up to a multiple of 8, capped by `max_length`. The classifier takes
+  the 95th: a truncated text keeps its label. The translator takes the 99th:
+  a truncated pair teaches the model to end a sentence early (its target
+  still ends with `[END]`) or to translate words it never saw.
+* Classifier batch size and warmup: see `_batch_size` and `_warmup_fraction`.
+* Translator size and regularization: by the number of target-side words
+  (a pair of 5 words teaches less than a verse of 25), from `TRANSLATOR_TIERS`.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.text import RESERVED_TOKENS
+from keras_transformer.text.wordpiece import count_words
+
+FREQUENT_WORD_COUNT = 5
+VOCABULARY_SIZE_RANGE = (1000, 8000)
+LENGTH_MULTIPLE = 8
+CLASSIFIER_LENGTH_PERCENTILE = 95
+TRANSLATOR_LENGTH_PERCENTILE = 99
+CLASSIFIER_BATCH_SIZES = (32, 16, 8)  # the first that gives an epoch enough steps
+MIN_STEPS_PER_EPOCH = 50
+MIN_WARMUP_STEPS = 50
+WARMUP_FRACTION_RANGE = (0.1, 0.3)
+TRANSLATOR_WARMUP_FRACTION = 0.1
+TRANSLATOR_WARMUP_RANGE = (100, 500)
+
+# (fewest target-side training words, name, values), largest corpora first.
+# The large tier keeps the values tuned on the Bible corpora; smaller corpora
+# overfit sooner, so they get more dropout and, when tiny, a smaller model
+# (fewer, narrower blocks) and more label smoothing.
+TRANSLATOR_TIERS = (
+    (400_000, "large", {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3,
+                        "dropout": 0.1, "label_smoothing": 0.1}),
+    (200_000, "medium", {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3,
+                         "dropout": 0.2, "label_smoothing": 0.1}),
+    (60_000, "small", {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3,
+                       "dropout": 0.3, "label_smoothing": 0.1}),
+    (0, "tiny", {"d_model": 128, "intermediate_dim": 512, "num_layers": 2,
+                 "dropout": 0.3, "label_smoothing": 0.2}),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """One setting chosen from the data, and why."""
+
+    name: str
+    value: object
+    reason: str
+
+    def line(self):
+        return f"{self.name} {self.value}: {self.reason}"
+
+
+def choices_record(choices):
+    """`{name: {"value", "reason"}}`, as `settings.json` keeps the choices."""
+    return {choice.name: {"value": choice.value, "reason": choice.reason} for choice in choices}
+
+
+def classifier_settings_from_data(settings, texts, build_tokenizer):
+    """Fills the None fields of a `ClassifierSettings` from the training texts.
+
+    Args:
+        settings: a `ClassifierSettings`; not changed.
+        texts: the training texts.
+        build_tokenizer: `vocabulary_size -> WordPieceTokenizer`, which builds
+            the run's vocabulary; lengths are measured in its WordPieces.
+
+    Returns:
+        `(settings, choices)`: a filled copy and a `Choice` per filled field.
+    """
+    settings, choices = _fill(settings, [
+        ("vocabulary_size", lambda current: _vocabulary_size(count_words(texts), f"{len(texts):,} training texts")),
+    ])
+    tokenizer = build_tokenizer(settings.vocabulary_size)
+
+    def sequence_length(current):
+        add_cls = current.pooling == "cls"
+        lengths = _wordpiece_lengths(tokenizer, texts, current.max_length) + int(add_cls)
+        return _sequence_length(
+            lengths, CLASSIFIER_LENGTH_PERCENTILE, current.max_length,
+            "the training texts' WordPiece lengths" + (" (+1 for [CLS])" if add_cls else ""),
+        )
+
+    more_settings, more_choices = _fill(settings, [
+        ("sequence_length", sequence_length),
+        ("batch_size", lambda current: _batch_size(len(texts))),
+        ("warmup_fraction", lambda current: _warmup_fraction(len(texts), current.batch_size, current.epochs)),
+    ])
+    return more_settings, choices + more_choices
+
+
+def translator_settings_from_data(settings, sources, targets, build_tokenizers):
+    """Fills the None fields of a `TranslatorSettings` from the training pairs.
+
+    Args:
+        settings: a `TranslatorSettings`; not changed.
+        sources, targets: the training pairs' two sides.
+        build_tokenizers: `(source_vocabulary_size, target_vocabulary_size) ->
+            (source_tokenizer, target_tokenizer)`, which builds the run's
+            vocabularies; lengths are measured in their WordPieces.
+
+    Returns:
+        `(settings, choices)`: a filled copy and a `Choice` per filled field.
+    """
+    target_counts = count_words(targets, lower_case=False)
+    target_words = sum(target_counts.values())
+    pairs = f"{len(sources):,} training pairs"
+
+    def target_vocabulary_size(current):
+        if settings.vocabulary_size is not None:
+            return current.vocabulary_size, "the same as the vocabulary_size that was set, for both sides"
+        return _vocabulary_size(target_counts, f"the targets of the {pairs}")
+
+    settings, choices = _fill(settings, [
+        ("vocabulary_size", lambda current: _vocabulary_size(count_words(sources), f"the sources of the {pairs}")),
+        ("target_vocabulary_size", target_vocabulary_size),
+    ])
+    source_tokenizer, target_tokenizer = build_tokenizers(settings.vocabulary_size, settings.target_vocabulary_size)
+
+    def sequence_length(current):
+        # Sources fill `sequence_length` tokens; targets `sequence_length - 1`
+        # (the model's inputs and labels are one longer, with [START] and [END]).
+        lengths = np.maximum(
+            _wordpiece_lengths(source_tokenizer, sources, current.max_length),
+            _wordpiece_lengths(target_tokenizer, targets, current.max_length) + 1,
+        )
+        return _sequence_length(lengths, TRANSLATOR_LENGTH_PERCENTILE, current.max_length,
+                                "the training pairs' WordPiece lengths (the longer side; a target +1)")
+
+    floor, tier, values = next(tier for tier in TRANSLATOR_TIERS if target_words >= tier[0])
+    size = (f"{target_words:,} target-side words in the {pairs}: a {tier} corpus"
+            + (f" (at least {floor:,} words)" if floor else f" (under {TRANSLATOR_TIERS[-2][0]:,} words)"))
+
+    def from_tier(name):
+        return lambda current: (values[name], size)
+
+    more_settings, more_choices = _fill(settings, [
+        ("sequence_length", sequence_length),
+        *[(name, from_tier(name)) for name in values],
+        ("warmup_steps", lambda current: _warmup_steps(len(sources), current.batch_size, current.epochs)),
+    ])
+    return more_settings, choices + more_choices
+
+
+def _fill(settings, rules):
+    """Applies `(name, rule)` pairs in order to the fields that are None; a rule
+    gets the settings filled so far and returns `(value, reason)`."""
+    choices = []
+    for name, rule in rules:
+        if getattr(settings, name) is None:
+            value, reason = rule(settings)
+            settings = dataclasses.replace(settings, **{name: value})
+            choices.append(Choice(name, value, reason))
+    return settings, choices
+
+
+def _vocabulary_size(word_counts, what):
+    frequent = sum(count >= FREQUENT_WORD_COUNT for count in word_counts.values())
+    characters = {character for word in word_counts for character in word}
+    alphabet = len(RESERVED_TOKENS) + 2 * len(characters)  # each character alone and as "##c"
+    low, high = VOCABULARY_SIZE_RANGE
+    value = min(max(frequent + alphabet, low), high)
+    return value, (
+        f"{frequent:,} word types occur at least {FREQUENT_WORD_COUNT} times in {what}, plus {alphabet} "
+        f"reserved tokens and characters, kept within {low}-{high}"
+    )
+
+
+def _wordpiece_lengths(tokenizer, texts, max_length, chunk=1024):
+    """Each text's number of WordPieces, counted up to `max_length` (no text costs more)."""
+    lengths = [
+        tokenizer.tokenize(tf.constant(texts[start:start + chunk]), max_tokens=max_length).row_lengths().numpy()
+        for start in range(0, len(texts), chunk)
+    ]
+    return np.concatenate(lengths)
+
+
+def _sequence_length(lengths, percentile, max_length, what):
+    # "higher": a length some text really has, so that text still fits.
+    observed = int(np.percentile(lengths, percentile, method="higher"))
+    rounded = LENGTH_MULTIPLE * math.ceil(max(observed, 1) / LENGTH_MULTIPLE)
+    value = min(rounded, max_length)
+    return value, (
+        f"the {percentile}th percentile of {what} is {observed}, rounded up to a multiple of "
+        f"{LENGTH_MULTIPLE} (cap max_length {max_length})"
+    )
+
+
+def _batch_size(num_examples):
+    """Small corpora get smaller batches, so that a run still makes enough
+    optimizer updates: the first of `CLASSIFIER_BATCH_SIZES` that gives an
+    epoch `MIN_STEPS_PER_EPOCH` steps, else the smallest."""
+    for batch_size in CLASSIFIER_BATCH_SIZES:
+        if math.ceil(num_examples / batch_size) >= MIN_STEPS_PER_EPOCH:
+            break
+    steps = math.ceil(num_examples / batch_size)
+    sizes = ", ".join(map(str, CLASSIFIER_BATCH_SIZES))
+    return batch_size, (
+        f"an epoch of the {num_examples:,} training texts takes {steps} steps; the largest of {sizes} "
+        f"that gives at least {MIN_STEPS_PER_EPOCH} steps (else the smallest)"
+    )
+
+
+def _warmup_fraction(num_examples, batch_size, epochs):
+    """10% of the planned steps, but at least `MIN_WARMUP_STEPS` (AdamW's
+    moment estimates are noisy for its first steps), and at most 30%."""
+    planned = epochs * math.ceil(num_examples / batch_size)
+    low, high = WARMUP_FRACTION_RANGE
+    value = round(min(max(low, MIN_WARMUP_STEPS / planned), high), 3)
+    return value, (
+        f"{math.floor(value * planned)} warmup steps of the {planned} planned ({epochs} epochs of "
+        f"{math.ceil(num_examples / batch_size)}): at least {MIN_WARMUP_STEPS} steps, within {low:.0%}-{high:.0%}"
+    )
+
+
+def _warmup_steps(num_examples, batch_size, epochs):
+    planned = epochs * math.ceil(num_examples / batch_size)
+    low, high = TRANSLATOR_WARMUP_RANGE
+    value = min(max(low, round(TRANSLATOR_WARMUP_FRACTION * planned)), high)
+    return value, (
+        f"{TRANSLATOR_WARMUP_FRACTION:.0%} of the {planned} planned steps ({epochs} epochs of "
+        f"{math.ceil(num_examples / batch_size)}), kept within {low}-{high}"
+    )
