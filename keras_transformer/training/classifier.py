@@ -26,6 +26,7 @@ from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.callbacks import MacroF1
 from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.data_defaults import check_chosen
 from keras_transformer.training.data_defaults import choices_record
 from keras_transformer.training.data_defaults import classifier_settings_from_data
 from keras_transformer.training.distribute import dtype_policy
@@ -219,6 +220,7 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
     `settings.jit_compile`. Under mixed_float16, `compile` wraps the
     optimizer in a `keras.optimizers.LossScaleOptimizer`.
     """
+    check_chosen(settings, "sequence_length", "warmup_fraction")
     with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
         model = TransformerClassifier(
             vocabulary_size=vocabulary_size,

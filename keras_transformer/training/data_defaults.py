@@ -78,6 +78,18 @@ def choices_record(choices):
     return {choice.name: {"value": choice.value, "reason": choice.reason} for choice in choices}
 
 
+def check_chosen(settings, *names):
+    """Raises ValueError naming those of `names` still None (to be chosen from
+    the data), for code that builds a model from settings directly."""
+    unset = [name for name in names if getattr(settings, name) is None]
+    if unset:
+        raise ValueError(
+            f"{type(settings).__name__} leaves {', '.join(unset)} to be chosen from the training data, "
+            "which only training does: set them to build a model without training it."
+        )
+    return settings
+
+
 def classifier_settings_from_data(settings, texts, build_tokenizer):
     """Fills the None fields of a `ClassifierSettings` from the training texts.
 

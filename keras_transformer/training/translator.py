@@ -24,6 +24,7 @@ from keras_transformer.text import save_vocabulary
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.training.batching import length_bucketed_batches
 from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.data_defaults import check_chosen
 from keras_transformer.training.data_defaults import choices_record
 from keras_transformer.training.data_defaults import translator_settings_from_data
 from keras_transformer.training.distribute import dtype_policy
@@ -232,6 +233,7 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
 
 def build_translator_model(settings, source_vocabulary_size, target_vocabulary_size):
     """A built `Seq2SeqTransformer` of `settings`' sizes (what `train_translator` trains)."""
+    check_chosen(settings, "sequence_length", "num_layers", "d_model", "intermediate_dim", "dropout")
     model = Seq2SeqTransformer(
         source_vocabulary_size=source_vocabulary_size,
         target_vocabulary_size=target_vocabulary_size,

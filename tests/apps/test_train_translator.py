@@ -120,12 +120,14 @@ def test_decoder_depth_can_differ_from_the_encoder_depth():
     from keras_transformer.training.translator import build_translator_model
 
     settings = TranslatorSettings(
-        sequence_length=8, num_layers=2, num_decoder_layers=1, d_model=16, num_heads=2, intermediate_dim=32
+        sequence_length=8, num_layers=2, num_decoder_layers=1, d_model=16, num_heads=2, intermediate_dim=32,
+        dropout=0.1,
     )
     model = build_translator_model(settings.validate(), 30, 40)
     assert (len(model.encoder_blocks), len(model.decoder_blocks)) == (2, 1)
     same_depth = build_translator_model(
-        TranslatorSettings(sequence_length=8, num_layers=2, d_model=16, num_heads=2, intermediate_dim=32), 30, 40
+        TranslatorSettings(sequence_length=8, num_layers=2, d_model=16, num_heads=2, intermediate_dim=32,
+                           dropout=0.1), 30, 40
     )
     assert (len(same_depth.encoder_blocks), len(same_depth.decoder_blocks)) == (2, 2)
 
