@@ -57,6 +57,7 @@ from keras_transformer.text import save_vocabulary
 from keras_transformer.text.wordpiece import END
 from keras_transformer.text.wordpiece import START
 from keras_transformer.text import trim_shared_padding
+from keras_transformer.training.data_defaults import large_corpus_settings
 from keras_transformer.training.translator import TranslatorSettings
 from keras_transformer.training.translator import build_translator_model
 
@@ -153,7 +154,7 @@ def _model_and_tokenizers(run_dir, data, vocabulary_examples=None):
         source = WordPieceTokenizer(os.path.join(run_dir, "source_vocabulary.txt"))
         target = WordPieceTokenizer(os.path.join(run_dir, "target_vocabulary.txt"), lower_case=False)
         return model, source, target, f"trained ({run_dir})"
-    settings = TranslatorSettings()
+    settings = large_corpus_settings(TranslatorSettings())
     folder = tempfile.mkdtemp()
     source = WordPieceTokenizer(
         save_vocabulary(

@@ -223,8 +223,9 @@ def build_export(name, base_dir):
         from keras_transformer.export.classifier import export_classifier
         from keras_transformer.models import TransformerClassifier
         from keras_transformer.training.classifier import ClassifierSettings
+        from keras_transformer.training.data_defaults import large_corpus_settings
 
-        settings = ClassifierSettings()
+        settings = large_corpus_settings(ClassifierSettings())
         data = load_classification_data("bbc", seed=1337, max_examples=300)
         tokenizer = WordPieceTokenizer(save_vocabulary(
             build_vocabulary(data.train.texts, settings.vocabulary_size),
@@ -241,10 +242,11 @@ def build_export(name, base_dir):
     else:
         from keras_transformer.data import load_translation_data
         from keras_transformer.export.translator import export_translator
+        from keras_transformer.training.data_defaults import large_corpus_settings
         from keras_transformer.training.translator import TranslatorSettings
         from keras_transformer.training.translator import build_translator_model
 
-        settings = TranslatorSettings()
+        settings = large_corpus_settings(TranslatorSettings())
         data = load_translation_data("bible:es-en", seed=1337, max_examples=2000)
         source = WordPieceTokenizer(save_vocabulary(
             build_vocabulary(data.train.sources, settings.vocabulary_size),

@@ -227,7 +227,7 @@ def run_ours(data, args, snapshots):
     return {
         "arm": "ours",
         "data": args.data,
-        "settings": {**vars(settings), "beam_width": BEAM_WIDTH, "length_penalty": LENGTH_PENALTY},
+        "settings": {**vars(run.settings), "beam_width": BEAM_WIDTH, "length_penalty": LENGTH_PENALTY},
         "threads": args.threads,
         "train_pairs": len(data.train),
         "test_pairs": len(data.test),
@@ -249,10 +249,12 @@ def run_peer(data, args, snapshots):
     from keras_transformer.text.wordpiece import join_punctuation
     from keras_transformer.training.callbacks import TimeBudget
     from keras_transformer.training.fitting import build_optimizer
+    from keras_transformer.training.data_defaults import large_corpus_settings
     from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
     from keras_transformer.training.translator import TranslatorSettings
 
-    settings = TranslatorSettings(seed=args.seed)  # the same sizes as ours
+    # Our sizes on a large corpus (ours chooses its own from the data).
+    settings = large_corpus_settings(TranslatorSettings(seed=args.seed))
     keras.utils.set_random_seed(settings.seed)
     sequence_length = settings.sequence_length
     reserved = ["[PAD]", "[UNK]", "[START]", "[END]"]

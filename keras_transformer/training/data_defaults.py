@@ -61,6 +61,17 @@ TRANSLATOR_TIERS = (
 )
 
 
+# What a large corpus (BBC News, the Bible corpora) gets; `sequence_length` is `max_length`.
+LARGE_CORPUS = {
+    "vocabulary_size": VOCABULARY_SIZE_RANGE[1],
+    "target_vocabulary_size": VOCABULARY_SIZE_RANGE[1],
+    "batch_size": CLASSIFIER_BATCH_SIZES[0],
+    "warmup_fraction": WARMUP_FRACTION_RANGE[0],
+    "warmup_steps": TRANSLATOR_WARMUP_RANGE[1],
+    **TRANSLATOR_TIERS[0][2],
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Choice:
     """One setting chosen from the data, and why."""
@@ -88,6 +99,16 @@ def check_chosen(settings, *names):
             "which only training does: set them to build a model without training it."
         )
     return settings
+
+
+def large_corpus_settings(settings):
+    """A copy of `settings` with its None fields as a large corpus fills them:
+    for code that builds a model of the default sizes without training data
+    (benchmarks of speed and serving)."""
+    values = {**LARGE_CORPUS, "sequence_length": settings.max_length}
+    return dataclasses.replace(
+        settings, **{name: values[name] for name in settings.FROM_DATA if getattr(settings, name) is None}
+    )
 
 
 def classifier_settings_from_data(settings, texts, build_tokenizer):

@@ -15,6 +15,7 @@ from keras_transformer.text import save_vocabulary
 from keras_transformer.training.classifier import ClassifierSettings
 from keras_transformer.training.data_defaults import check_chosen
 from keras_transformer.training.data_defaults import classifier_settings_from_data
+from keras_transformer.training.data_defaults import large_corpus_settings
 from keras_transformer.training.data_defaults import translator_settings_from_data
 from keras_transformer.training.translator import TranslatorSettings
 
@@ -326,3 +327,14 @@ def test_flags_left_to_the_data_say_so(app, flags):
     for flag in flags:
         assert parser.get_default(flag.removeprefix("--").replace("-", "_")) is None, flag
         assert "default: from the data" in helps[flag], flag
+
+
+def test_large_corpus_settings_are_the_sizes_before_defaults_followed_the_data():
+    # The fixed defaults these fields had, which benchmarks of speed and serving build.
+    translator = large_corpus_settings(TranslatorSettings(num_heads=8)).validate()
+    assert (translator.vocabulary_size, translator.sequence_length, translator.num_layers, translator.d_model,
+            translator.intermediate_dim, translator.dropout, translator.label_smoothing,
+            translator.warmup_steps) == (8000, 64, 3, 256, 1024, 0.1, 0.1, 500)
+    classifier = large_corpus_settings(ClassifierSettings(batch_size=16)).validate()
+    assert (classifier.vocabulary_size, classifier.sequence_length, classifier.batch_size,
+            classifier.warmup_fraction) == (8000, 512, 16, 0.1)
