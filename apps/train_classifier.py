@@ -64,6 +64,9 @@ def build_parser():
                           help="peak of the warmup-then-cosine schedule, which ends "
                                "after --epochs or with --time-budget, whichever comes first")
     training.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
+    training.add_argument("--warmup-fraction", type=float, default=DEFAULTS.warmup_fraction,
+                          help=default_help(DEFAULTS.warmup_fraction,
+                                            "share of the planned steps that warm the learning rate up"))
     add_run_flags(training, DEFAULTS, run_dir="runs/classifier")
     add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
     add_hardware_flags(parser)
@@ -89,6 +92,7 @@ def settings_from(args):
         pooling=args.pooling,
         learning_rate=args.learning_rate,
         weight_decay=args.weight_decay,
+        warmup_fraction=args.warmup_fraction,
         patience=args.patience,
         monitor=args.monitor,
         seed=args.seed,

@@ -85,6 +85,8 @@ class ClassifierSettings:
             raise ValueError(f"`monitor` must be one of {', '.join(MONITORS)}, got {self.monitor!r}.")
         if self.learning_rate <= 0:
             raise ValueError(f"`learning_rate` must be positive, got {self.learning_rate}.")
+        if self.warmup_fraction is not None and not 0.0 <= self.warmup_fraction < 1.0:
+            raise ValueError(f"`warmup_fraction` must be in [0, 1), got {self.warmup_fraction}.")
         return self
 
 

@@ -158,6 +158,8 @@ def test_settings_left_to_the_data_pass_validation_until_built():
     TranslatorSettings().validate()
     with pytest.raises(ValueError, match="sequence_length"):
         ClassifierSettings(sequence_length=0).validate()
+    with pytest.raises(ValueError, match="warmup_fraction"):
+        ClassifierSettings(warmup_fraction=1.5).validate()
     with pytest.raises(ValueError, match="d_model, dropout"):
         check_chosen(TranslatorSettings(sequence_length=8), "sequence_length", "d_model", "dropout")
 
@@ -315,7 +317,7 @@ def test_the_classifier_app_chooses_what_no_flag_set(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("app, flags", [
-    ("train_classifier", ("--sequence-length", "--vocab-size", "--batch-size")),
+    ("train_classifier", ("--sequence-length", "--vocab-size", "--batch-size", "--warmup-fraction")),
     ("train_translator", ("--sequence-length", "--vocab-size", "--d-model", "--dropout", "--label-smoothing",
                           "--warmup-steps", "--num-layers", "--intermediate-dim")),
 ])
