@@ -181,13 +181,16 @@ def translator_choices(settings, sources, targets):
     (100, 5, {"d_model": 128, "intermediate_dim": 512, "num_layers": 2, "dropout": 0.3, "label_smoothing": 0.2}),
     (2000, 40, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3, "dropout": 0.3,
                 "label_smoothing": 0.1}),
+    (3000, 60, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3, "dropout": 0.3,
+                "label_smoothing": 0.1}),
     (5000, 50, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3, "dropout": 0.2,
                 "label_smoothing": 0.1}),
     (5000, 80, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3, "dropout": 0.1,
                 "label_smoothing": 0.1}),
 ])
 def test_translator_size_and_regularization_follow_the_target_words(num_pairs, target_words, tier):
-    # 500, 80,000, 250,000 and 400,000 target words: tiny, small, medium and large (today's values).
+    # 500, 80,000, 180,000, 250,000 and 400,000 target words: tiny, small, small, medium and large
+    # (the sizes of before defaults followed the data).
     sources, targets = pairs(num_pairs, 3, target_words)
     settings, choices = translator_choices(TranslatorSettings(sequence_length=8), sources, targets)
     assert {name: getattr(settings, name) for name in tier} == tier
