@@ -96,7 +96,7 @@ def check_chosen(settings, *names):
     if unset:
         raise ValueError(
             f"{type(settings).__name__} leaves {', '.join(unset)} to be chosen from the training data, "
-            "which only training does: set them to build a model without training it."
+            "which only training does: set them (or take `large_corpus_settings`) to build a model without training it."
         )
     return settings
 

@@ -190,7 +190,7 @@ def translator_choices(settings, sources, targets):
 ])
 def test_translator_size_and_regularization_follow_the_target_words(num_pairs, target_words, tier):
     # 500, 80,000, 180,000, 250,000 and 400,000 target words: tiny, small, small, medium and large
-    # (the sizes of before defaults followed the data).
+    # (the fixed defaults before they followed the data).
     sources, targets = pairs(num_pairs, 3, target_words)
     settings, choices = translator_choices(TranslatorSettings(sequence_length=8), sources, targets)
     assert {name: getattr(settings, name) for name in tier} == tier
