@@ -115,3 +115,17 @@ def write_labelled_csv(path, rows):
         writer = csv.writer(file)
         writer.writerow(["text", "label"])
         writer.writerows(rows)
+
+
+def written_once(path, write):
+    """`path`, first written by `write([path])` (a corpus script's `main`) if it is missing."""
+    if not os.path.exists(path):
+        write([path])
+    return path
+
+
+def saved_run_settings(run_dir):
+    """The `settings.json` a training run wrote in `run_dir`: the settings it
+    used, with the values it chose from the data where the settings said None."""
+    with open(os.path.join(run_dir, "settings.json")) as settings_file:
+        return json.load(settings_file)

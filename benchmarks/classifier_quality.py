@@ -56,7 +56,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import bible_sections_csv  # noqa: E402
 import fortunes_csv  # noqa: E402
 import rotten_tomatoes_csv  # noqa: E402
+from bench_common import saved_run_settings  # noqa: E402
 from bench_common import write_json  # noqa: E402
+from bench_common import written_once  # noqa: E402
 
 RESULTS_DIR = os.path.join("benchmarks", "results", "classifier_quality")
 
@@ -107,12 +109,9 @@ LONG_RECIPE = {"max_sequence_length": 512, "length_percentile": 95, "epochs": 20
 def corpus_source(name):
     """The loader source of a suite corpus (its file written first if missing), or `name` itself."""
     corpus = SUITE.get(name)
-    if corpus is None:
-        return name
-    path = corpus.source.partition(":")[2]
-    if corpus.write is not None and not os.path.exists(path):
-        corpus.write([path])
-    return corpus.source
+    if corpus is not None and corpus.write is not None:
+        written_once(corpus.source.partition(":")[2], corpus.write)
+    return name if corpus is None else corpus.source
 
 
 def result_path(corpus_name, arm):
@@ -150,15 +149,13 @@ def run_ours(data, args, corpus_name):
     settings = ClassifierSettings(seed=args.seed, **json.loads(args.settings))
     run_dir = os.path.join(RESULTS_DIR, "runs", os.path.basename(result_path(corpus_name, "ours"))[: -len(".json")])
     run = train_classifier(data, settings, run_dir, time_budget_minutes=args.minutes, verbose=2)
-    with open(os.path.join(run_dir, "settings.json")) as settings_file:
-        used_settings = json.load(settings_file)  # what the run chose, when a setting follows the data
     return run.report, {
         "training_seconds": round(run.training_seconds, 1),
         "epochs_completed": run.epochs_completed,
         "stopped_by_time_budget": run.stopped_by_time_budget,
         "minutes": args.minutes,
         "settings_overrides": json.loads(args.settings),
-        "settings": used_settings,
+        "settings": saved_run_settings(run_dir),
         "run_dir": run_dir,
     }
 

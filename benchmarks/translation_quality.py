@@ -10,7 +10,9 @@ detokenized, case-sensitive output (BLEU and chrF).
 * peer: what a KerasHub user builds (the keras.io translation example, with a
   short-budget recipe): `keras_hub` WordPiece vocabularies and tokenizers,
   start/end packing to a fixed length, `TokenAndPositionEmbedding`,
-  `TransformerEncoder` / `TransformerDecoder` of our default sizes, pre-norm
+  `TransformerEncoder` / `TransformerDecoder` of fixed sizes (`PeerRecipe`:
+  what our translator used on every corpus before it chose its sizes from
+  the data, so the peer stays one recipe from corpus to corpus), pre-norm
   (`normalize_first=True`, with a final layer norm after each stack, which
   trains better at this learning rate than KerasHub's post-norm default),
   AdamW at our schedule's peak rate (2e-3) with a linear warmup over the
@@ -21,15 +23,23 @@ detokenized, case-sensitive output (BLEU and chrF).
 The loss function is the same masked, label-smoothed cross-entropy in both
 arms; what differs is the model, the batching, the schedule and the decoding.
 
-Usage (from the repository root, after `make bench-venv`; `make bench-translation` runs the first line):
+Usage (from the repository root, after `make bench-venv`): one arm after the
+other in one process, each with the whole machine (`--threads 0`, the
+default: all cores), the way the suite's numbers are taken. `make
+bench-translation` runs the first line, `make bench-translation-suite` all
+three corpora (about 70 minutes each: two 30-minute arms, then decoding):
 
     .venv/bin/python benchmarks/translation_quality.py bible:es-en --minutes 30
+    .venv/bin/python benchmarks/translation_quality.py bible:fr-en --minutes 30 --max-examples 20000
+    .venv/bin/python benchmarks/translation_quality.py ding:de-en --minutes 30
 
-Both arms at once, one core each (what fits a 2-core machine in half the time):
-
-    ... translation_quality.py bible:es-en --minutes 30 --arm ours --threads 1 &
-    ... translation_quality.py bible:es-en --minutes 30 --arm peer --threads 1
-    ... translation_quality.py bible:es-en --minutes 30 --report
+`ding:de-en` is about 17,000 everyday German -> English example sentences
+from the Ding dictionary of Debian's `trans-de-en` package, written to
+benchmarks/results/ding_de_en.tsv by ding_pairs_tsv.py on first use (any
+`tsv:PATH` of sentence pairs works too). `--arm ours` / `--arm peer` runs one
+arm and `--report` prints the saved results; `--threads N` limits TensorFlow to
+N threads (e.g. both arms side by side on one core each, which halves the
+wall-clock time but gives each arm half the machine).
 
 The curve of BLEU against training time: `--snapshots 5,10,20,30,45,60
 --minutes 60` saves weights at those minutes and scores each. Results go to
@@ -37,6 +47,7 @@ The curve of BLEU against training time: `--snapshots 5,10,20,30,45,60
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -45,7 +56,10 @@ import time
 
 import keras
 
+import ding_pairs_tsv
+from bench_common import saved_run_settings
 from bench_common import set_tensorflow_threads
+from bench_common import written_once
 
 RESULTS_DIR = os.path.join("benchmarks", "results", "translation_quality")
 BEAM_WIDTH = 4
@@ -54,9 +68,30 @@ DECODE_BATCH = 100
 PEER_WARMUP_FRACTION = 0.1
 
 
+@dataclasses.dataclass(frozen=True)
+class PeerRecipe:
+    """The peer's sizes and regularization, fixed whatever the corpus."""
+
+    seed: int
+    batch_size: int = 64
+    sequence_length: int = 64
+    vocabulary_size: int = 8000  # requested per side; a small corpus yields fewer WordPieces
+    num_layers: int = 3
+    d_model: int = 256
+    num_heads: int = 4
+    intermediate_dim: int = 1024
+    dropout: float = 0.1
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+
+
+# Corpora a neighbouring script writes from an installed package: name -> (pairs file, the script's main).
+WRITTEN_CORPORA = {"ding:de-en": (ding_pairs_tsv.DEFAULT_OUT, ding_pairs_tsv.main)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("data", help="a translation source, e.g. bible:es-en")
+    parser.add_argument("data", help=f"a translation source, e.g. bible:es-en, or {', '.join(WRITTEN_CORPORA)}")
     parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock budget per arm")
     parser.add_argument("--arm", choices=("both", "ours", "peer"), default="both")
     parser.add_argument("--snapshots", default="", help="comma-separated minutes at which to score too")
@@ -96,9 +131,10 @@ def main():
 def _load(args):
     from keras_transformer.data import load_translation_data
 
-    data = load_translation_data(
-        args.data, seed=args.seed, max_examples=args.max_examples, test_size=args.test_size
-    )
+    source = args.data
+    if args.data in WRITTEN_CORPORA:
+        source = f"tsv:{written_once(*WRITTEN_CORPORA[args.data])}"
+    data = load_translation_data(source, seed=args.seed, max_examples=args.max_examples, test_size=args.test_size)
     print(f"{args.data}: {len(data.train)} training pairs, {len(data.test)} test pairs", flush=True)
     return data
 
@@ -227,7 +263,7 @@ def run_ours(data, args, snapshots):
     return {
         "arm": "ours",
         "data": args.data,
-        "settings": {**vars(settings), "beam_width": BEAM_WIDTH, "length_penalty": LENGTH_PENALTY},
+        "settings": {**saved_run_settings(run_dir), "beam_width": BEAM_WIDTH, "length_penalty": LENGTH_PENALTY},
         "threads": args.threads,
         "train_pairs": len(data.train),
         "test_pairs": len(data.test),
@@ -250,9 +286,8 @@ def run_peer(data, args, snapshots):
     from keras_transformer.training.callbacks import TimeBudget
     from keras_transformer.training.fitting import build_optimizer
     from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
-    from keras_transformer.training.translator import TranslatorSettings
 
-    settings = TranslatorSettings(seed=args.seed)  # the same sizes as ours
+    settings = PeerRecipe(seed=args.seed)
     keras.utils.set_random_seed(settings.seed)
     sequence_length = settings.sequence_length
     reserved = ["[PAD]", "[UNK]", "[START]", "[END]"]
@@ -378,7 +413,7 @@ def run_peer(data, args, snapshots):
         "arm": "peer",
         "data": args.data,
         "settings": {
-            **vars(settings), "peak_learning_rate": peak_learning_rate,
+            **dataclasses.asdict(settings), "peak_learning_rate": peak_learning_rate,
             "warmup_fraction": PEER_WARMUP_FRACTION, "normalize_first": True,
         },
         "threads": args.threads,
