@@ -349,6 +349,10 @@ def markdown_table(results):
     return "\n".join(lines)
 
 
+def _epochs(count):
+    return f"{count} epoch{'' if count == 1 else 's'}"
+
+
 def details_lines(results):
     """One line per corpus on how ours and the longer keras.io arm trained."""
     lines = []
@@ -357,7 +361,7 @@ def details_lines(results):
         if "ours" in by_arm:
             ours = by_arm["ours"]
             parts.append(
-                f"ours {ours['epochs_completed']} epochs in {ours['training_seconds']:.0f} s"
+                f"ours {_epochs(ours['epochs_completed'])} in {ours['training_seconds']:.0f} s"
                 f"{' (stopped by the time budget)' if ours['stopped_by_time_budget'] else ''}"
                 f"{', settings ' + json.dumps(ours['settings_overrides']) if ours['settings_overrides'] else ''}"
             )
@@ -390,8 +394,8 @@ def parse_args(argv):
     parser.add_argument("--corpora", default=None, help=f"comma-separated suite corpora, among: {', '.join(SUITE)}")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated arms, among: {', '.join(ARMS)}")
     parser.add_argument("--report", action="store_true", help="only print the saved results' table")
-    parser.add_argument("--text-column", default=None)
-    parser.add_argument("--label-column", default=None)
+    parser.add_argument("--text-column", default=None, help="csv:/tsv: column of the texts (default text)")
+    parser.add_argument("--label-column", default=None, help="csv:/tsv: column of the labels (default label)")
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget for ours")
     parser.add_argument("--seed", type=int, default=1337, help="seed of the split and of every arm")
     parser.add_argument("--max-examples", type=int, default=None,
@@ -429,9 +433,14 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
+    from keras_transformer.data.errors import DataError
+
     if not args.report:
         for corpus_name in args.corpus_names:
-            run_corpus(corpus_name, args)
+            try:
+                run_corpus(corpus_name, args)
+            except DataError as error:
+                sys.exit(f"{corpus_name}: {error}")
     report(args.corpus_names)
     return 0
 
