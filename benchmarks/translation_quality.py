@@ -10,9 +10,7 @@ detokenized, case-sensitive output (BLEU and chrF).
 * peer: what a KerasHub user builds (the keras.io translation example, with a
   short-budget recipe): `keras_hub` WordPiece vocabularies and tokenizers,
   start/end packing to a fixed length, `TokenAndPositionEmbedding`,
-  `TransformerEncoder` / `TransformerDecoder` of fixed sizes (`PeerRecipe`:
-  what our translator used on every corpus before it chose its sizes from
-  the data, so the peer stays one recipe from corpus to corpus), pre-norm
+  `TransformerEncoder` / `TransformerDecoder` of our default sizes, pre-norm
   (`normalize_first=True`, with a final layer norm after each stack, which
   trains better at this learning rate than KerasHub's post-norm default),
   AdamW at our schedule's peak rate (2e-3) with a linear warmup over the
@@ -47,7 +45,6 @@ The curve of BLEU against training time: `--snapshots 5,10,20,30,45,60
 """
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -57,7 +54,6 @@ import time
 import keras
 
 import ding_pairs_tsv
-from bench_common import saved_run_settings
 from bench_common import set_tensorflow_threads
 from bench_common import written_once
 
@@ -66,24 +62,6 @@ BEAM_WIDTH = 4
 LENGTH_PENALTY = 0.6
 DECODE_BATCH = 100
 PEER_WARMUP_FRACTION = 0.1
-
-
-@dataclasses.dataclass(frozen=True)
-class PeerRecipe:
-    """The peer's sizes and regularization, fixed whatever the corpus."""
-
-    seed: int
-    batch_size: int = 64
-    sequence_length: int = 64
-    vocabulary_size: int = 8000  # requested per side; a small corpus yields fewer WordPieces
-    num_layers: int = 3
-    d_model: int = 256
-    num_heads: int = 4
-    intermediate_dim: int = 1024
-    dropout: float = 0.1
-    label_smoothing: float = 0.1
-    clip_norm: float = 1.0
-
 
 # Corpora a neighbouring script writes from an installed package: name -> (pairs file, the script's main).
 WRITTEN_CORPORA = {"ding:de-en": (ding_pairs_tsv.DEFAULT_OUT, ding_pairs_tsv.main)}
@@ -263,7 +241,7 @@ def run_ours(data, args, snapshots):
     return {
         "arm": "ours",
         "data": args.data,
-        "settings": {**saved_run_settings(run_dir), "beam_width": BEAM_WIDTH, "length_penalty": LENGTH_PENALTY},
+        "settings": {**vars(settings), "beam_width": BEAM_WIDTH, "length_penalty": LENGTH_PENALTY},
         "threads": args.threads,
         "train_pairs": len(data.train),
         "test_pairs": len(data.test),
@@ -286,8 +264,9 @@ def run_peer(data, args, snapshots):
     from keras_transformer.training.callbacks import TimeBudget
     from keras_transformer.training.fitting import build_optimizer
     from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+    from keras_transformer.training.translator import TranslatorSettings
 
-    settings = PeerRecipe(seed=args.seed)
+    settings = TranslatorSettings(seed=args.seed)  # the same sizes as ours
     keras.utils.set_random_seed(settings.seed)
     sequence_length = settings.sequence_length
     reserved = ["[PAD]", "[UNK]", "[START]", "[END]"]
@@ -413,7 +392,7 @@ def run_peer(data, args, snapshots):
         "arm": "peer",
         "data": args.data,
         "settings": {
-            **dataclasses.asdict(settings), "peak_learning_rate": peak_learning_rate,
+            **vars(settings), "peak_learning_rate": peak_learning_rate,
             "warmup_fraction": PEER_WARMUP_FRACTION, "normalize_first": True,
         },
         "threads": args.threads,
