@@ -38,7 +38,10 @@ whole machine (TensorFlow's default threads):
 Each corpus+arm writes benchmarks/results/classifier_quality/CORPUS-ARM.json;
 `--report` reads them all and prints one markdown table (corpus rows, arm
 columns, "accuracy / macro-F1"), marking our numbers that fall below TF-IDF +
-LR or below a keras.io arm. `--max-examples` keeps a seeded subset of the
+LR or below a keras.io arm. `--settings` with `--variant NAME` trains ours
+with other settings and keeps its results as arm `ours-NAME`, a column of its
+own beside the defaults' (e.g. `--arms ours --variant pretrain --settings
+'{"pretrain_epochs": 3}'`). `--max-examples` keeps a seeded subset of the
 training split (quick tries, not results).
 """
 
@@ -147,7 +150,8 @@ def run_ours(data, args, corpus_name):
     from keras_transformer.training.classifier import train_classifier
 
     settings = ClassifierSettings(seed=args.seed, **json.loads(args.settings))
-    run_dir = os.path.join(RESULTS_DIR, "runs", os.path.basename(result_path(corpus_name, "ours"))[: -len(".json")])
+    arm_name = saved_arm_name(args, "ours")
+    run_dir = os.path.join(RESULTS_DIR, "runs", os.path.basename(result_path(corpus_name, arm_name))[: -len(".json")])
     run = train_classifier(data, settings, run_dir, time_budget_minutes=args.minutes, verbose=2)
     return run.report, {
         "training_seconds": round(run.training_seconds, 1),
@@ -247,6 +251,11 @@ def run_recipe(data, args, longer):
     }
 
 
+def saved_arm_name(args, arm):
+    """`arm`, or for ours trained under `--variant NAME`, `ours-NAME`."""
+    return f"ours-{args.variant}" if arm == "ours" and args.variant else arm
+
+
 def run_arm(arm, data, args, corpus_name):
     if arm == "ours":
         return run_ours(data, args, corpus_name)
@@ -279,14 +288,15 @@ def run_corpus(corpus_name, args):
     print(f"\n== {corpus_name}: {split['train']} train / {split['validation']} validation / {split['test']} test, "
           f"{data.num_classes} classes", flush=True)
     for arm in args.arms:
-        print(f"-- {corpus_name}, {ARMS[arm]}", flush=True)
+        arm_name = saved_arm_name(args, arm)
+        print(f"-- {corpus_name}, {arm_title(arm_name)}", flush=True)
         report, details = run_arm(arm, data, args, corpus_name)
-        print(f"{corpus_name}, {ARMS[arm]}: accuracy {report['accuracy']:.4f}, macro-F1 {report['macro_f1']:.4f} "
-              f"({details['training_seconds']:.0f} s)", flush=True)
-        write_json(result_path(corpus_name, arm), {
+        print(f"{corpus_name}, {arm_title(arm_name)}: accuracy {report['accuracy']:.4f}, "
+              f"macro-F1 {report['macro_f1']:.4f} ({details['training_seconds']:.0f} s)", flush=True)
+        write_json(result_path(corpus_name, arm_name), {
             "corpus": corpus_name,
             "source": data.name,
-            "arm": arm,
+            "arm": arm_name,
             "split": split,
             "accuracy": report["accuracy"],
             "macro_f1": report["macro_f1"],
@@ -294,11 +304,22 @@ def run_corpus(corpus_name, args):
         })
 
 
+def arm_title(arm_name):
+    return ARMS.get(arm_name) or f"ours {arm_name[len('ours-'):]}"
+
+
 def load_results(corpus_names):
-    """{corpus: {arm: result}} of the saved results of `corpus_names`, in that order."""
+    """{corpus: {arm: result}} of the saved results of `corpus_names`, in that
+    order, the variants of ours (`ours-NAME`) included."""
     results = {}
     for corpus_name in corpus_names:
-        for arm in ARMS:
+        prefix = os.path.basename(result_path(corpus_name, "ours-"))[: -len(".json")]
+        variants = sorted(
+            name[len(prefix) - len("ours-"): -len(".json")]
+            for name in (os.listdir(RESULTS_DIR) if os.path.isdir(RESULTS_DIR) else ())
+            if name.startswith(prefix) and name.endswith(".json")
+        )
+        for arm in (*ARMS, *variants):
             path = result_path(corpus_name, arm)
             if os.path.exists(path):
                 with open(path) as result_file:
@@ -312,11 +333,14 @@ def _cell(result, metric, marks=""):
 
 def markdown_table(results):
     """One markdown table of `results` ({corpus: {arm: result}}): a row per corpus,
-    a column per arm, each cell "accuracy / macro-F1". Our number carries ↓T
-    when below TF-IDF + LR's, ↓K when below a keras.io arm's."""
+    a column per arm (ours, then its variants, then the others), each cell
+    "accuracy / macro-F1". Our numbers carry ↓T when below TF-IDF + LR's, ↓K
+    when below a keras.io arm's."""
+    variants = sorted({arm for by_arm in results.values() for arm in by_arm if arm not in ARMS})
+    columns = ["ours", *variants, *(arm for arm in ARMS if arm != "ours")]
     lines = [
-        "| corpus | texts (train/val/test) | " + " | ".join(ARMS.values()) + " |",
-        "|---|---|" + "---|" * len(ARMS),
+        "| corpus | texts (train/val/test) | " + " | ".join(map(arm_title, columns)) + " |",
+        "|---|---|" + "---|" * len(columns),
     ]
     for corpus_name, by_arm in results.items():
         splits = {json.dumps(result["split"], sort_keys=True) for result in by_arm.values()}
@@ -329,12 +353,12 @@ def markdown_table(results):
         corpus = SUITE.get(corpus_name)
         label = f"`{corpus_name}` ({corpus.description})" if corpus else f"`{corpus_name}`"
         cells = []
-        for arm in ARMS:
+        for arm in columns:
             result = by_arm.get(arm)
             metric_cells = []
             for metric in ("accuracy", "macro_f1"):
                 marks = ""
-                if arm == "ours" and result is not None:
+                if arm.startswith("ours") and result is not None:
                     if "tfidf" in by_arm and result[metric] < by_arm["tfidf"][metric]:
                         marks += "↓T"
                     if any(result[metric] < by_arm[other][metric]
@@ -358,10 +382,10 @@ def details_lines(results):
     lines = []
     for corpus_name, by_arm in results.items():
         parts = []
-        if "ours" in by_arm:
-            ours = by_arm["ours"]
+        for arm in (arm for arm in by_arm if arm.startswith("ours")):
+            ours = by_arm[arm]
             parts.append(
-                f"ours {_epochs(ours['epochs_completed'])} in {ours['training_seconds']:.0f} s"
+                f"{arm_title(arm)} {_epochs(ours['epochs_completed'])} in {ours['training_seconds']:.0f} s"
                 f"{' (stopped by the time budget)' if ours['stopped_by_time_budget'] else ''}"
                 f"{', settings ' + json.dumps(ours['settings_overrides']) if ours['settings_overrides'] else ''}"
             )
@@ -401,7 +425,10 @@ def parse_args(argv):
     parser.add_argument("--max-examples", type=int, default=None,
                         help="keep this many training texts (quick tries; the table says so)")
     parser.add_argument("--settings", default="{}",
-                        help='JSON overrides of ClassifierSettings for ours, e.g. \'{"pretrain_epochs": 3}\'')
+                        help='JSON overrides of ClassifierSettings for ours, e.g. \'{"pretrain_epochs": 3}\'; '
+                             "needs --variant")
+    parser.add_argument("--variant", default=None,
+                        help="name under which ours with --settings is saved (arm ours-NAME, its own column)")
     args = parser.parse_args(argv)
 
     chosen = [bool(args.data), args.suite, args.corpora is not None]
@@ -428,6 +455,10 @@ def parse_args(argv):
         parser.error(f"--settings is not JSON: {error}")
     if not isinstance(overrides, dict):
         parser.error("--settings must be a JSON object of ClassifierSettings fields")
+    if overrides and not args.variant:
+        parser.error("--settings needs --variant NAME, so that its results do not replace the defaults' ones")
+    if args.variant is not None and not re.fullmatch(r"[A-Za-z0-9_+.]+", args.variant):
+        parser.error("--variant takes letters, digits, '_', '+' and '.' (it names files), e.g. pretrain3")
     return args
 
 

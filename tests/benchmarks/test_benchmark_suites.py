@@ -152,6 +152,23 @@ def test_report_marks_our_numbers_below_tfidf_or_a_keras_io_arm_metric_by_metric
     assert fortunes[2:] == ["0.6000 / 0.5500", "0.5000 / 0.5000", "–", "– |"]
 
 
+def test_report_gives_a_variant_of_ours_its_own_marked_column_next_to_ours():
+    table = classifier_quality.markdown_table({
+        "bbc": {"ours": _result(0.9, 0.9), "ours-pretrain": _result(0.8, 0.95), "tfidf": _result(0.85, 0.85)},
+    })
+    header = table.splitlines()[0].split(" | ")
+    assert header[2:4] == ["ours", "ours pretrain"]
+    assert _row(table, "bbc").split(" | ")[2:4] == ["0.9000 / 0.9000", "0.8000↓T / 0.9500"]
+
+
+def test_results_of_a_variant_are_found_beside_the_defaults(tmp_path, monkeypatch):
+    monkeypatch.setattr(classifier_quality, "RESULTS_DIR", str(tmp_path))
+    for arm in ("ours", "ours-pretrain", "tfidf"):
+        (tmp_path / f"fortunes-{arm}.json").write_text('{"arm": "%s"}' % arm)
+    (tmp_path / "bbc-ours-other.json").write_text("{}")
+    assert list(classifier_quality.load_results(["fortunes"])["fortunes"]) == ["ours", "tfidf", "ours-pretrain"]
+
+
 def test_report_flags_arms_run_on_different_splits():
     other_split = {**SPLIT, "max_examples": 40, "train": 40}
     table = classifier_quality.markdown_table({"bbc": {"ours": _result(0.9, 0.9), "tfidf": _result(0.9, 0.9, other_split)}})
@@ -166,6 +183,8 @@ def test_report_flags_arms_run_on_different_splits():
     (["--corpora", "bbc,reviews"], "unknown reviews"),
     (["--arms", "ours,bert"], "unknown bert"),
     (["--settings", "[1]"], "JSON object"),
+    (["--settings", '{"pretrain_epochs": 3}'], "needs --variant"),
+    (["--variant", "a/b"], "--variant takes"),
 ])
 def test_bad_flags_are_named(argv, message, capsys):
     with pytest.raises(SystemExit):
