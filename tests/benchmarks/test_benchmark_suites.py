@@ -169,6 +169,24 @@ def test_results_of_a_variant_are_found_beside_the_defaults(tmp_path, monkeypatc
     assert list(classifier_quality.load_results(["fortunes"])["fortunes"]) == ["ours", "tfidf", "ours-pretrain"]
 
 
+def test_a_corpus_run_saves_each_arm_where_the_report_finds_it(tmp_path, monkeypatch):
+    corpus = tmp_path / "tiny.csv"
+    corpus.write_text("text,label\n" + "".join(f"text {i},{'ab'[i % 2]}\n" for i in range(40)))
+    monkeypatch.setattr(classifier_quality, "RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setattr(
+        classifier_quality, "run_arm",
+        lambda arm, data, args, corpus_name: ({"accuracy": 0.75, "macro_f1": 0.5}, {"training_seconds": 1.0}),
+    )
+    args = classifier_quality.parse_args(
+        [f"csv:{corpus}", "--arms", "ours,tfidf", "--variant", "pre", "--settings", '{"pretrain_epochs": 1}']
+    )
+    classifier_quality.run_corpus(args.corpus_names[0], args)
+    results = classifier_quality.load_results(args.corpus_names)[f"csv:{corpus}"]
+    assert sorted(results) == ["ours-pre", "tfidf"]
+    assert results["ours-pre"]["accuracy"] == 0.75
+    assert results["tfidf"]["split"]["test"] == 4
+
+
 def test_report_flags_arms_run_on_different_splits():
     other_split = {**SPLIT, "max_examples": 40, "train": 40}
     table = classifier_quality.markdown_table({"bbc": {"ours": _result(0.9, 0.9), "tfidf": _result(0.9, 0.9, other_split)}})
