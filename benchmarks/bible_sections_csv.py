@@ -10,12 +10,13 @@ News, and a topic signal spread over vocabulary rather than a few keywords.
 """
 
 import argparse
-import csv
 import importlib.util
 import os
 import sqlite3
 
 import numpy as np
+
+from bench_common import write_labelled_csv
 
 # Book numbers (1 = Genesis ... 66 = Revelation) of each section.
 SECTIONS = {
@@ -54,11 +55,7 @@ def main(argv=None):
         ).fetchall()
         chosen = rng.choice(len(verses), size=min(args.per_section, len(verses)), replace=False)
         rows.extend((verses[index][0].replace("`", "'"), label) for index in sorted(chosen))
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w", newline="", encoding="utf-8") as out_file:
-        writer = csv.writer(out_file)
-        writer.writerow(["text", "label"])
-        writer.writerows(rows)
+    write_labelled_csv(args.out, rows)
     print(f"Wrote {len(rows)} verses in {len(SECTIONS)} sections to {args.out}")
 
 

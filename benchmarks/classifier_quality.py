@@ -1,19 +1,54 @@
-"""Our default classifier against a TF-IDF + logistic-regression baseline.
+"""Our default classifier against a TF-IDF baseline and the keras.io Transformer recipe, corpus by corpus.
 
-    .venv/bin/python benchmarks/classifier_quality.py bbc
+    .venv/bin/python benchmarks/classifier_quality.py --suite          # every corpus below, every arm
+    .venv/bin/python benchmarks/classifier_quality.py --report         # the saved results as one markdown table
+    .venv/bin/python benchmarks/classifier_quality.py bbc              # one corpus (a suite name or any source)
     .venv/bin/python benchmarks/classifier_quality.py csv:my.csv --text-column t --label-column y
+    .venv/bin/python benchmarks/classifier_quality.py --corpora fortunes,bbc --arms ours,tfidf
 
-Both train on the same seeded training split (the baseline on train +
-validation, which it has no other use for; ours uses validation for early
-stopping) and are scored on the same test split. Ours trains with the
-default settings of `apps.train_classifier` under a wall-clock budget
-(`--minutes`, default 10). Prints both accuracies and macro-F1s and writes
-them to benchmarks/results/classifier_quality_<data>.json.
+The suite's corpora (every one offline; the three files are written on first
+use by their neighbouring scripts, from installed packages):
+
+* bbc: BBC News articles, 5 topics (long texts; the `bbc` source).
+* bible-sections: Bible verses by section, 6 classes (bible_sections_csv.py).
+* rotten-tomatoes: critics' review snippets, fresh or rotten (rotten_tomatoes_csv.py).
+* fortunes: fortune-cookie quotes by topic, 6 classes (fortunes_csv.py).
+
+The arms, all on the same seeded split (one `--seed`), scored by accuracy
+and macro-F1 on its test split. They run one after the other, each with the
+whole machine (TensorFlow's default threads):
+
+* ours: `train_classifier` with the defaults of `apps.train_classifier`
+  (`--settings` overrides some), under a `--minutes` wall-clock budget
+  (default 10); it selects its epoch on the validation split.
+* tfidf: TF-IDF of unigrams and bigrams + logistic regression, fit on train
+  + validation (it has no other use for validation).
+* keras-io: the keras.io example "Text classification with Transformer" with
+  its published hyper-parameters: a vocabulary of the 20,000 most frequent
+  words (Keras `TextVectorization`), the last 200 words of each text (its
+  `pad_sequences`, padding and truncating at the front),
+  token + position embeddings of 32, one post-norm Transformer block of 2
+  heads (key size 32) and a feed-forward layer of 32, dropout 0.1, global
+  average pooling, dropout, dense 20 relu, dropout, softmax; Adam, batch 32,
+  2 epochs; trained on train, validation only watched.
+* keras-io-long: the same model with early stopping on validation accuracy
+  (patience 3, best weights restored) for up to 20 epochs and a longer input:
+  the 95th percentile of the training texts' word counts, at most 512.
+
+Each corpus+arm writes benchmarks/results/classifier_quality/CORPUS-ARM.json;
+`--report` reads them all and prints one markdown table (corpus rows, arm
+columns, "accuracy / macro-F1"), marking our numbers that fall below TF-IDF +
+LR or below a keras.io arm. `--settings` with `--variant NAME` trains ours
+with other settings and keeps its results as arm `ours-NAME`, a column of its
+own beside the defaults' (e.g. `--arms ours --variant pretrain --settings
+'{"pretrain_epochs": 3}'`). `--max-examples` keeps a seeded subset of the
+training split (quick tries, not results).
 """
 
 import argparse
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -21,14 +56,81 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from keras_transformer.data import load_classification_data  # noqa: E402
-from keras_transformer.training.evaluation import classification_report  # noqa: E402
+import bible_sections_csv  # noqa: E402
+import fortunes_csv  # noqa: E402
+import rotten_tomatoes_csv  # noqa: E402
+from bench_common import saved_run_settings  # noqa: E402
+from bench_common import write_json  # noqa: E402
+from bench_common import written_once  # noqa: E402
+
+RESULTS_DIR = os.path.join("benchmarks", "results", "classifier_quality")
 
 
-def tfidf_baseline(data):
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    source: str  # what load_classification_data reads
+    description: str
+    write: object = None  # the script's main(argv), writing the source's file when it is missing
+
+
+SUITE = {
+    "bbc": Corpus("bbc", "news articles, 5 topics"),
+    "bible-sections": Corpus(
+        "csv:benchmarks/results/bible_sections.csv", "Bible verses by section, 6 classes", bible_sections_csv.main
+    ),
+    "rotten-tomatoes": Corpus(
+        f"csv:{rotten_tomatoes_csv.DEFAULT_OUT}", "review snippets, fresh / rotten", rotten_tomatoes_csv.main
+    ),
+    "fortunes": Corpus(
+        f"csv:{fortunes_csv.DEFAULT_OUT}", f"fortune quotes, {len(fortunes_csv.TOPICS)} topics", fortunes_csv.main
+    ),
+}
+
+ARMS = {
+    "ours": "ours",
+    "tfidf": "TF-IDF + LR",
+    "keras-io": "keras.io recipe",
+    "keras-io-long": "keras.io, early stop + longer input",
+}
+
+# The keras.io recipe's published hyper-parameters.
+RECIPE = {
+    "vocabulary_size": 20000,
+    "sequence_length": 200,
+    "embed_dim": 32,
+    "num_heads": 2,
+    "ff_dim": 32,
+    "dropout": 0.1,
+    "dense_units": 20,
+    "batch_size": 32,
+    "epochs": 2,
+}
+# What the longer arm changes.
+LONG_RECIPE = {"max_sequence_length": 512, "length_percentile": 95, "epochs": 20, "patience": 3}
+
+
+def corpus_source(name):
+    """The loader source of a suite corpus (its file written first if missing), or `name` itself."""
+    corpus = SUITE.get(name)
+    if corpus is not None and corpus.write is not None:
+        written_once(corpus.source.partition(":")[2], corpus.write)
+    return name if corpus is None else corpus.source
+
+
+def result_path(corpus_name, arm):
+    slug = re.sub(r"[^A-Za-z0-9-]+", "_", corpus_name).strip("_")
+    return os.path.join(RESULTS_DIR, f"{slug}-{arm}.json")
+
+
+# --- the arms ----------------------------------------------------------------------
+
+
+def run_tfidf(data, args):
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
+
+    from keras_transformer.training.evaluation import classification_report
 
     started = time.monotonic()
     baseline = make_pipeline(
@@ -39,77 +141,338 @@ def tfidf_baseline(data):
         data.train.texts + data.validation.texts,
         list(data.train.labels) + list(data.validation.labels),
     )
-    predictions = baseline.predict(data.test.texts)
-    report = classification_report(data.test.labels, predictions, data.class_names)
-    report["training_seconds"] = round(time.monotonic() - started, 1)
-    return report
+    report = classification_report(data.test.labels, baseline.predict(data.test.texts), data.class_names)
+    return report, {"training_seconds": round(time.monotonic() - started, 1)}
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data", nargs="?", default="bbc")
-    parser.add_argument("--text-column", default=None)
-    parser.add_argument("--label-column", default=None)
-    parser.add_argument("--minutes", type=float, default=10.0, help="training budget for ours")
-    parser.add_argument("--seed", type=int, default=1337)
-    parser.add_argument("--settings", default="{}",
-                        help='JSON overrides of ClassifierSettings, e.g. \'{"epochs": 8}\'')
-    parser.add_argument("--run-dir", default="benchmarks/results/classifier_quality_run")
-    args = parser.parse_args(argv)
-
+def run_ours(data, args, corpus_name):
     from keras_transformer.training.classifier import ClassifierSettings
     from keras_transformer.training.classifier import train_classifier
 
-    data = load_classification_data(
-        args.data, text_column=args.text_column, label_column=args.label_column, seed=args.seed
-    )
-    print(f"{data.name}: {len(data.train)} train / {len(data.validation)} validation / "
-          f"{len(data.test)} test, {data.num_classes} classes", flush=True)
-
-    baseline = tfidf_baseline(data)
-    print(f"TF-IDF + logistic regression: accuracy {baseline['accuracy']:.4f}, "
-          f"macro-F1 {baseline['macro_f1']:.4f} ({baseline['training_seconds']} s)", flush=True)
-
     settings = ClassifierSettings(seed=args.seed, **json.loads(args.settings))
+    arm_name = saved_arm_name(args, "ours")
+    run_dir = os.path.join(RESULTS_DIR, "runs", os.path.basename(result_path(corpus_name, arm_name))[: -len(".json")])
+    run = train_classifier(data, settings, run_dir, time_budget_minutes=args.minutes, verbose=2)
+    return run.report, {
+        "training_seconds": round(run.training_seconds, 1),
+        "epochs_completed": run.epochs_completed,
+        "stopped_by_time_budget": run.stopped_by_time_budget,
+        "minutes": args.minutes,
+        "settings_overrides": json.loads(args.settings),
+        "settings": saved_run_settings(run_dir),
+        "run_dir": run_dir,
+    }
+
+
+def recipe_sequence_length(texts, longer):
+    """The recipe's 200 words, or for the longer arm the 95th percentile of the
+    texts' word counts, at most 512."""
+    if not longer:
+        return RECIPE["sequence_length"]
+    import numpy as np
+
+    percentile = np.percentile([len(text.split()) for text in texts], LONG_RECIPE["length_percentile"])
+    return max(1, min(LONG_RECIPE["max_sequence_length"], math.ceil(percentile)))
+
+
+def build_recipe_model(num_classes, sequence_length):
+    """The keras.io recipe's model, written with plain Keras layers."""
+    import keras
+
+    class TokenAndPositionEmbedding(keras.layers.Layer):
+        def __init__(self, vocabulary_size, length, dim, **kwargs):
+            super().__init__(**kwargs)
+            self.tokens = keras.layers.Embedding(vocabulary_size, dim)
+            self.positions = keras.layers.Embedding(length, dim)
+
+        def call(self, token_ids):
+            return self.tokens(token_ids) + self.positions(keras.ops.arange(keras.ops.shape(token_ids)[-1]))
+
+    dim, dropout = RECIPE["embed_dim"], RECIPE["dropout"]
+    token_ids = keras.Input(shape=(sequence_length,), dtype="int32")
+    x = TokenAndPositionEmbedding(RECIPE["vocabulary_size"], sequence_length, dim)(token_ids)
+    attention = keras.layers.MultiHeadAttention(num_heads=RECIPE["num_heads"], key_dim=dim)(x, x)
+    x = keras.layers.LayerNormalization(epsilon=1e-6)(x + keras.layers.Dropout(dropout)(attention))
+    feed_forward = keras.layers.Dense(RECIPE["ff_dim"], activation="relu")(x)
+    feed_forward = keras.layers.Dense(dim)(feed_forward)
+    x = keras.layers.LayerNormalization(epsilon=1e-6)(x + keras.layers.Dropout(dropout)(feed_forward))
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    x = keras.layers.Dropout(dropout)(x)
+    x = keras.layers.Dense(RECIPE["dense_units"], activation="relu")(x)
+    x = keras.layers.Dropout(dropout)(x)
+    probabilities = keras.layers.Dense(num_classes, activation="softmax")(x)
+    return keras.Model(token_ids, probabilities)
+
+
+def run_recipe(data, args, longer):
+    import keras
+    import numpy as np
+
+    from keras_transformer.training.evaluation import classification_report
+
+    keras.utils.set_random_seed(args.seed)
     started = time.monotonic()
-    run = train_classifier(data, settings, args.run_dir, time_budget_minutes=args.minutes, verbose=2)
-    total_seconds = time.monotonic() - started
-    ours = run.report
+    sequence_length = recipe_sequence_length(data.train.texts, longer)
+    # Its defaults (lower-case, strip punctuation, split on whitespace) stand in
+    # for the word index the recipe's IMDB download comes with.
+    vectorize = keras.layers.TextVectorization(max_tokens=RECIPE["vocabulary_size"], ragged=True)
+    vectorize.adapt(data.train.texts)
 
-    gap = ours["accuracy"] - baseline["accuracy"]
-    print()
-    print(f"{'model':<32} {'accuracy':>9} {'macro-F1':>9} {'train s':>8}")
-    print(f"{'TF-IDF + logistic regression':<32} {baseline['accuracy']:>9.4f} "
-          f"{baseline['macro_f1']:>9.4f} {baseline['training_seconds']:>8.0f}")
-    print(f"{'keras_transformer classifier':<32} {ours['accuracy']:>9.4f} "
-          f"{ours['macro_f1']:>9.4f} {run.training_seconds:>8.0f}")
-    print(f"accuracy gap (ours - baseline): {gap:+.4f}; epochs {run.epochs_completed}"
-          f"{' (stopped by the time budget)' if run.stopped_by_time_budget else ''}; "
-          f"vocabulary + training + evaluation {total_seconds:.0f} s")
+    def token_ids(texts):
+        ids = vectorize(np.array(texts, dtype=object)).to_list()
+        return keras.utils.pad_sequences(ids, maxlen=sequence_length)  # front padding and truncating, as the recipe
 
-    os.makedirs("benchmarks/results", exist_ok=True)
-    slug = re.sub(r"[^A-Za-z0-9]+", "_", args.data).strip("_")
-    results_path = f"benchmarks/results/classifier_quality_{slug}.json"
-    with open(results_path, "w") as results_file:
-        json.dump(
-            {
-                "data": args.data,
-                "minutes": args.minutes,
-                "baseline": {k: baseline[k] for k in ("accuracy", "macro_f1", "training_seconds")},
-                "ours": {
-                    "accuracy": ours["accuracy"],
-                    "macro_f1": ours["macro_f1"],
-                    "training_seconds": round(run.training_seconds, 1),
-                    "epochs_completed": run.epochs_completed,
-                    "stopped_by_time_budget": run.stopped_by_time_budget,
-                    "settings": dataclasses.asdict(settings),
-                },
-                "accuracy_gap": gap,
-            },
-            results_file,
-            indent=2,
+    model = build_recipe_model(data.num_classes, sequence_length)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    callbacks = []
+    if longer:
+        callbacks.append(keras.callbacks.EarlyStopping(
+            monitor="val_accuracy", mode="max", patience=LONG_RECIPE["patience"], restore_best_weights=True
+        ))
+    history = model.fit(
+        token_ids(data.train.texts),
+        np.asarray(data.train.labels),
+        batch_size=RECIPE["batch_size"],
+        epochs=LONG_RECIPE["epochs"] if longer else RECIPE["epochs"],
+        validation_data=(token_ids(data.validation.texts), np.asarray(data.validation.labels)),
+        callbacks=callbacks,
+        verbose=2,
+    )
+    training_seconds = time.monotonic() - started
+    probabilities = model.predict(token_ids(data.test.texts), batch_size=256, verbose=0)
+    report = classification_report(data.test.labels, probabilities.argmax(axis=-1), data.class_names)
+    validation_accuracy = history.history["val_accuracy"]
+    return report, {
+        "training_seconds": round(training_seconds, 1),
+        "sequence_length": sequence_length,
+        "epochs_completed": len(validation_accuracy),
+        "kept_epoch": (int(np.argmax(validation_accuracy)) + 1) if longer else len(validation_accuracy),
+        "hyper_parameters": {**RECIPE, **(LONG_RECIPE if longer else {})},
+    }
+
+
+def saved_arm_name(args, arm):
+    """`arm`, or for ours trained under `--variant NAME`, `ours-NAME`."""
+    return f"ours-{args.variant}" if arm == "ours" and args.variant else arm
+
+
+def run_arm(arm, data, args, corpus_name):
+    if arm == "ours":
+        return run_ours(data, args, corpus_name)
+    if arm == "tfidf":
+        return run_tfidf(data, args)
+    return run_recipe(data, args, longer=arm == "keras-io-long")
+
+
+# --- one corpus, then the report ----------------------------------------------------
+
+
+def run_corpus(corpus_name, args):
+    from keras_transformer.data import load_classification_data
+
+    data = load_classification_data(
+        corpus_source(corpus_name),
+        text_column=args.text_column,
+        label_column=args.label_column,
+        seed=args.seed,
+        max_examples=args.max_examples,
+    )
+    split = {
+        "seed": args.seed,
+        "max_examples": args.max_examples,
+        "train": len(data.train),
+        "validation": len(data.validation),
+        "test": len(data.test),
+        "classes": data.num_classes,
+    }
+    print(f"\n== {corpus_name}: {split['train']} train / {split['validation']} validation / {split['test']} test, "
+          f"{data.num_classes} classes", flush=True)
+    for arm in args.arms:
+        arm_name = saved_arm_name(args, arm)
+        print(f"-- {corpus_name}, {arm_title(arm_name)}", flush=True)
+        report, details = run_arm(arm, data, args, corpus_name)
+        print(f"{corpus_name}, {arm_title(arm_name)}: accuracy {report['accuracy']:.4f}, "
+              f"macro-F1 {report['macro_f1']:.4f} ({details['training_seconds']:.0f} s)", flush=True)
+        write_json(result_path(corpus_name, arm_name), {
+            "corpus": corpus_name,
+            "source": data.name,
+            "arm": arm_name,
+            "split": split,
+            "accuracy": report["accuracy"],
+            "macro_f1": report["macro_f1"],
+            **details,
+        })
+
+
+def arm_title(arm_name):
+    return ARMS.get(arm_name) or f"ours {arm_name[len('ours-'):]}"
+
+
+def load_results(corpus_names):
+    """{corpus: {arm: result}} of the saved results of `corpus_names`, in that
+    order, the variants of ours (`ours-NAME`) included."""
+    results = {}
+    for corpus_name in corpus_names:
+        prefix = os.path.basename(result_path(corpus_name, "ours-"))[: -len(".json")]
+        variants = sorted(
+            name[len(prefix) - len("ours-"): -len(".json")]
+            for name in (os.listdir(RESULTS_DIR) if os.path.isdir(RESULTS_DIR) else ())
+            if name.startswith(prefix) and name.endswith(".json")
         )
-    print(f"Results written to {results_path}")
+        for arm in (*ARMS, *variants):
+            path = result_path(corpus_name, arm)
+            if os.path.exists(path):
+                with open(path) as result_file:
+                    results.setdefault(corpus_name, {})[arm] = json.load(result_file)
+    return results
+
+
+def _cell(result, metric, marks=""):
+    return "–" if result is None else f"{result[metric]:.4f}{marks}"
+
+
+def markdown_table(results):
+    """One markdown table of `results` ({corpus: {arm: result}}): a row per corpus,
+    a column per arm (ours, then its variants, then the others), each cell
+    "accuracy / macro-F1". Our numbers carry ↓T when below TF-IDF + LR's, ↓K
+    when below a keras.io arm's."""
+    variants = sorted({arm for by_arm in results.values() for arm in by_arm if arm not in ARMS})
+    columns = ["ours", *variants, *(arm for arm in ARMS if arm != "ours")]
+    lines = [
+        "| corpus | texts (train/val/test) | " + " | ".join(map(arm_title, columns)) + " |",
+        "|---|---|" + "---|" * len(columns),
+    ]
+    for corpus_name, by_arm in results.items():
+        splits = {json.dumps(result["split"], sort_keys=True) for result in by_arm.values()}
+        split = next(iter(by_arm.values()))["split"]
+        sizes = f"{split['train']} / {split['validation']} / {split['test']}"
+        if len(splits) > 1:
+            sizes += " (arms on different splits!)"
+        elif split.get("max_examples") is not None:
+            sizes += f" (train cut to {split['max_examples']})"
+        corpus = SUITE.get(corpus_name)
+        label = f"`{corpus_name}` ({corpus.description})" if corpus else f"`{corpus_name}`"
+        cells = []
+        for arm in columns:
+            result = by_arm.get(arm)
+            metric_cells = []
+            for metric in ("accuracy", "macro_f1"):
+                marks = ""
+                if arm.startswith("ours") and result is not None:
+                    if "tfidf" in by_arm and result[metric] < by_arm["tfidf"][metric]:
+                        marks += "↓T"
+                    if any(result[metric] < by_arm[other][metric]
+                           for other in ("keras-io", "keras-io-long") if other in by_arm):
+                        marks += "↓K"
+                metric_cells.append(_cell(result, metric, marks))
+            cells.append(" / ".join(metric_cells) if result is not None else "–")
+        lines.append(f"| {label} | {sizes} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("Each cell: test accuracy / macro-F1. ↓T: ours below TF-IDF + LR on that metric; "
+                 "↓K: ours below a keras.io arm.")
+    return "\n".join(lines)
+
+
+def _epochs(count):
+    return f"{count} epoch{'' if count == 1 else 's'}"
+
+
+def details_lines(results):
+    """One line per corpus on how ours and the longer keras.io arm trained."""
+    lines = []
+    for corpus_name, by_arm in results.items():
+        parts = []
+        for arm in (arm for arm in by_arm if arm.startswith("ours")):
+            ours = by_arm[arm]
+            parts.append(
+                f"{arm_title(arm)} {_epochs(ours['epochs_completed'])} in {ours['training_seconds']:.0f} s"
+                f"{' (stopped by the time budget)' if ours['stopped_by_time_budget'] else ''}"
+                f"{', settings ' + json.dumps(ours['settings_overrides']) if ours['settings_overrides'] else ''}"
+            )
+        if "keras-io-long" in by_arm:
+            long_arm = by_arm["keras-io-long"]
+            parts.append(
+                f"keras.io long: {long_arm['sequence_length']} words, kept epoch {long_arm['kept_epoch']} "
+                f"of {long_arm['epochs_completed']}"
+            )
+        if parts:
+            lines.append(f"* `{corpus_name}`: " + "; ".join(parts) + ".")
+    return "\n".join(lines)
+
+
+def report(corpus_names):
+    results = load_results(corpus_names)
+    if not results:
+        sys.exit(f"No saved results for {', '.join(corpus_names)} in {RESULTS_DIR}.")
+    print()
+    print(markdown_table(results))
+    print()
+    print(details_lines(results))
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", nargs="?", default=None,
+                        help=f"one corpus: a suite name ({', '.join(SUITE)}) or any classification source")
+    parser.add_argument("--suite", action="store_true", help="every corpus of the suite, one after the other")
+    parser.add_argument("--corpora", default=None, help=f"comma-separated suite corpora, among: {', '.join(SUITE)}")
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated arms, among: {', '.join(ARMS)}")
+    parser.add_argument("--report", action="store_true", help="only print the saved results' table")
+    parser.add_argument("--text-column", default=None, help="csv:/tsv: column of the texts (default text)")
+    parser.add_argument("--label-column", default=None, help="csv:/tsv: column of the labels (default label)")
+    parser.add_argument("--minutes", type=float, default=10.0, help="training budget for ours")
+    parser.add_argument("--seed", type=int, default=1337, help="seed of the split and of every arm")
+    parser.add_argument("--max-examples", type=int, default=None,
+                        help="keep this many training texts (quick tries; the table says so)")
+    parser.add_argument("--settings", default="{}",
+                        help='JSON overrides of ClassifierSettings for ours, e.g. \'{"pretrain_epochs": 3}\'; '
+                             "needs --variant")
+    parser.add_argument("--variant", default=None,
+                        help="name under which ours with --settings is saved (arm ours-NAME, its own column)")
+    args = parser.parse_args(argv)
+
+    chosen = [bool(args.data), args.suite, args.corpora is not None]
+    if sum(chosen) > 1:
+        parser.error("give one of DATA, --suite or --corpora")
+    if args.corpora is not None:
+        args.corpus_names = [name.strip() for name in args.corpora.split(",") if name.strip()]
+        unknown = [name for name in args.corpus_names if name not in SUITE]
+        if unknown or not args.corpus_names:
+            parser.error(f"--corpora: unknown {', '.join(unknown) or 'nothing given'}; choose among {', '.join(SUITE)}")
+    elif args.data:
+        args.corpus_names = [args.data]
+    elif args.suite or args.report:
+        args.corpus_names = list(SUITE)
+    else:
+        args.corpus_names = ["bbc"]
+    args.arms = [arm.strip() for arm in args.arms.split(",") if arm.strip()]
+    unknown = [arm for arm in args.arms if arm not in ARMS]
+    if unknown or not args.arms:
+        parser.error(f"--arms: unknown {', '.join(unknown) or 'nothing given'}; choose among {', '.join(ARMS)}")
+    try:
+        overrides = json.loads(args.settings)
+    except json.JSONDecodeError as error:
+        parser.error(f"--settings is not JSON: {error}")
+    if not isinstance(overrides, dict):
+        parser.error("--settings must be a JSON object of ClassifierSettings fields")
+    if overrides and not args.variant:
+        parser.error("--settings needs --variant NAME, so that its results do not replace the defaults' ones")
+    if args.variant is not None and not re.fullmatch(r"[A-Za-z0-9_+.]+", args.variant):
+        parser.error("--variant takes letters, digits, '_', '+' and '.' (it names files), e.g. pretrain3")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from keras_transformer.data.errors import DataError
+
+    if not args.report:
+        for corpus_name in args.corpus_names:
+            try:
+                run_corpus(corpus_name, args)
+            except DataError as error:
+                sys.exit(f"{corpus_name}: {error}")
+    report(args.corpus_names)
     return 0
 
 

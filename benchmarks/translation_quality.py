@@ -21,15 +21,23 @@ detokenized, case-sensitive output (BLEU and chrF).
 The loss function is the same masked, label-smoothed cross-entropy in both
 arms; what differs is the model, the batching, the schedule and the decoding.
 
-Usage (from the repository root, after `make bench-venv`; `make bench-translation` runs the first line):
+Usage (from the repository root, after `make bench-venv`): one arm after the
+other in one process, each with the whole machine (`--threads 0`, the
+default: all cores), the way the suite's numbers are taken. `make
+bench-translation` runs the first line, `make bench-translation-suite` all
+three corpora (about 70 minutes each: two 30-minute arms, then decoding):
 
     .venv/bin/python benchmarks/translation_quality.py bible:es-en --minutes 30
+    .venv/bin/python benchmarks/translation_quality.py bible:fr-en --minutes 30 --max-examples 20000
+    .venv/bin/python benchmarks/translation_quality.py ding:de-en --minutes 30
 
-Both arms at once, one core each (what fits a 2-core machine in half the time):
-
-    ... translation_quality.py bible:es-en --minutes 30 --arm ours --threads 1 &
-    ... translation_quality.py bible:es-en --minutes 30 --arm peer --threads 1
-    ... translation_quality.py bible:es-en --minutes 30 --report
+`ding:de-en` is about 17,000 everyday German -> English example sentences
+from the Ding dictionary of Debian's `trans-de-en` package, written to
+benchmarks/results/ding_de_en.tsv by ding_pairs_tsv.py on first use (any
+`tsv:PATH` of sentence pairs works too). `--arm ours` / `--arm peer` runs one
+arm and `--report` prints the saved results; `--threads N` limits TensorFlow to
+N threads (e.g. both arms side by side on one core each, which halves the
+wall-clock time but gives each arm half the machine).
 
 The curve of BLEU against training time: `--snapshots 5,10,20,30,45,60
 --minutes 60` saves weights at those minutes and scores each. Results go to
@@ -45,7 +53,9 @@ import time
 
 import keras
 
+import ding_pairs_tsv
 from bench_common import set_tensorflow_threads
+from bench_common import written_once
 
 RESULTS_DIR = os.path.join("benchmarks", "results", "translation_quality")
 BEAM_WIDTH = 4
@@ -53,10 +63,13 @@ LENGTH_PENALTY = 0.6
 DECODE_BATCH = 100
 PEER_WARMUP_FRACTION = 0.1
 
+# Corpora a neighbouring script writes from an installed package: name -> (pairs file, the script's main).
+WRITTEN_CORPORA = {"ding:de-en": (ding_pairs_tsv.DEFAULT_OUT, ding_pairs_tsv.main)}
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("data", help="a translation source, e.g. bible:es-en")
+    parser.add_argument("data", help=f"a translation source, e.g. bible:es-en, or {', '.join(WRITTEN_CORPORA)}")
     parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock budget per arm")
     parser.add_argument("--arm", choices=("both", "ours", "peer"), default="both")
     parser.add_argument("--snapshots", default="", help="comma-separated minutes at which to score too")
@@ -96,9 +109,10 @@ def main():
 def _load(args):
     from keras_transformer.data import load_translation_data
 
-    data = load_translation_data(
-        args.data, seed=args.seed, max_examples=args.max_examples, test_size=args.test_size
-    )
+    source = args.data
+    if args.data in WRITTEN_CORPORA:
+        source = f"tsv:{written_once(*WRITTEN_CORPORA[args.data])}"
+    data = load_translation_data(source, seed=args.seed, max_examples=args.max_examples, test_size=args.test_size)
     print(f"{args.data}: {len(data.train)} training pairs, {len(data.test)} test pairs", flush=True)
     return data
 
