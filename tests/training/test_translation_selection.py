@@ -53,6 +53,13 @@ def test_a_worked_example_weighs_recall_twice_as_much_as_precision():
     assert corpus_chrf(["abcd"], ["abc"]) == pytest.approx(100 * 115 / 128)
 
 
+def test_matches_are_clipped_by_the_reference_counts():
+    # "aaa" against "a": 1 of the 3 hypothesis "a"s matches (precision 1/3,
+    # recall 1); no reference 2-gram, so that order does not count.
+    # F2 = 5 (1/3) / (4/3 + 1) = 5/7.
+    assert corpus_chrf(["aaa"], ["a"]) == pytest.approx(100 * 5 / 7)
+
+
 def test_the_corpus_score_sums_counts_rather_than_averaging_sentences():
     # ("ab", "ab") gives 1-grams 2/2/2 and 2-grams 1/1/1 (hypothesis /
     # reference / matches); ("cdef", "cdxy") gives 4/4/2, 3/3/1, 2/2/0, 1/1/0.
@@ -60,6 +67,14 @@ def test_the_corpus_score_sums_counts_rather_than_averaging_sentences():
     # (4/6 + 2/4 + 0 + 0) / 4 = 7/24. Averaging the sentences' scores would
     # give (100 + 100 * 5/24) / 2 instead.
     assert corpus_chrf(["ab", "cdef"], ["ab", "cdxy"]) == pytest.approx(100 * 7 / 24)
+
+
+def test_an_order_the_reference_lacks_drops_that_sentences_hypothesis_ngrams():
+    # As sacrebleu: "abcd" against "abc" adds no 4-gram counts at all, so the
+    # corpus' 4-grams are those of ("wxyz", "wxyz") alone. Summed: 8/7/7,
+    # 6/5/5, 4/3/3, 1/1/1; recall 1, precision (7/8 + 5/6 + 3/4 + 1) / 4 =
+    # 83/96; F2 = (415/96) / (332/96 + 1) = 415/428.
+    assert corpus_chrf(["abcd", "wxyz"], ["abc", "wxyz"]) == pytest.approx(100 * 415 / 428)
 
 
 def test_a_reference_per_hypothesis_is_required():
