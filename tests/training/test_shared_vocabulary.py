@@ -78,7 +78,7 @@ def test_the_export_translates_as_the_trained_model(shared_run, exported):
                               tokenizer.token_id("[END]"))
     expected = list(tokenizer.detokenize(token_ids).numpy())
     assert list(exported.signatures["greedy"](text=tf.constant(TEXTS))["translation"].numpy()) == expected
-    # The one tokenizer travels once.
+    # One vocabulary file travels with the export, for both sides.
     assets = os.listdir(os.path.join(shared_run["version_dir"], "assets"))
     assert len([name for name in assets if name.endswith(".txt")]) == 1, assets
 
