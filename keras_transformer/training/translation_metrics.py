@@ -13,7 +13,6 @@ output as the export's `greedy` signature does, and logs the corpus chrF as
 `val_chrf`, where the history, the time budget and `BestEpoch` read it.
 """
 
-import time
 from collections import Counter
 
 import keras
@@ -113,16 +112,14 @@ class ValidationChrF(keras.callbacks.Callback):
         if not sources or len(sources) != len(references):
             raise ValueError(f"ValidationChrF needs pairs: got {len(sources)} sources and "
                              f"{len(references)} references.")
-        self.references = list(references)
+        self.sources, self.references = list(sources), list(references)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer
-        self.max_output_length = int(max_output_length)
+        reference_lengths = target_tokenizer.tokenize(tf.constant(self.references)).row_lengths()
+        self.max_output_length = min(int(max_output_length), 2 * int(tf.reduce_max(reference_lengths)) + 1)
         self.batch_size = int(batch_size)
-        self.sources = list(sources)
-        longest_reference = int(tf.reduce_max(target_tokenizer.tokenize(tf.constant(self.references)).row_lengths()))
-        self.max_output_length = min(self.max_output_length, 2 * longest_reference + 1)
-        self.last_seconds = None  # how long the last epoch's decode took
         self._batches = None
+        self._source_ids = None
         self._translate = None
 
     def on_train_begin(self, logs=None):
@@ -151,12 +148,9 @@ class ValidationChrF(keras.callbacks.Callback):
         translations = [None] * len(self.sources)
         for indices in self._batches:
             for index, text in zip(indices, self._translate(tf.constant(self._source_ids[indices])).numpy()):
-                translations[index] = text.decode("utf-8")
+                translations[index] = text.decode("utf-8", errors="replace")
         return translations
 
     def on_epoch_end(self, epoch, logs=None):
-        started = time.monotonic()
-        score = corpus_chrf(self.translations(), self.references)
-        self.last_seconds = time.monotonic() - started
         if logs is not None:
-            logs["val_chrf"] = score
+            logs["val_chrf"] = corpus_chrf(self.translations(), self.references)

@@ -131,7 +131,9 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
                       num_samples, callbacks, strategy):
     saved = saved_run_or_fresh_start(folder, run_dir, resume, SAMPLES_FILE, verbose)
     if saved is not None:
-        settings = TranslatorSettings(**saved["settings"])
+        # A run saved before `val_chrf` existed resumes without it: a new
+        # column would not match its history.csv's header.
+        settings = TranslatorSettings(**{"chrf_pairs": 0, **saved["settings"]})
     else:
         settings.validate()
         say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
