@@ -131,9 +131,7 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
                       num_samples, callbacks, strategy):
     saved = saved_run_or_fresh_start(folder, run_dir, resume, SAMPLES_FILE, verbose)
     if saved is not None:
-        # A run saved before `val_chrf` existed resumes without it: a new
-        # column would not match its history.csv's header.
-        settings = TranslatorSettings(**{"chrf_pairs": 0, **saved["settings"]})
+        settings = saved_translator_settings(saved)
     else:
         settings.validate()
         say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
@@ -226,6 +224,13 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
         training_seconds=fitted.training_seconds,
         run_dir=os.fspath(run_dir),
     )
+
+
+def saved_translator_settings(saved):
+    """The `TranslatorSettings` in a run's `settings.json` (as `saved_run_or_fresh_start` reads it)."""
+    # A run saved before `val_chrf` existed resumes without it: a new column
+    # would not match its history.csv's header.
+    return TranslatorSettings(**{"chrf_pairs": 0, **saved["settings"]})
 
 
 def run_tokenizers(folder, settings):

@@ -283,6 +283,19 @@ def test_monitor_flag_defaults_to_val_chrf_and_checks_its_pairs(tmp_path, capsys
     assert not os.path.exists(tmp_path / "run")
 
 
+def test_a_run_saved_before_val_chrf_resumes_without_it():
+    import dataclasses
+
+    from keras_transformer.training.translator import saved_translator_settings
+
+    old = dataclasses.asdict(TranslatorSettings(monitor="val_masked_accuracy"))
+    del old["chrf_pairs"], old["shared_vocabulary"]
+    settings = saved_translator_settings({"settings": old, "data": "tsv:pairs.tsv"})
+    assert settings.chrf_pairs == 0 and settings.monitor == "val_masked_accuracy"
+    assert settings.shared_vocabulary is False
+    assert saved_translator_settings({"settings": dataclasses.asdict(TranslatorSettings())}).chrf_pairs == 200
+
+
 def test_chrf_pairs_zero_with_another_monitor_logs_no_val_chrf(numbers_data, tmp_path):
     run = train_translator(numbers_data, TranslatorSettings(epochs=1, monitor="val_masked_accuracy", chrf_pairs=0,
                                                             **SETTINGS), tmp_path / "run", verbose=0)
