@@ -135,21 +135,7 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
     else:
         settings.validate()
         say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
-        if settings.shared_vocabulary:
-            # Cased, since its tokens are also the output.
-            save_vocabulary(
-                build_vocabulary([*data.train.sources, *data.train.targets], settings.vocabulary_size,
-                                 lower_case=False),
-                folder.file(SHARED_VOCABULARY_FILE),
-            )
-        else:
-            # Sources are lower-cased (less sparsity); targets keep case, since they are output.
-            save_vocabulary(build_vocabulary(data.train.sources, settings.vocabulary_size),
-                            folder.file("source_vocabulary.txt"))
-            save_vocabulary(
-                build_vocabulary(data.train.targets, settings.vocabulary_size, lower_case=False),
-                folder.file("target_vocabulary.txt"),
-            )
+        build_run_vocabularies(folder, data, settings)
         save_settings(folder, settings, data=data.name)
     keras.utils.set_random_seed(settings.seed)
     source_tokenizer, target_tokenizer = run_tokenizers(folder, settings)
@@ -231,6 +217,22 @@ def saved_translator_settings(saved):
     # A run saved before `val_chrf` existed resumes without it: a new column
     # would not match its history.csv's header.
     return TranslatorSettings(**{"chrf_pairs": 0, **saved["settings"]})
+
+
+def build_run_vocabularies(folder, data, settings):
+    """Learns the run's vocabularies from the training pairs into `folder` (read by `run_tokenizers`)."""
+    if settings.shared_vocabulary:
+        # Cased, since its tokens are also the output.
+        vocabulary = build_vocabulary(
+            [*data.train.sources, *data.train.targets], settings.vocabulary_size, lower_case=False
+        )
+        save_vocabulary(vocabulary, folder.file(SHARED_VOCABULARY_FILE))
+        return
+    # Sources are lower-cased (less sparsity); targets keep case, since they are output.
+    save_vocabulary(build_vocabulary(data.train.sources, settings.vocabulary_size),
+                    folder.file("source_vocabulary.txt"))
+    save_vocabulary(build_vocabulary(data.train.targets, settings.vocabulary_size, lower_case=False),
+                    folder.file("target_vocabulary.txt"))
 
 
 def run_tokenizers(folder, settings):
