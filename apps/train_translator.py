@@ -18,11 +18,13 @@ import sys
 
 from apps.training_flags import add_hardware_flags
 from apps.training_flags import add_model_size_flags
+from apps.training_flags import add_monitor_flag
 from apps.training_flags import add_run_flags
 from apps.training_flags import default_help
 from apps.training_flags import strategy_and_data
 from apps.training_flags import train_on_chief
 from keras_transformer.data import load_translation_data
+from keras_transformer.training.translator import MONITORS
 from keras_transformer.training.translator import TranslatorSettings
 
 DEFAULTS = TranslatorSettings()
@@ -53,6 +55,10 @@ def build_parser():
                                          "encoder blocks (and decoder blocks unless --decoder-layers)"))
     model.add_argument("--decoder-layers", type=int, default=DEFAULTS.num_decoder_layers,
                        help="decoder blocks (default: --num-layers)")
+    model.add_argument("--shared-vocabulary", action="store_true",
+                       help="one cased WordPiece vocabulary learned from both languages, with one token "
+                            "embedding for the encoder, the decoder and the output projection "
+                            "(--vocab-size is its size); for languages that share a script")
     add_model_size_flags(model, DEFAULTS, vocabulary_help="WordPiece vocabulary size of each side")
 
     training = parser.add_argument_group("training")
@@ -66,6 +72,11 @@ def build_parser():
     training.add_argument("--learning-rate-scale", type=float, default=DEFAULTS.learning_rate_scale,
                           help="multiplies the paper's warmup schedule")
     add_run_flags(training, DEFAULTS, run_dir="runs/translator")
+    add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
+    training.add_argument("--chrf-pairs", type=int, default=DEFAULTS.chrf_pairs, metavar="N",
+                          help="validation pairs (a seeded subset) translated greedily after every epoch "
+                               f"to log val_chrf (default {DEFAULTS.chrf_pairs}; 0 = none, which needs "
+                               "another --monitor)")
     add_hardware_flags(parser)
 
     export = parser.add_argument_group("export")
@@ -94,6 +105,7 @@ def main(argv=None):
         label_smoothing=args.label_smoothing, warmup_steps=args.warmup_steps,
         learning_rate_scale=args.learning_rate_scale, patience=args.patience, seed=args.seed,
         mixed_precision=args.mixed_precision, jit_compile=args.jit_compile,
+        monitor=args.monitor, chrf_pairs=args.chrf_pairs, shared_vocabulary=args.shared_vocabulary,
     )
     strategy, data = strategy_and_data(
         parser, args, settings,

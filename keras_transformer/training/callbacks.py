@@ -14,6 +14,7 @@ MONITOR_MODES = {
     "val_accuracy": "max",
     "val_macro_f1": "max",
     "val_masked_accuracy": "max",
+    "val_chrf": "max",
 }
 
 
@@ -21,8 +22,9 @@ class TimeBudget(keras.callbacks.Callback):
     """Stops training cleanly once `minutes` of wall-clock time are spent.
 
     Checked after every batch (Keras 3 honours `stop_training` between
-    batches), so a budget is overrun by at most one step. The run then goes on
-    to evaluation and export as after a normal end.
+    batches), so a budget is overrun by at most one step (and the end of that
+    epoch: validation, and any metric callbacks), and after every epoch. The
+    run then goes on to evaluation and export as after a normal end.
     """
 
     def __init__(self, minutes):
@@ -37,6 +39,14 @@ class TimeBudget(keras.callbacks.Callback):
         self._start = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
+        self.check()
+
+    def on_epoch_end(self, epoch, logs=None):
+        # Validation and end-of-epoch decoding may spend the rest of the
+        # budget: stopping here spares a next epoch of a single step.
+        self.check()
+
+    def check(self):
         if self.minutes is None or self.exhausted:
             return
         if time.monotonic() - self._start >= self.minutes * 60:

@@ -78,17 +78,22 @@ class FitResult:
 
 
 def fit_in_folder(model, strategy, folder, settings, train_dataset, validation_dataset,
-                  time_budget_minutes=None, verbose=1, steps_per_epoch=None, callbacks=()):
+                  time_budget_minutes=None, verbose=1, steps_per_epoch=None, callbacks=(), epoch_metrics=()):
     """Fits `settings.epochs` with a time budget and the folder's callbacks
     (backup, checkpoints, logs, history, the best epoch by `settings.monitor`
     with early stopping after `settings.patience`).
+
+    `epoch_metrics` are callbacks that add validation metrics to each epoch's
+    logs (e.g. `val_chrf`); they run first, so the time budget counts them
+    and the history and the best epoch see what they add.
 
     Returns:
         A `FitResult` on the chief; None on the other workers of a
         multi-worker strategy (the chief writes the results).
     """
     time_budget = TimeBudget(time_budget_minutes)
-    callbacks = [time_budget, *folder.callbacks(settings.monitor, settings.patience, verbose), *callbacks]
+    callbacks = [*epoch_metrics, time_budget, *folder.callbacks(settings.monitor, settings.patience, verbose),
+                 *callbacks]
     started = time.monotonic()
     model = fit(model, strategy, train_dataset, validation_dataset, settings.epochs,
                 steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)

@@ -40,9 +40,13 @@ from keras_transformer.training.runs import save_settings
 from keras_transformer.training.runs import saved_run_or_fresh_start
 from keras_transformer.training.runs import say
 from keras_transformer.training.settings import check_settings
+from keras_transformer.training.translation_metrics import ValidationChrF
+from keras_transformer.training.translation_metrics import chrf_subset
 
 
 SAMPLES_FILE = "samples.json"  # written once a run finished
+SHARED_VOCABULARY_FILE = "vocabulary.txt"  # both sides' vocabulary, with `shared_vocabulary`
+MONITORS = ("val_chrf", "val_masked_accuracy", "val_loss")  # what `--monitor` selects the epoch on
 
 
 @dataclasses.dataclass
@@ -79,17 +83,29 @@ class TranslatorSettings:
     learning_rate_scale: float = 0.75
     clip_norm: float = 1.0
     patience: int = 3
-    # Token accuracy under teacher forcing: unlike the label-smoothed loss, it
-    # does not get worse as the model grows confident (issue 16).
-    monitor: str = "val_masked_accuracy"
+    # chrF of greedy translations of `chrf_pairs` validation pairs: what the
+    # user reads, where the loss and the teacher-forced token accuracy are
+    # only proxies (issue 16). One of MONITORS; the validation loss breaks ties.
+    monitor: str = "val_chrf"
     seed: int = 1337
     mixed_precision: str = "off"  # "off", "float16" or "bfloat16"
     jit_compile: bool = False  # XLA
+    chrf_pairs: int = 200  # validation pairs translated each epoch for `val_chrf` (0: none)
+    shared_vocabulary: bool = False  # one cased vocabulary for both sides, one tied embedding
 
     def validate(self):
         extra = ("warmup_steps", "target_vocabulary_size", *(() if self.num_decoder_layers is None
                                                               else ("num_decoder_layers",)))
-        return check_settings(self, extra_integers=extra)
+        check_settings(self, extra_integers=extra)
+        if self.monitor not in MONITORS:
+            raise ValueError(f"`monitor` must be one of {', '.join(MONITORS)}, got {self.monitor!r}.")
+        if not isinstance(self.chrf_pairs, int) or self.chrf_pairs < 0:
+            raise ValueError(f"`chrf_pairs` must be a non-negative integer, got {self.chrf_pairs!r}.")
+        if self.monitor == "val_chrf" and self.chrf_pairs == 0:
+            raise ValueError("`monitor` val_chrf needs validation pairs to translate: `chrf_pairs` is 0.")
+        if not isinstance(self.shared_vocabulary, bool):
+            raise ValueError(f"`shared_vocabulary` must be True or False, got {self.shared_vocabulary!r}.")
+        return self
 
 
 @dataclasses.dataclass
@@ -131,23 +147,19 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
 
 def _train_translator(data, settings, folder, run_dir, resume, time_budget_minutes, verbose,
                       num_samples, callbacks, strategy):
-    source_vocabulary = folder.file("source_vocabulary.txt")
-    target_vocabulary = folder.file("target_vocabulary.txt")
     saved = saved_run_or_fresh_start(folder, run_dir, resume, SAMPLES_FILE, verbose)
     if saved is not None:
-        settings = TranslatorSettings(**saved["settings"])
+        settings = saved_translator_settings(saved)
     else:
         settings.validate()
 
         def build_tokenizers(source_vocabulary_size, target_vocabulary_size):
             say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
-            # Sources are lower-cased (less sparsity); targets keep case, since they are output.
-            save_vocabulary(build_vocabulary(data.train.sources, source_vocabulary_size), source_vocabulary)
-            save_vocabulary(
-                build_vocabulary(data.train.targets, target_vocabulary_size, lower_case=False),
-                target_vocabulary,
+            sizes = dataclasses.replace(
+                settings, vocabulary_size=source_vocabulary_size, target_vocabulary_size=target_vocabulary_size
             )
-            return WordPieceTokenizer(source_vocabulary), WordPieceTokenizer(target_vocabulary, lower_case=False)
+            build_run_vocabularies(folder, data, sizes)
+            return run_tokenizers(folder, sizes)
 
         settings, chosen = translator_settings_from_data(
             settings, data.train.sources, data.train.targets, build_tokenizers
@@ -156,8 +168,7 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
             say(verbose, choice.line())
         save_settings(folder, settings.validate(), data=data.name, chosen_from_data=choices_record(chosen))
     keras.utils.set_random_seed(settings.seed)
-    source_tokenizer = WordPieceTokenizer(source_vocabulary)
-    target_tokenizer = WordPieceTokenizer(target_vocabulary, lower_case=False)
+    source_tokenizer, target_tokenizer = run_tokenizers(folder, settings)
 
     def batches(split, shuffle):
         sources = source_tokenizer.encode(tf.constant(split.sources), settings.sequence_length).numpy()
@@ -197,6 +208,7 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
         model, strategy, folder, settings, train_dataset, validation_dataset,
         time_budget_minutes=time_budget_minutes, verbose=verbose,
         steps_per_epoch=math.ceil(len(data.train) / settings.batch_size), callbacks=callbacks,
+        epoch_metrics=_validation_chrf(data, settings, source_tokenizer, target_tokenizer),
     )
     if fitted is None:
         return None  # the chief translates the samples and writes the results
@@ -231,6 +243,50 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
     )
 
 
+def saved_translator_settings(saved):
+    """The `TranslatorSettings` in a run's `settings.json` (as `saved_run_or_fresh_start` reads it)."""
+    # A run saved before `val_chrf` existed resumes without it: a new column
+    # would not match its history.csv's header.
+    return TranslatorSettings(**{"chrf_pairs": 0, **saved["settings"]})
+
+
+def build_run_vocabularies(folder, data, settings):
+    """Learns the run's vocabularies from the training pairs into `folder` (read by `run_tokenizers`)."""
+    if settings.shared_vocabulary:
+        # Cased, since its tokens are also the output.
+        vocabulary = build_vocabulary(
+            [*data.train.sources, *data.train.targets], settings.vocabulary_size, lower_case=False
+        )
+        save_vocabulary(vocabulary, folder.file(SHARED_VOCABULARY_FILE))
+        return
+    # Sources are lower-cased (less sparsity); targets keep case, since they are output.
+    save_vocabulary(build_vocabulary(data.train.sources, settings.vocabulary_size),
+                    folder.file("source_vocabulary.txt"))
+    save_vocabulary(build_vocabulary(data.train.targets, settings.target_vocabulary_size, lower_case=False),
+                    folder.file("target_vocabulary.txt"))
+
+
+def run_tokenizers(folder, settings):
+    """The run's `(source, target)` tokenizers: one object twice with `shared_vocabulary`."""
+    if settings.shared_vocabulary:
+        tokenizer = WordPieceTokenizer(folder.file(SHARED_VOCABULARY_FILE), lower_case=False)
+        return tokenizer, tokenizer
+    return (WordPieceTokenizer(folder.file("source_vocabulary.txt")),
+            WordPieceTokenizer(folder.file("target_vocabulary.txt"), lower_case=False))
+
+
+def _validation_chrf(data, settings, source_tokenizer, target_tokenizer):
+    """`[ValidationChrF]` on the run's seeded validation subset, or `[]` without `chrf_pairs`."""
+    if not settings.chrf_pairs or not len(data.validation):
+        return []
+    subset = chrf_subset(len(data.validation), settings.chrf_pairs, settings.seed)
+    return [ValidationChrF(
+        [data.validation.sources[index] for index in subset], [data.validation.targets[index] for index in subset],
+        source_tokenizer, target_tokenizer, max_output_length=settings.sequence_length,
+        batch_size=settings.batch_size,
+    )]
+
+
 def build_translator_model(settings, source_vocabulary_size, target_vocabulary_size):
     """A built `Seq2SeqTransformer` of `settings`' sizes (what `train_translator` trains)."""
     check_chosen(settings, "sequence_length", "num_layers", "d_model", "intermediate_dim", "dropout")
@@ -245,6 +301,7 @@ def build_translator_model(settings, source_vocabulary_size, target_vocabulary_s
         num_heads=settings.num_heads,
         intermediate_dim=settings.intermediate_dim,
         dropout=settings.dropout,
+        share_embeddings=settings.shared_vocabulary,
     )
     model.build()
     return model

@@ -1,0 +1,120 @@
+"""`--shared-vocabulary` (issue 16): one cased WordPiece vocabulary from both
+languages, one token embedding for the encoder, the decoder and the output
+projection; the run exports, loads in a process without the project, and
+serves as a translator with two vocabularies does."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+import tensorflow as tf
+from starlette.testclient import TestClient
+
+from apps import train_translator
+from keras_transformer.decoding import greedy_decode
+from keras_transformer.serving import ModelRepository
+from keras_transformer.serving import ServerSettings
+from keras_transformer.serving import create_app
+from keras_transformer.serving.model_config import model_configs
+from keras_transformer.text import WordPieceTokenizer
+from tests.apps.test_train_translator import ENGLISH
+from tests.apps.test_train_translator import FLAGS
+from tests.apps.test_train_translator import NUMBERS
+from tests.apps.test_train_translator import write_pairs
+from tests.export.test_translator_export import LOADER
+from tests.export.test_translator_export import fresh_environment
+
+TEXTS = ["uno dos tres", "seis cinco", "", "cuatro cuatro uno dos"]
+
+
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("shared")
+    data = write_pairs(folder / "pairs.tsv")
+    status = train_translator.main(["--data", f"tsv:{data}", *FLAGS, "--epochs", "2", "--shared-vocabulary",
+                                    "--run-dir", str(folder / "run"), "--export-dir", str(folder / "export")])
+    assert status == 0
+    return {"run_dir": str(folder / "run"), "version_dir": str(folder / "export" / "1"), "folder": folder}
+
+
+def test_one_cased_vocabulary_holds_both_languages(shared_run, outside_process):
+    run_dir = shared_run["run_dir"]
+    assert not os.path.exists(os.path.join(run_dir, "source_vocabulary.txt"))
+    assert not os.path.exists(os.path.join(run_dir, "target_vocabulary.txt"))
+    with open(os.path.join(run_dir, "vocabulary.txt"), encoding="utf-8") as vocabulary_file:
+        tokens = set(vocabulary_file.read().split())
+    assert set(NUMBERS) <= tokens and set(ENGLISH) <= tokens
+    # Targets start with a capital ("Two five four."): the shared vocabulary keeps case.
+    assert {word.capitalize() for word in ENGLISH} & tokens
+    with open(os.path.join(run_dir, "settings.json")) as settings_file:
+        assert json.load(settings_file)["settings"]["shared_vocabulary"] is True
+
+
+def test_one_token_table_embeds_both_sides_and_projects_the_output(shared_run):
+    model = keras.models.load_model(os.path.join(shared_run["run_dir"], "model.keras"))
+    assert model.share_embeddings and model.source_vocabulary_size == model.target_vocabulary_size
+    assert model.source_embedding is model.target_embedding and model.output_projection is None
+    vocabulary_size = model.source_vocabulary_size
+    assert [tuple(weight.shape) for weight in model.weights if vocabulary_size in weight.shape] == [
+        (vocabulary_size, model.d_model)]
+
+
+@pytest.fixture(scope="module")
+def exported(shared_run):
+    import tensorflow_text  # noqa: F401  registers the tokenizer ops
+
+    return tf.saved_model.load(shared_run["version_dir"])
+
+
+def test_the_export_translates_as_the_trained_model(shared_run, exported):
+    run_dir = shared_run["run_dir"]
+    model = keras.models.load_model(os.path.join(run_dir, "model.keras"))
+    tokenizer = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt"), lower_case=False)
+    source_ids = tokenizer.encode(tf.constant(TEXTS), model.sequence_length)
+    token_ids = greedy_decode(model, source_ids, model.sequence_length - 1, tokenizer.token_id("[START]"),
+                              tokenizer.token_id("[END]"))
+    expected = list(tokenizer.detokenize(token_ids).numpy())
+    assert list(exported.signatures["greedy"](text=tf.constant(TEXTS))["translation"].numpy()) == expected
+    # One vocabulary file travels with the export, for both sides.
+    assets = os.listdir(os.path.join(shared_run["version_dir"], "assets"))
+    assert len([name for name in assets if name.endswith(".txt")]) == 1, assets
+
+
+@pytest.fixture(scope="module")
+def outside_process(shared_run):
+    """The export loaded by `tests/export`'s loader script in a fresh process that
+    cannot import the project; started early, it runs while the other tests do."""
+    cwd = shared_run["folder"] / "elsewhere"
+    cwd.mkdir()
+    texts_path = cwd / "texts.json"
+    texts_path.write_text(json.dumps([text.encode().hex() for text in TEXTS]))
+    process = subprocess.Popen([sys.executable, "-c", LOADER, shared_run["version_dir"], str(texts_path)],
+                               cwd=cwd, env=fresh_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    yield process
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
+
+
+def test_the_server_serves_it(shared_run, exported):
+    repository = ModelRepository(model_configs({"translator": os.path.dirname(shared_run["version_dir"])}),
+                                 poll_seconds=0)
+    with TestClient(create_app(repository, ServerSettings())) as client:
+        response = client.post("/v1/models/translator:predict", json={"instances": TEXTS})
+    assert response.status_code == 200, response.text
+    expected = [text.decode() for text in exported.signatures["serving_default"](text=tf.constant(TEXTS))[
+        "translation"].numpy()]
+    assert response.json()["predictions"] == expected
+
+
+def test_the_export_loads_without_the_project(outside_process, exported):
+    stdout, stderr = outside_process.communicate(timeout=300)
+    assert outside_process.returncode == 0, stderr.decode(errors="replace")[-3000:]
+    [line] = [line for line in stdout.decode().splitlines() if line.startswith("RESULT ")]
+    result = json.loads(line[len("RESULT "):])
+    for name in ("serving_default", "greedy"):
+        expected = [text.hex() for text in exported.signatures[name](text=tf.constant(TEXTS))["translation"].numpy()]
+        assert result[name]["translations"] == expected == result["tf1_" + name]

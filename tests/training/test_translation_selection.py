@@ -1,0 +1,306 @@
+"""The translator keeps its best-translating epoch (issue 16): chrF against
+hand-computed values, `ValidationChrF` on a scripted decoder, and tiny runs
+that log `val_chrf`, select, resume and stop on it."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from apps import train_translator as train_translator_app
+from keras_transformer.data import load_translation_data
+from keras_transformer.text import WordPieceTokenizer
+from keras_transformer.text import build_vocabulary
+from keras_transformer.text import save_vocabulary
+from keras_transformer.training import callbacks as training_callbacks
+from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.translation_metrics import ValidationChrF
+from keras_transformer.training.translation_metrics import chrf_subset
+from keras_transformer.training.translation_metrics import corpus_chrf
+from keras_transformer.training.translator import TranslatorSettings
+from keras_transformer.training.translator import train_translator
+from tests.apps.test_train_translator import FLAGS
+from tests.apps.test_train_translator import write_pairs
+from tests.classifier_fixtures import expect_usage_error
+
+# --- chrF, by hand ------------------------------------------------------------------
+
+
+def test_identical_texts_score_100_and_disjoint_ones_0():
+    assert corpus_chrf(["The blue dog.", "a cat"], ["The blue dog.", "a cat"]) == pytest.approx(100.0)
+    assert corpus_chrf(["abc"], ["xyz"]) == 0.0
+    assert corpus_chrf([""], ["a reference"]) == 0.0
+
+
+def test_whitespace_is_ignored_and_case_is_not():
+    assert corpus_chrf(["a b  c"], ["abc"]) == pytest.approx(100.0)
+    assert corpus_chrf(["ABC"], ["abc"]) == 0.0
+
+
+def test_a_worked_example_weighs_recall_twice_as_much_as_precision():
+    # "abc" against "abcd": 1-grams 3 of 3 hypothesis / 4 reference match,
+    # 2-grams 2 of 2 / 3, 3-grams 1 of 1 / 2. The hypothesis has no 4-gram
+    # and the reference no 5-gram: those orders do not count. Precision
+    # averages 1, recall (3/4 + 2/3 + 1/2) / 3 = 23/36, and
+    # F2 = 5 P R / (4 P + R) = (115/36) / (167/36) = 115/167.
+    assert corpus_chrf(["abc"], ["abcd"]) == pytest.approx(100 * 115 / 167)
+    # The other way round precision is 23/36 and recall 1 (the 4-gram
+    # "abcd" has no reference 4-gram to match, so it is not counted):
+    # (115/36) / (92/36 + 1) = 115/128. Missing text costs more than extra text.
+    assert corpus_chrf(["abcd"], ["abc"]) == pytest.approx(100 * 115 / 128)
+
+
+def test_matches_are_clipped_by_the_reference_counts():
+    # "aaa" against "a": 1 of the 3 hypothesis "a"s matches (precision 1/3,
+    # recall 1); no reference 2-gram, so that order does not count.
+    # F2 = 5 (1/3) / (4/3 + 1) = 5/7.
+    assert corpus_chrf(["aaa"], ["a"]) == pytest.approx(100 * 5 / 7)
+
+
+def test_the_corpus_score_sums_counts_rather_than_averaging_sentences():
+    # ("ab", "ab") gives 1-grams 2/2/2 and 2-grams 1/1/1 (hypothesis /
+    # reference / matches); ("cdef", "cdxy") gives 4/4/2, 3/3/1, 2/2/0, 1/1/0.
+    # Summed: 6/6/4, 4/4/2, 2/2/0, 1/1/0; precision = recall =
+    # (4/6 + 2/4 + 0 + 0) / 4 = 7/24. Averaging the sentences' scores would
+    # give (100 + 100 * 5/24) / 2 instead.
+    assert corpus_chrf(["ab", "cdef"], ["ab", "cdxy"]) == pytest.approx(100 * 7 / 24)
+
+
+def test_an_order_the_reference_lacks_drops_that_sentences_hypothesis_ngrams():
+    # As sacrebleu: "abcd" against "abc" adds no 4-gram counts at all, so the
+    # corpus' 4-grams are those of ("wxyz", "wxyz") alone. Summed: 8/7/7,
+    # 6/5/5, 4/3/3, 1/1/1; recall 1, precision (7/8 + 5/6 + 3/4 + 1) / 4 =
+    # 83/96; F2 = (415/96) / (332/96 + 1) = 415/428.
+    assert corpus_chrf(["abcd", "wxyz"], ["abc", "wxyz"]) == pytest.approx(100 * 415 / 428)
+
+
+def test_a_reference_per_hypothesis_is_required():
+    with pytest.raises(ValueError, match="one reference per hypothesis: got 2 hypotheses and 1 references"):
+        corpus_chrf(["a", "b"], ["a"])
+
+
+def test_agrees_with_sacrebleu():
+    sacrebleu = pytest.importorskip("sacrebleu", reason="sacrebleu (requirements-bench.txt) is not installed")
+    hypotheses = ["The blue dog sleeps.", "A cat", "", "And God said, Let there be light.", "x"]
+    references = ["The dog is blue.", "The cat sat.", "Nothing here", "And God said: let there be light!", "xy"]
+    expected = sacrebleu.corpus_chrf(hypotheses, [references]).score
+    assert corpus_chrf(hypotheses, references) == pytest.approx(expected, abs=1e-9)
+
+
+def test_the_validation_subset_is_seeded_and_capped_by_the_split():
+    subset = chrf_subset(1000, 200, seed=5)
+    assert len(set(subset)) == 200 and list(subset) == sorted(subset)
+    np.testing.assert_array_equal(subset, chrf_subset(1000, 200, seed=5))
+    assert not np.array_equal(subset, chrf_subset(1000, 200, seed=6))
+    np.testing.assert_array_equal(chrf_subset(8, 200, seed=5), np.arange(8))
+
+
+# --- ValidationChrF on a scripted decoder ----------------------------------------------
+
+
+class CopyingDecoder:
+    """Has the decoding methods of `Seq2SeqTransformer`: "translates" by emitting
+    its source ids one per step, then `[END]`, shifted by `garble` ids (0 copies)."""
+
+    def __init__(self, vocabulary_size, end_id, sequence_length=16):
+        self.vocabulary_size = vocabulary_size
+        self.end_id = end_id
+        self.sequence_length = sequence_length
+        self.garble = tf.Variable(0, dtype=tf.int32)
+
+    def encode(self, source_ids, training=None):
+        return tf.cast(source_ids, tf.float32), source_ids > 0
+
+    def initialize_cache(self, encoder_output, source_mask, max_length):
+        source_ids = tf.cast(encoder_output, tf.int32)
+        padded = tf.pad(source_ids, [[0, 0], [0, max_length]])
+        return (tf.zeros([tf.shape(source_ids)[0]]),), {"source_ids": padded}
+
+    def decode_step(self, token_ids, index, self_cache, step_constants):
+        source_id = step_constants["source_ids"][:, index]
+        garbled = tf.where(source_id > 6, (source_id - 7 + self.garble) % (self.vocabulary_size - 7) + 7, 0)
+        next_id = tf.where(source_id > 0, garbled, self.end_id)
+        return tf.one_hot(next_id, self.vocabulary_size) * 10.0, self_cache
+
+
+@pytest.fixture(scope="module")
+def shared_tokenizer(tmp_path_factory):
+    words = "the blue dog red cat green hat sleeps runs".split()
+    path = tmp_path_factory.mktemp("vocabulary") / "vocabulary.txt"
+    save_vocabulary(build_vocabulary([" ".join(words)] * 20, 60, lower_case=False), path)
+    return WordPieceTokenizer(path, lower_case=False)
+
+
+def test_validation_chrf_scores_the_detokenized_greedy_output(shared_tokenizer):
+    sources = ["the blue dog sleeps", "red cat", "the green hat runs", "dog", "the cat runs"]
+    decoder = CopyingDecoder(shared_tokenizer.vocabulary_size, shared_tokenizer.token_id("[END]"))
+    callback = ValidationChrF(sources, sources, shared_tokenizer, shared_tokenizer, max_output_length=16,
+                              batch_size=2)
+    callback.set_model(decoder)
+    callback.on_train_begin()
+    logs = {"val_loss": 1.0}
+    callback.on_epoch_end(0, logs)
+    assert callback.translations() == sources  # in their order, across sorted batches of 2
+    assert logs["val_chrf"] == pytest.approx(100.0)
+    decoder.garble.assign(1)  # read by the traced decode: no retrace needed
+    garbled = callback.translations()
+    assert garbled != sources
+    callback.on_epoch_end(1, logs)
+    assert logs["val_chrf"] == pytest.approx(corpus_chrf(garbled, sources))
+    assert logs["val_chrf"] < 60
+
+
+def test_validation_chrf_cuts_outputs_at_twice_the_longest_reference(shared_tokenizer):
+    source = " ".join(["dog"] * 12)
+    decoder = CopyingDecoder(shared_tokenizer.vocabulary_size, shared_tokenizer.token_id("[END]"))
+    callback = ValidationChrF([source], ["dog dog"], shared_tokenizer, shared_tokenizer, max_output_length=16)
+    callback.set_model(decoder)
+    callback.on_train_begin()
+    # The reference has 2 tokens: at most 2 * 2 + 1 generated, the last not [END].
+    assert callback.translations() == [" ".join(["dog"] * 5)]
+
+
+# --- tiny training runs ------------------------------------------------------------------
+
+SETTINGS = dict(batch_size=16, sequence_length=12, vocabulary_size=120, num_layers=1, d_model=32, num_heads=2,
+                intermediate_dim=64, warmup_steps=10)
+
+
+@pytest.fixture(scope="module")
+def numbers_data(tmp_path_factory):
+    path = write_pairs(tmp_path_factory.mktemp("pairs") / "pairs.tsv")
+    return load_translation_data(f"tsv:{path}", validation_size=8, test_size=8)
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashAfterEpoch(keras.callbacks.Callback):
+    """Raises once `epoch` is logged and backed up (it runs after the run folder's callbacks)."""
+
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.epoch:
+            raise Crash
+
+
+@pytest.fixture(scope="module")
+def resumed_run(numbers_data, tmp_path_factory):
+    """Three epochs of the numbers translator, interrupted after the second and resumed."""
+    run_dir = tmp_path_factory.mktemp("resumed") / "run"
+    with pytest.raises(Crash):
+        train_translator(numbers_data, TranslatorSettings(epochs=3, **SETTINGS), run_dir, verbose=0,
+                         callbacks=[CrashAfterEpoch(1)])
+    history_before = RunFolder(run_dir).read_history()
+    # Settings given on resume are ignored for the saved ones (val_chrf on 200 pairs).
+    run = train_translator(numbers_data, TranslatorSettings(epochs=3, monitor="val_loss", chrf_pairs=0, **SETTINGS),
+                           run_dir, resume=True, verbose=0)
+    return run, history_before
+
+
+def test_every_epoch_logs_val_chrf_across_the_resume(resumed_run):
+    run, history_before = resumed_run
+    assert len(history_before["val_chrf"]) == 2
+    history = RunFolder(run.run_dir).read_history()
+    assert len(history["loss"]) == 3 and len(history["val_chrf"]) == 3
+    assert history["val_chrf"][:2] == history_before["val_chrf"]
+    assert all(0.0 <= value <= 100.0 for value in history["val_chrf"])
+
+
+def test_the_kept_epoch_is_the_best_val_chrf_of_the_whole_run(resumed_run):
+    run, _ = resumed_run
+    folder = RunFolder(run.run_dir)
+    history, kept = folder.read_history(), folder.read_best_epoch()
+    best = max(history["val_chrf"])
+    ties = [index for index, value in enumerate(history["val_chrf"]) if value == best]
+    best_index = min(ties, key=lambda index: history["val_loss"][index])
+    assert kept["monitor"] == "val_chrf" and kept["epoch"] == best_index + 1
+    assert kept["value"] == pytest.approx(best)
+
+
+def test_val_chrf_is_the_chrf_of_the_exported_greedy_translations(resumed_run, numbers_data, tmp_path):
+    # The run ends on the kept epoch's weights: the export's `greedy`
+    # signature on the same validation pairs scores what that epoch logged.
+    from keras_transformer.export import export_translator
+
+    run, _ = resumed_run
+    kept = RunFolder(run.run_dir).read_best_epoch()
+    version_dir = export_translator(run.model, run.source_tokenizer, run.target_tokenizer, str(tmp_path / "export"),
+                                    max_output_length=SETTINGS["sequence_length"])
+    greedy = tf.saved_model.load(version_dir).signatures["greedy"]
+    subset = chrf_subset(len(numbers_data.validation), 200, TranslatorSettings().seed)
+    sources = [numbers_data.validation.sources[index] for index in subset]
+    references = [numbers_data.validation.targets[index] for index in subset]
+    translations = [text.decode("utf-8") for text in greedy(text=tf.constant(sources))["translation"].numpy()]
+    assert corpus_chrf(translations, references) == pytest.approx(kept["value"], abs=1e-9)
+
+
+def test_a_time_budget_spent_by_the_decode_ends_training_with_that_epoch(numbers_data, tmp_path, monkeypatch):
+    # A clock for the callbacks module only, which the decode moves an hour on.
+    clock = {"now": 0.0}
+    monkeypatch.setattr(training_callbacks, "time", type("Clock", (), {"monotonic": lambda: clock["now"]}))
+    decode = ValidationChrF.on_epoch_end
+
+    def slow_decode(self, epoch, logs=None):
+        decode(self, epoch, logs)
+        clock["now"] += 3600.0
+
+    monkeypatch.setattr(ValidationChrF, "on_epoch_end", slow_decode)
+    run = train_translator(numbers_data, TranslatorSettings(epochs=3, **SETTINGS), tmp_path / "run",
+                           time_budget_minutes=30, verbose=0)
+    history = RunFolder(run.run_dir).read_history()
+    assert run.stopped_by_time_budget
+    assert len(history["loss"]) == 1 and len(history["val_chrf"]) == 1
+
+
+# --- flags -----------------------------------------------------------------------------
+
+
+def test_monitor_flag_defaults_to_val_chrf_and_checks_its_pairs(tmp_path, capsys):
+    parser = train_translator_app.build_parser()
+    assert parser.parse_args([]).monitor == "val_chrf" == TranslatorSettings().monitor
+    assert parser.parse_args(["--monitor", "val_masked_accuracy"]).monitor == "val_masked_accuracy"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--monitor", "val_accuracy"])
+    assert "--monitor: invalid choice: 'val_accuracy'" in capsys.readouterr().err
+    message = expect_usage_error(
+        train_translator_app.main,
+        ["--data", "bible:es-en", *FLAGS, "--chrf-pairs", "0", "--run-dir", str(tmp_path / "run")], capsys,
+    )
+    assert "val_chrf" in message and "chrf_pairs" in message
+    message = expect_usage_error(
+        train_translator_app.main,
+        ["--data", "bible:es-en", *FLAGS, "--chrf-pairs", "-1", "--run-dir", str(tmp_path / "run")], capsys,
+    )
+    assert "chrf_pairs" in message and "-1" in message
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_run_saved_before_val_chrf_resumes_without_it():
+    import dataclasses
+
+    from keras_transformer.training.translator import saved_translator_settings
+
+    old = dataclasses.asdict(TranslatorSettings(monitor="val_masked_accuracy"))
+    del old["chrf_pairs"], old["shared_vocabulary"]
+    settings = saved_translator_settings({"settings": old, "data": "tsv:pairs.tsv"})
+    assert settings.chrf_pairs == 0 and settings.monitor == "val_masked_accuracy"
+    assert settings.shared_vocabulary is False
+    assert saved_translator_settings({"settings": dataclasses.asdict(TranslatorSettings())}).chrf_pairs == 200
+
+
+def test_chrf_pairs_zero_with_another_monitor_logs_no_val_chrf(numbers_data, tmp_path):
+    run = train_translator(numbers_data, TranslatorSettings(epochs=1, monitor="val_masked_accuracy", chrf_pairs=0,
+                                                            **SETTINGS), tmp_path / "run", verbose=0)
+    folder = RunFolder(run.run_dir)
+    assert "val_chrf" not in folder.read_history()
+    assert folder.read_best_epoch()["monitor"] == "val_masked_accuracy"
+    with open(folder.file("settings.json")) as settings_file:
+        assert json.load(settings_file)["settings"]["chrf_pairs"] == 0
