@@ -59,6 +59,7 @@ LONGEST_FIRST = [
     "tests/apps/test_multi_worker.py",
     "tests/layers/test_crosscheck.py",
     "tests/apps/test_train_translator.py",
+    "tests/training/test_pretraining.py",
     "tests/apps/test_hardware_flags.py",
     "tests/layers/test_mixed_precision.py",
     "tests/models/test_seq2seq.py",

@@ -236,7 +236,8 @@ def pretrain_encoder(classifier, settings, tokenizer, texts, validation_texts, f
         model.save_weights(weights_path)
     if time_budget_minutes is None:
         return None
-    return max(time_budget_minutes - (time.monotonic() - started) / 60, 1e-3)
+    # TimeBudget wants a positive budget; one this small stops fine-tuning after its first step.
+    return max(time_budget_minutes - (time.monotonic() - started) / 60, 1e-9)
 
 
 def clear_pretraining(folder):
