@@ -244,6 +244,22 @@ def test_pretraining_and_fine_tuning_share_one_time_budget(tmp_path, keyword_csv
     assert run.stopped_by_time_budget and run.epochs_completed == 1
 
 
+def test_a_new_run_pretrains_again_whatever_an_earlier_run_left(tmp_path, keyword_csv, monkeypatch):
+    from keras_transformer.data import load_classification_data
+
+    stale = tmp_path / "run" / pretraining.PRETRAINING_DIR / pretraining.PRETRAINED_WEIGHTS_FILE
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"not the weights of this run")
+    fits = []
+    fit = pretraining.fit_in_folder
+    monkeypatch.setattr(pretraining, "fit_in_folder", lambda *args, **kwargs: fits.append(1) or fit(*args, **kwargs))
+    classifier_training.train_classifier(
+        load_classification_data(f"csv:{keyword_csv}"), dataclasses.replace(TINY, pretrain_epochs=1, epochs=1),
+        tmp_path / "run", time_budget_minutes=1e-6, verbose=0)
+    assert fits == [1]
+    assert stale.read_bytes() != b"not the weights of this run"
+
+
 # --- a run killed in each phase, resumed ------------------------------------------------
 
 
