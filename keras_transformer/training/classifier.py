@@ -234,13 +234,7 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
         # BackupAndRestore loads weights before the first batch, so they must exist.
         model.build((None, settings.sequence_length))
         model.compile(
-            optimizer=keras.optimizers.AdamW(
-                learning_rate=WarmupCosine(
-                    settings.learning_rate, settings.epochs * steps_per_epoch, settings.warmup_fraction
-                ),
-                weight_decay=settings.weight_decay,
-                clipnorm=settings.clip_norm,
-            ),
+            optimizer=build_adamw(settings, settings.epochs * steps_per_epoch),
             loss="sparse_categorical_crossentropy",
             # An object, not "accuracy": Keras builds a metric named by a string
             # inside the first traced train step, which then traces twice.
@@ -252,6 +246,15 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
         )
         build_optimizer(model)
     return model
+
+
+def build_adamw(settings, total_steps):
+    """The AdamW of `settings` (weight decay, clipping) with a `WarmupCosine` over `total_steps`."""
+    return keras.optimizers.AdamW(
+        learning_rate=WarmupCosine(settings.learning_rate, total_steps, settings.warmup_fraction),
+        weight_decay=settings.weight_decay,
+        clipnorm=settings.clip_norm,
+    )
 
 
 def learning_rate_schedule(model):

@@ -130,7 +130,7 @@ def build_masked_lm(settings, vocabulary_size, steps_per_epoch, strategy=None):
     """The built and compiled `MaskedLanguageModel` for a classifier of `settings`,
     with the classifier's optimizer and a `WarmupCosine` sized by `settings.pretrain_epochs`."""
     # Here, not at the top: the classifier pipeline imports this module.
-    from keras_transformer.training.classifier import WarmupCosine
+    from keras_transformer.training.classifier import build_adamw
 
     with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
         model = MaskedLanguageModel(
@@ -144,13 +144,7 @@ def build_masked_lm(settings, vocabulary_size, steps_per_epoch, strategy=None):
         )
         model.build((None, settings.sequence_length))
         model.compile(
-            optimizer=keras.optimizers.AdamW(
-                learning_rate=WarmupCosine(
-                    settings.learning_rate, settings.pretrain_epochs * steps_per_epoch, settings.warmup_fraction
-                ),
-                weight_decay=settings.weight_decay,
-                clipnorm=settings.clip_norm,
-            ),
+            optimizer=build_adamw(settings, settings.pretrain_epochs * steps_per_epoch),
             loss=MaskedSparseCategoricalCrossentropy(),
             metrics=[keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")],
             jit_compile=settings.jit_compile,
