@@ -224,10 +224,10 @@ def pretrain_encoder(classifier, settings, tokenizer, texts, validation_texts, f
         time_budget_minutes=budget, verbose=verbose,
         callbacks=[FitScheduleToBudget(learning_rate_schedule(model), budget)],
     )
-    model = fitted.model if fitted is not None else model
+    model = fitted.model if fitted is not None else model  # None on the other workers of a cluster
     model.copy_encoder_to(classifier)
-    if fitted is not None:
-        model.save_weights(weights_path)
+    # Every worker, in its own run folder: a resumed cluster must agree on skipping pretraining.
+    model.save_weights(weights_path)
     if time_budget_minutes is None:
         return None
     # TimeBudget wants a positive budget; one this small stops fine-tuning after its first step.
