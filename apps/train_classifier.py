@@ -17,6 +17,7 @@ goes to EXPORT_DIR/N, N one above the newest version there.
 """
 
 import argparse
+import functools
 import sys
 
 from apps.training_flags import add_hardware_flags
@@ -30,6 +31,7 @@ from keras_transformer.data import load_classification_data
 from keras_transformer.models.classifier import POOLINGS
 from keras_transformer.training.classifier import MONITORS
 from keras_transformer.training.classifier import ClassifierSettings
+from keras_transformer.training.pretraining import read_unlabeled_texts
 
 DEFAULTS = ClassifierSettings()
 
@@ -46,6 +48,9 @@ def build_parser():
     data.add_argument("--label-column", default=None, help="csv/tsv: column with the label (default label)")
     data.add_argument("--max-examples", type=int, default=None, metavar="N",
                       help="train on a stratified subset of N training texts (quick runs)")
+    data.add_argument("--unlabeled", default=None, metavar="PATH",
+                      help="UTF-8 file of unlabelled texts, one a line, for the vocabulary and "
+                           "--pretrain-epochs (give it again with --resume)")
 
     model = parser.add_argument_group("model")
     model.add_argument("--sequence-length", type=int, default=DEFAULTS.sequence_length,
@@ -67,6 +72,10 @@ def build_parser():
     training.add_argument("--warmup-fraction", type=float, default=DEFAULTS.warmup_fraction,
                           help=default_help(DEFAULTS.warmup_fraction,
                                             "share of the planned steps that warm the learning rate up"))
+    training.add_argument("--pretrain-epochs", type=int, default=DEFAULTS.pretrain_epochs, metavar="N",
+                          help="first pretrain the encoder for N epochs to predict masked tokens of the "
+                               "training texts and --unlabeled, within half of --time-budget at most "
+                               f"(default {DEFAULTS.pretrain_epochs}: no pretraining)")
     add_run_flags(training, DEFAULTS, run_dir="runs/classifier")
     add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
     add_hardware_flags(parser)
@@ -98,23 +107,29 @@ def settings_from(args):
         seed=args.seed,
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
+        pretrain_epochs=args.pretrain_epochs,
     )
 
 
 def check_flags(args):
     if args.max_examples is not None and args.max_examples < 2:
         raise ValueError(f"--max-examples must be at least 2, got {args.max_examples}.")
+    if args.unlabeled is not None and not args.pretrain_epochs:
+        raise ValueError("--unlabeled texts are for pretraining: give --pretrain-epochs too.")
 
 
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     settings = settings_from(args)
-    strategy, data = strategy_and_data(
+    strategy, (data, unlabeled_texts) = strategy_and_data(
         parser, args, settings,
-        lambda: load_classification_data(
-            args.data, text_column=args.text_column, label_column=args.label_column, seed=args.seed,
-            max_examples=args.max_examples,
+        lambda: (
+            load_classification_data(
+                args.data, text_column=args.text_column, label_column=args.label_column, seed=args.seed,
+                max_examples=args.max_examples,
+            ),
+            read_unlabeled_texts(args.unlabeled) if args.unlabeled is not None else [],
         ),
         check_flags=check_flags,
     )
@@ -128,7 +143,8 @@ def main(argv=None):
         f"{len(data.test)} test texts; classes {', '.join(data.class_names)}",
         flush=True,
     )
-    run = train_on_chief(parser, args, train_classifier, data, settings, strategy)
+    run = train_on_chief(parser, args, functools.partial(train_classifier, unlabeled_texts=unlabeled_texts),
+                         data, settings, strategy)
     if run is None:
         return 0
     print(f"Run folder: {run.run_dir} (metrics.json, confusion_matrix.png, learning_curves.png)")

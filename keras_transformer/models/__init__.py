@@ -1,6 +1,7 @@
 """Models built from `keras_transformer.layers`."""
 
 from keras_transformer.models.classifier import TransformerClassifier
+from keras_transformer.models.masked_lm import MaskedLanguageModel
 from keras_transformer.models.seq2seq import Seq2SeqTransformer
 
-__all__ = ["Seq2SeqTransformer", "TransformerClassifier"]
+__all__ = ["MaskedLanguageModel", "Seq2SeqTransformer", "TransformerClassifier"]

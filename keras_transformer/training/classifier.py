@@ -35,6 +35,9 @@ from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.evaluation import classification_report
 from keras_transformer.training.evaluation import format_classification_report
 from keras_transformer.training.fitting import build_optimizer
+from keras_transformer.training.pretraining import clear_pretraining
+from keras_transformer.training.pretraining import pretrain_encoder
+from keras_transformer.training.pretraining import pretraining_started
 from keras_transformer.training.runs import fit_in_folder
 from keras_transformer.training.runs import save_model_and_curves
 from keras_transformer.training.runs import save_settings
@@ -78,6 +81,7 @@ class ClassifierSettings:
     seed: int = 1337
     mixed_precision: str = "off"  # "off", "float16" or "bfloat16"
     jit_compile: bool = False  # XLA
+    pretrain_epochs: int = 0  # masked-token pretraining of the encoder before fine-tuning (0 = none)
 
     def validate(self):
         check_settings(self)
@@ -87,6 +91,8 @@ class ClassifierSettings:
             raise ValueError(f"`learning_rate` must be positive, got {self.learning_rate}.")
         if self.warmup_fraction is not None and not 0.0 <= self.warmup_fraction < 1.0:
             raise ValueError(f"`warmup_fraction` must be in [0, 1), got {self.warmup_fraction}.")
+        if not isinstance(self.pretrain_epochs, int) or self.pretrain_epochs < 0:
+            raise ValueError(f"`pretrain_epochs` must be an integer of at least 0, got {self.pretrain_epochs!r}.")
         return self
 
 
@@ -105,7 +111,7 @@ class ClassifierRun:
 
 
 def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=None, verbose=1,
-                     strategy=None):
+                     strategy=None, unlabeled_texts=()):
     """Builds the vocabulary, trains with `fit`, evaluates on the test split.
 
     Args:
@@ -123,16 +129,21 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
             Under a multi-worker strategy every worker calls this with the
             same data and settings; only the chief writes `run_dir`,
             evaluates and returns a `ClassifierRun`; the others return None.
+        unlabeled_texts: more texts for the vocabulary and, with
+            `settings.pretrain_epochs`, for pretraining (give the same to a resume).
     """
     with worker_run_dir(run_dir, strategy, resume=resume) as own_run_dir:
         return _train_classifier(
-            data, settings, RunFolder(own_run_dir), run_dir, resume, time_budget_minutes, verbose, strategy
+            data, settings, RunFolder(own_run_dir), run_dir, resume, time_budget_minutes, verbose, strategy,
+            list(unlabeled_texts),
         )
 
 
-def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minutes, verbose, strategy):
+def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minutes, verbose, strategy,
+                      unlabeled_texts):
     vocabulary_path = folder.file("vocabulary.txt")
-    saved = saved_run_or_fresh_start(folder, run_dir, resume, METRICS_FILE, verbose)
+    saved = saved_run_or_fresh_start(folder, run_dir, resume, METRICS_FILE, verbose,
+                                     earlier_phase_started=pretraining_started(folder))
     if saved is not None:
         if saved["class_names"] != data.class_names:
             raise ValueError(
@@ -142,10 +153,12 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
         settings = ClassifierSettings(**saved["settings"])
     else:
         settings.validate()
+        clear_pretraining(folder)
 
         def build_tokenizer(vocabulary_size):
-            say(verbose, f"Building a WordPiece vocabulary from {len(data.train)} training texts...")
-            save_vocabulary(build_vocabulary(data.train.texts, vocabulary_size), vocabulary_path)
+            # Unlabelled texts shape the vocabulary too; the lengths are the labelled texts'.
+            say(verbose, f"Building a WordPiece vocabulary from {len(data.train) + len(unlabeled_texts)} texts...")
+            save_vocabulary(build_vocabulary([*data.train.texts, *unlabeled_texts], vocabulary_size), vocabulary_path)
             return WordPieceTokenizer(vocabulary_path)
 
         settings, chosen = classifier_settings_from_data(settings, data.train.texts, build_tokenizer)
@@ -171,6 +184,11 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     model = build_classifier_model(
         settings, tokenizer.vocabulary_size, len(data.class_names), steps_per_epoch, strategy
     )
+    if settings.pretrain_epochs:
+        time_budget_minutes = pretrain_encoder(
+            model, settings, tokenizer, [*data.train.texts, *unlabeled_texts], data.validation.texts, folder,
+            strategy, time_budget_minutes, verbose,
+        )
     fitted = fit_in_folder(
         model, strategy, folder, settings,
         _batches(train_ids, train_labels, settings.batch_size, shuffle_seed=settings.seed),
@@ -238,13 +256,7 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
         # BackupAndRestore loads weights before the first batch, so they must exist.
         model.build((None, settings.sequence_length))
         model.compile(
-            optimizer=keras.optimizers.AdamW(
-                learning_rate=WarmupCosine(
-                    settings.learning_rate, settings.epochs * steps_per_epoch, settings.warmup_fraction
-                ),
-                weight_decay=settings.weight_decay,
-                clipnorm=settings.clip_norm,
-            ),
+            optimizer=build_adamw(settings, settings.epochs * steps_per_epoch),
             loss="sparse_categorical_crossentropy",
             # An object, not "accuracy": Keras builds a metric named by a string
             # inside the first traced train step, which then traces twice.
@@ -256,6 +268,15 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
         )
         build_optimizer(model)
     return model
+
+
+def build_adamw(settings, total_steps):
+    """The AdamW of `settings` (weight decay, clipping) with a `WarmupCosine` over `total_steps`."""
+    return keras.optimizers.AdamW(
+        learning_rate=WarmupCosine(settings.learning_rate, total_steps, settings.warmup_fraction),
+        weight_decay=settings.weight_decay,
+        clipnorm=settings.clip_norm,
+    )
 
 
 def learning_rate_schedule(model):

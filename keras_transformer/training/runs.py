@@ -21,7 +21,7 @@ def say(verbose, message):
         print(message, flush=True)
 
 
-def saved_run_or_fresh_start(folder, run_dir, resume, finished_file, verbose):
+def saved_run_or_fresh_start(folder, run_dir, resume, finished_file, verbose, earlier_phase_started=False):
     """The saved settings file of the run to resume, or None once `folder` is ready for a new run.
 
     A run resumes when `resume` is asked for and the folder has a backup and
@@ -36,6 +36,8 @@ def saved_run_or_fresh_start(folder, run_dir, resume, finished_file, verbose):
         resume: whether the user asked to resume.
         finished_file: the file, in the folder, written once a run finished.
         verbose: whether to say what happens.
+        earlier_phase_started: whether a phase before `fit_in_folder`
+            (pretraining) left state to resume from, backup or not.
 
     Returns:
         The dict in `settings.json` (`{"settings": {...}, ...}`), or None.
@@ -44,7 +46,7 @@ def saved_run_or_fresh_start(folder, run_dir, resume, finished_file, verbose):
         ValueError: `resume` of a finished run.
     """
     settings_path = folder.file(SETTINGS_FILE)
-    if resume and folder.has_backup() and os.path.exists(settings_path):
+    if resume and (folder.has_backup() or earlier_phase_started) and os.path.exists(settings_path):
         with open(settings_path) as settings_file:
             saved = json.load(settings_file)
         say(verbose, f"Resuming {run_dir} with the settings and vocabularies it started with.")
