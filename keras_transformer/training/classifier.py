@@ -272,6 +272,7 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
 
 def build_adamw(settings, total_steps):
     """The AdamW of `settings` (weight decay, clipping) with a `WarmupCosine` over `total_steps`."""
+    check_chosen(settings, "warmup_fraction")
     return keras.optimizers.AdamW(
         learning_rate=WarmupCosine(settings.learning_rate, total_steps, settings.warmup_fraction),
         weight_decay=settings.weight_decay,

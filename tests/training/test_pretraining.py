@@ -34,7 +34,7 @@ MASK_ID = RESERVED_TOKENS.index(MASK)
 CLS_ID = RESERVED_TOKENS.index(CLS)
 TINY = ClassifierSettings(sequence_length=24, vocabulary_size=VOCABULARY_SIZE, num_layers=1, d_model=16,
                           num_heads=2, intermediate_dim=32, dropout=0.0, batch_size=16, learning_rate=5e-3,
-                          pretrain_epochs=2)
+                          warmup_fraction=0.1, pretrain_epochs=2)
 
 
 def numpy(tensor):
