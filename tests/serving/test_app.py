@@ -179,7 +179,8 @@ def test_translator_predict_every_signature_equals_direct_call(client, direct_mo
     assert response.status_code == 200
     outputs = response.json()["outputs"]
     expected = call_direct(direct, SOME_TEXTS, "attention")
-    assert set(outputs) == {"source_tokens", "target_tokens", "cross_attention"}
+    assert set(outputs) == {"source_tokens", "target_tokens", "decoder_input_tokens", "cross_attention",
+                            "decoder_self_attention", "encoder_self_attention"}
     for name in ("source_tokens", "target_tokens"):
         assert outputs[name] == [[token.decode("utf-8") for token in row] for row in expected[name]]
     np.testing.assert_allclose(outputs["cross_attention"], expected["cross_attention"], atol=1e-6, rtol=0)

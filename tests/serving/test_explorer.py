@@ -113,3 +113,23 @@ def test_the_flag_and_its_cap_are_in_the_help():
     from keras_transformer.serving.explorer import ATTENTION_MAX_INSTANCES
 
     assert f"at most {ATTENTION_MAX_INSTANCES} examples a request" in " ".join(build_parser().format_help().split())
+
+
+def test_the_translator_attention_signature_gives_every_map_the_page_draws(direct_models):
+    outputs = call_direct(direct_models[("translator", 1)], ["y dijo dios sea la luz", "la casa es azul"], "attention")
+    for example in range(2):
+        source = [token for token in outputs["source_tokens"][example] if token]
+        target = [token for token in outputs["target_tokens"][example] if token]
+        decoder_inputs = [token for token in outputs["decoder_input_tokens"][example] if token]
+        # The decoder reads [START] and its own output but the last token.
+        assert decoder_inputs == [b"[START]"] + target[:-1]
+        encoder = outputs["encoder_self_attention"][example]
+        decoder = outputs["decoder_self_attention"][example]
+        assert encoder.shape[-2:] == (outputs["source_tokens"].shape[1],) * 2
+        assert decoder.shape[-2:] == (outputs["target_tokens"].shape[1],) * 2
+        # Distributions over the real tokens; the decoder's only over those already read.
+        np.testing.assert_allclose(encoder[:, :, :len(source), :len(source)].sum(axis=-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(encoder[:, :, :len(source), len(source):], 0.0, atol=1e-6)
+        steps = len(target)
+        np.testing.assert_allclose(decoder[:, :, :steps, :steps].sum(axis=-1), 1.0, atol=1e-5)
+        np.testing.assert_allclose(np.triu(decoder[:, :, :steps, :steps], k=1), 0.0, atol=1e-6)

@@ -22,7 +22,7 @@
       { output: "encoder_self_attention", title: "Encoder self-attention", rows: "source_tokens",
         cols: "source_tokens", rowName: "query token", colName: "key token" },
       { output: "decoder_self_attention", title: "Decoder self-attention", rows: "target_tokens",
-        cols: "target_tokens", rowName: "query token", colName: "key token" },
+        cols: "decoder_input_tokens", rowName: "target token", colName: "decoder input" },
     ],
   };
 
@@ -127,12 +127,12 @@
 
   function modelLabel(model) {
     if (model.version === null) {
-      return `${model.name}: no version loaded`;
+      return `${model.name} (no version loaded)`;
     }
     if (model.kind === "other") {
-      return `${model.name}: version ${model.version}, not a classifier or translator`;
+      return `${model.name} (version ${model.version}, not a classifier or translator)`;
     }
-    return `${model.name}: ${model.kind}, version ${model.version}`;
+    return `${model.name} (${model.kind}, version ${model.version})`;
   }
 
   async function loadModels() {
@@ -202,7 +202,10 @@
       if (!model.attention) {
         showAttentionMessage("This export has no attention signature to draw.");
       } else if (attention.status === "rejected") {
-        showAttentionMessage(`No attention to show. ${describe(attention.reason, model)}`);
+        const tooLarge = attention.reason instanceof ServerError && attention.reason.status === 413;
+        showAttentionMessage(tooLarge
+          ? `No attention to show: this text's weights are more than the server sends in one answer (${attention.reason.message}). Try a shorter text, or start the server with a larger --max-response-bytes.`
+          : `No attention to show. ${describe(attention.reason, model)}`);
       } else {
         showAttention(model, attention.value);
       }
@@ -344,7 +347,8 @@
     const matrix = map.weights[layer][head];
     const rows = map.rowTokens.slice(0, MAX_SHOWN_TOKENS);
     const cols = map.colTokens.slice(0, MAX_SHOWN_TOKENS);
-    const labelWidth = 96;
+    // Token labels take a fifth of a phone's width, at most 96 px.
+    const labelWidth = Math.min(96, Math.round(window.innerWidth / 5));
     const room = byId("heatmap-scroll").clientWidth - labelWidth - 8;
     const cell = Math.max(12, Math.min(32, Math.floor(room / cols.length)));
     heatmap.style.gridTemplateColumns = `${labelWidth}px repeat(${cols.length}, ${cell}px)`;
