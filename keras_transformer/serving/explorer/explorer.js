@@ -262,9 +262,10 @@
     line.hidden = false;
   }
 
+  // The tokens before the padding (""); a token that is not UTF-8 comes as {"b64": ...}.
   function realTokens(tokens) {
     const end = tokens.indexOf("");
-    return end < 0 ? tokens : tokens.slice(0, end);
+    return (end < 0 ? tokens : tokens.slice(0, end)).map((token) => (typeof token === "string" ? token : "\ufffd"));
   }
 
   function showAttention(model, outputs) {
