@@ -129,6 +129,14 @@ def assert_heatmaps(page, attention, outputs):
     titles = page.locator("#map option").all_text_contents()
     drawn = [name for name in MAPS if name in outputs]
     assert titles == [MAPS[name][0] for name in drawn]
+    # One colour scale for the answer: from 0 to its largest weight, which is the darkest cell.
+    largest = max(
+        np.asarray(attention[name])[:, :, :len([t for t in attention[MAPS[name][1]] if t]),
+                                    :len([t for t in attention[MAPS[name][2]] if t])].max()
+        for name in drawn
+    )
+    expect_text(page, "#legend-high", f"{largest:.3f}")
+    darkest, darkest_of_largest = [], []
     for map_index, name in enumerate(drawn):
         _, row_output, column_output = MAPS[name]
         rows = [token for token in attention[row_output] if token]
@@ -157,6 +165,10 @@ def assert_heatmaps(page, attention, outputs):
                 lightness = [luminance(cell[3]) for cell in ordered]
                 assert all(later <= earlier + 1e-9 for earlier, later in zip(lightness, lightness[1:]))
                 assert lightness[0] > lightness[-1] or ordered[0][2] == ordered[-1][2]
+                darkest.append(lightness[-1])
+                if ordered[-1][2] == pytest.approx(largest, abs=1e-6):
+                    darkest_of_largest.append(lightness[-1])
+    assert darkest_of_largest and max(darkest_of_largest) <= min(darkest) + 1e-9
     expect_text(page, "#legend-low", "0")
 
 
