@@ -129,20 +129,17 @@ def assert_heatmaps(page, attention, outputs):
     titles = page.locator("#map option").all_text_contents()
     drawn = [name for name in MAPS if name in outputs]
     assert titles == [MAPS[name][0] for name in drawn]
-    # One colour scale for the answer: from 0 to its largest weight, which is the darkest cell.
-    largest = max(
-        np.asarray(attention[name])[:, :, :len([t for t in attention[MAPS[name][1]] if t]),
-                                    :len([t for t in attention[MAPS[name][2]] if t])].max()
-        for name in drawn
-    )
-    expect_text(page, "#legend-high", f"{largest:.3f}")
-    darkest, darkest_of_largest = [], []
     for map_index, name in enumerate(drawn):
         _, row_output, column_output = MAPS[name]
         rows = [token for token in attention[row_output] if token]
         columns = [token for token in attention[column_output] if token]
         weights = np.asarray(attention[name])
         page.select_option("#map", index=map_index)
+        # One colour scale per map, from 0 to its largest weight (any layer, head), the darkest cell.
+        largest = weights[:, :, :len(rows), :len(columns)].max()
+        expect_text(page, "#legend-low", "0")
+        expect_text(page, "#legend-high", f"{largest:.3f}")
+        darkest, darkest_of_largest = [], []
         for layer in range(weights.shape[0]):
             for head in range(weights.shape[1]):
                 page.select_option("#layer", index=layer)
@@ -168,8 +165,7 @@ def assert_heatmaps(page, attention, outputs):
                 darkest.append(lightness[-1])
                 if ordered[-1][2] == pytest.approx(largest, abs=1e-6):
                     darkest_of_largest.append(lightness[-1])
-    assert darkest_of_largest and max(darkest_of_largest) <= min(darkest) + 1e-9
-    expect_text(page, "#legend-low", "0")
+        assert darkest_of_largest and max(darkest_of_largest) <= min(darkest) + 1e-9
 
 
 def assert_fits(page, width):

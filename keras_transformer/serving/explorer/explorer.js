@@ -26,7 +26,7 @@
     ],
   };
 
-  // One sequential colour scale (light to dark blue), from 0 to the answer's largest weight.
+  // One sequential colour scale (light to dark blue), from 0 to the map's largest weight.
   const COLOUR_STOPS = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
 
   const byId = (id) => document.getElementById(id);
@@ -46,7 +46,7 @@
 
   let models = [];
   let busy = false;
-  let shown = null; // { maps: [...], scaleMax } of the last answer
+  let shown = null; // { maps: [...] } of the last answer
   let activeCell = null; // [row, col] chosen with the keyboard
 
   class ServerError extends Error {
@@ -277,34 +277,38 @@
       const rows = realTokens(outputs[spec.rows]);
       const cols = realTokens(outputs[spec.cols]);
       if (rows.length && cols.length) {
-        maps.push({ ...spec, rowTokens: rows, colTokens: cols, weights: outputs[spec.output] });
+        const weights = outputs[spec.output];
+        maps.push({ ...spec, rowTokens: rows, colTokens: cols, weights, scaleMax: largestWeight(weights, rows, cols) });
       }
     }
     if (!maps.length) {
       showAttentionMessage("This text gives no tokens, so there is no attention to show.");
       return;
     }
-    let scaleMax = 0;
-    for (const map of maps) {
-      for (const layer of map.weights) {
-        for (const head of layer) {
-          for (let row = 0; row < map.rowTokens.length; row++) {
-            for (let col = 0; col < map.colTokens.length; col++) {
-              scaleMax = Math.max(scaleMax, head[row][col]);
-            }
-          }
-        }
-      }
-    }
-    shown = { maps, scaleMax: scaleMax || 1 };
+    shown = { maps };
     fillSelect(mapSelect, maps.map((map) => map.title));
     fillLayerAndHead();
     byId("attention-message").hidden = true;
     byId("attention-view").hidden = false;
     attentionSection.hidden = false;
-    byId("legend-high").textContent = shown.scaleMax.toFixed(3);
-    byId("legend-text").textContent = `Colour scale from 0 (lightest) to ${shown.scaleMax.toFixed(3)} (darkest).`;
     draw();
+  }
+
+  // A map's colour scale runs from 0 to its largest weight over every layer and
+  // head, so heads compare at a glance; a decoder's first row always holds a 1,
+  // which would wash out the other maps' scales if they shared it.
+  function largestWeight(weights, rows, cols) {
+    let largest = 0;
+    for (const layer of weights) {
+      for (const head of layer) {
+        for (let row = 0; row < rows.length; row++) {
+          for (let col = 0; col < cols.length; col++) {
+            largest = Math.max(largest, head[row][col]);
+          }
+        }
+      }
+    }
+    return largest || 1;
   }
 
   function fillSelect(select, labels) {
@@ -321,8 +325,8 @@
     fillSelect(headSelect, Array.from({ length: heads }, (_, index) => `${index + 1} of ${heads}`));
   }
 
-  function colour(weight) {
-    const position = Math.min(Math.max(weight / shown.scaleMax, 0), 1) * (COLOUR_STOPS.length - 1);
+  function colour(weight, scaleMax) {
+    const position = Math.min(Math.max(weight / scaleMax, 0), 1) * (COLOUR_STOPS.length - 1);
     const low = Math.min(Math.floor(position), COLOUR_STOPS.length - 2);
     const fraction = position - low;
     const [a, b] = [COLOUR_STOPS[low], COLOUR_STOPS[low + 1]];
@@ -377,11 +381,13 @@
         box.dataset.row = String(row);
         box.dataset.col = String(col);
         box.dataset.weight = String(weight);
-        box.style.backgroundColor = colour(weight);
+        box.style.backgroundColor = colour(weight, map.scaleMax);
         parts.append(box);
       });
     });
     heatmap.replaceChildren(parts);
+    byId("legend-high").textContent = map.scaleMax.toFixed(3);
+    byId("legend-text").textContent = `Colour scale from 0 (lightest) to ${map.scaleMax.toFixed(3)} (darkest).`;
     byId("map-caption").textContent =
       `Rows: ${map.rowName}s; columns: ${map.colName}s. Each row's weights sum to 1 over the columns.`;
     const truncated = byId("truncated");
