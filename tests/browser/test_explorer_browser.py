@@ -139,6 +139,7 @@ def assert_heatmaps(page, attention, outputs):
         largest = weights[:, :, :len(rows), :len(columns)].max()
         expect_text(page, "#legend-low", "0")
         expect_text(page, "#legend-high", f"{largest:.3f}")
+        ramp = re.findall(r"rgb\([^)]*\)", page.eval_on_selector(".legend-ramp", "e => getComputedStyle(e).backgroundImage"))
         darkest, darkest_of_largest = [], []
         for layer in range(weights.shape[0]):
             for head in range(weights.shape[1]):
@@ -165,6 +166,8 @@ def assert_heatmaps(page, attention, outputs):
                 darkest.append(lightness[-1])
                 if ordered[-1][2] == pytest.approx(largest, abs=1e-6):
                     darkest_of_largest.append(lightness[-1])
+                    assert ordered[-1][3] == ramp[-1]  # the legend's dark end
+                assert all(colour == ramp[0] for _, _, weight, colour in cells if weight == 0)
         assert darkest_of_largest and max(darkest_of_largest) <= min(darkest) + 1e-9
 
 
