@@ -82,7 +82,14 @@ PYTEST := $(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test: test-tensorflow test-jax
 
-test-tensorflow: venv
+# The browser tests (tests/browser/) run Debian's Chromium through Playwright
+# (pinned in requirements.txt), which downloads no browser of its own.
+CHROMIUM := /usr/bin/chromium
+$(CHROMIUM):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+test-tensorflow: venv $(CHROMIUM)
 	KERAS_BACKEND=tensorflow $(PYTEST) tests
 
 test-jax: venv

@@ -54,6 +54,10 @@ def build_parser():
     parser.add_argument("--signatures", action="append", default=[], metavar="NAME[,NAME...]",
                         help="signatures served beside serving_default (repeatable); MODEL:NAME for one "
                              "model only. An export's other signatures are hidden from every API")
+    parser.add_argument("--explorer", action="store_true",
+                        help="serve the attention explorer, a web page at / that sends a text to a model and "
+                             "draws its answer and attention weights; also makes every model's `attention` "
+                             "signature public, at most 4 examples a request")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8501)
     parser.add_argument("--grpc-port", type=int, default=8500,
@@ -103,6 +107,7 @@ def build_parser():
 def served_models(args):
     """The `ModelConfig`s that --model or --model-config-file and --signatures
     ask for; exits with a message naming what is wrong."""
+    from keras_transformer.serving.explorer import ATTENTION_SIGNATURE
     from keras_transformer.serving.model_config import ModelConfigError
     from keras_transformer.serving.model_config import model_configs
     from keras_transformer.serving.model_config import read_model_config_file
@@ -119,7 +124,10 @@ def served_models(args):
                 if not os.path.isdir(path):
                     sys.exit(f"error: model {name!r}: no folder at {path}")
             configs = model_configs(dict(args.model))
-        return with_signatures(configs, [name for names in args.signatures for name in names.split(",")])
+        signatures = [name for names in args.signatures for name in names.split(",")]
+        if args.explorer:
+            signatures.append(ATTENTION_SIGNATURE)
+        return with_signatures(configs, signatures)
     except ModelConfigError as error:
         sys.exit(f"error: {error}")
 
@@ -155,6 +163,8 @@ def main(argv=None):
     from keras_transformer.serving import ModelRepository
     from keras_transformer.serving import ServerSettings
     from keras_transformer.serving import create_app
+    from keras_transformer.serving.explorer import ATTENTION_MAX_INSTANCES
+    from keras_transformer.serving.explorer import ATTENTION_SIGNATURE
     from keras_transformer.serving.http_server import ConnectionSettings
     from keras_transformer.serving.http_server import build_server
     from keras_transformer.serving.http_server import run_server
@@ -165,12 +175,16 @@ def main(argv=None):
         max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms, num_threads=args.num_threads,
         max_queued_examples=args.max_queued_examples, request_timeout=args.request_timeout,
         max_response_bytes=args.max_response_bytes,
-        grpc_port=args.grpc_port, grpc_host=args.host,
+        grpc_port=args.grpc_port, grpc_host=args.host, explorer=args.explorer,
+        signature_max_instances={ATTENTION_SIGNATURE: ATTENTION_MAX_INSTANCES} if args.explorer else None,
     )
     connections = ConnectionSettings(
         header_timeout=args.header_timeout, body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
         max_connections=args.max_connections, shutdown_grace=args.shutdown_grace,
     )
+    if args.explorer:
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        logging.getLogger("keras_transformer.serving").info("Attention explorer at http://%s:%d/", host, args.port)
     run_server(build_server(create_app(repository, settings), args.host, args.port, connections, args.log_level))
 
 

@@ -28,10 +28,13 @@ SHARED_GROUPS = {
     "tests/apps/test_quiet_tensorflow.py": "trained_classifier",
     "tests/apps/test_train_classifier.py": "trained_classifier",
     "tests/export/test_classifier_export.py": "trained_classifier",
-    # exports, and direct_models / direct_answers built on it (tests/serving/conftest.py)
+    # exports, and direct_models / direct_answers built on it (tests/serving/conftest.py;
+    # tests/browser/conftest.py shares the same build, tests/serving/serving_helpers.py)
+    "tests/browser/test_explorer_browser.py": "serving_exports",
     "tests/serving/test_app.py": "serving_exports",
     "tests/serving/test_connections.py": "serving_exports",
     "tests/serving/test_edge_strings.py": "serving_exports",
+    "tests/serving/test_explorer.py": "serving_exports",
     "tests/serving/test_fuzz.py": "serving_exports",
     "tests/serving/test_grpc.py": "serving_exports",
     "tests/serving/test_load.py": "serving_exports",

@@ -17,7 +17,8 @@ def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None):
     * `serving_default` -> `probabilities` (float32 `[None, num_classes]`),
       `label` (string `[None]`, the most probable class name).
     * `attention` -> `tokens` (string `[None, T]`, `""` at padding) and
-      `attention_scores` (float32 `[None, layers, heads, T, T]`), for plots.
+      `attention_scores` (float32 `[None, layers, heads, T, T]`), for plots;
+      `T` is the batch's longest text in tokens (at least 1).
 
     The class names are also written, one per line, to
     `assets.extra/class_names.txt`.
@@ -54,7 +55,9 @@ def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None):
         return {"probabilities": probabilities, "label": label}
 
     def attention(text):
-        token_ids = encode(text)
+        # Trimmed as in `serve`: the weights grow with T squared, and at
+        # `sequence_length` a short text's would be megabytes of padding.
+        token_ids = trim_shared_padding(encode(text))
         _, scores = model(token_ids, training=False, return_attention_scores=True)
         tokens = tf.where(token_ids > 0, tokenizer.id_to_token(token_ids), "")
         return {

@@ -35,10 +35,14 @@ def export_translator(
     * `greedy` -> `translation` (string `[None]`), by greedy decoding.
     * `attention` -> `source_tokens` (string `[None, S]`), `target_tokens`
       (string `[None, T]`, the greedy translation's tokens, `[END]` included),
-      both `""` at padding, and `cross_attention` (float32
-      `[None, decoder_layers, heads, T, S]`): row `t` is where the decoder
-      looked while producing target token `t` (the greedy output fed back
-      teacher-forced), for plots.
+      `decoder_input_tokens` (string `[None, T]`: `[START]` then the target
+      tokens but the last, what the decoder reads), all `""` at padding;
+      `cross_attention` (float32 `[None, decoder_layers, heads, T, S]`): row
+      `t` is where the decoder looked while producing target token `t` (the
+      greedy output fed back teacher-forced); `decoder_self_attention`
+      (`[None, decoder_layers, heads, T, T]`, over the decoder inputs) and
+      `encoder_self_attention` (`[None, encoder_layers, heads, S, S]`); for
+      plots.
 
     `S` is the model's `sequence_length`; `T` is `max_output_length`, capped
     at `sequence_length` (the longest target the model was trained on).
@@ -107,7 +111,9 @@ def export_translator(
     def attention(text):
         source_ids = encode(text)
         target_ids = tf.ensure_shape(greedy(source_ids), [None, max_length])
-        encoder_output, source_mask = model.encode(source_ids, training=False)
+        encoder_output, source_mask, encoder_scores = model.encode(
+            source_ids, training=False, return_attention_scores=True
+        )
         # Teacher forcing on the model's own output: position t reads
         # [START] y_0 ... y_{t-1} and attends to the source to produce y_t.
         batch_size = tf.shape(target_ids)[0]
@@ -117,11 +123,16 @@ def export_translator(
         _, scores = model.decode(
             target_in, encoder_output, source_mask, training=False, return_attention_scores=True
         )
-        cross = tf.stack([tf.cast(block["cross_attention"], tf.float32) for block in scores], axis=1)
+        def by_layer(weights):
+            return tf.stack([tf.cast(layer_weights, tf.float32) for layer_weights in weights], axis=1)
+
         return {
             "source_tokens": tf.where(source_ids > 0, source_tokenizer.id_to_token(source_ids), ""),
             "target_tokens": tf.where(target_ids > 0, target_tokenizer.id_to_token(target_ids), ""),
-            "cross_attention": cross,
+            "decoder_input_tokens": tf.where(target_in > 0, target_tokenizer.id_to_token(target_in), ""),
+            "cross_attention": by_layer([block["cross_attention"] for block in scores]),
+            "decoder_self_attention": by_layer([block["self_attention"] for block in scores]),
+            "encoder_self_attention": by_layer(encoder_scores),
         }
 
     text_spec = [tf.TensorSpec([None], tf.string, name="text")]
@@ -135,7 +146,7 @@ def export_translator(
         "signatures": {
             "serving_default": "beam search",
             "greedy": "greedy decoding",
-            "attention": "cross-attention of the greedy translation",
+            "attention": "attention weights of the greedy translation",
         },
     }
 

@@ -158,15 +158,18 @@ class Seq2SeqTransformer(keras.Model):
 
     # --- the pieces ---------------------------------------------------------------
 
-    def encode(self, source_ids, training=None):
-        """`[B, S]` ids -> (`[B, S, d]` encoder output, `[B, S]` bool padding mask)."""
+    def encode(self, source_ids, training=None, return_attention_scores=False):
+        """`[B, S]` ids -> (`[B, S, d]` encoder output, `[B, S]` bool padding mask)
+        (and each block's self-attention weights `[B, heads, S, S]`)."""
         source_mask = make_padding_mask(source_ids)
         x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
+        scores = []
         for block in self.encoder_blocks:
-            x = block(x, padding_mask=source_mask, training=training)
+            x, block_scores = block(x, padding_mask=source_mask, training=training, return_attention_scores=True)
+            scores.append(block_scores)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
-        return x, source_mask
+        return (x, source_mask, scores) if return_attention_scores else (x, source_mask)
 
     def decode(self, target_ids, encoder_output, source_mask, training=None, return_attention_scores=False):
         """Teacher-forced decoder: `[B, T]` ids -> logits `[B, T, V]` (and each block's scores)."""

@@ -7,6 +7,8 @@ Routes (as TensorFlow Serving's, https://www.tensorflow.org/tfx/serving/api_rest
 * `POST /v1/models/NAME[/versions/V|/labels/LABEL]:predict`: row or columnar predict.
 * `GET  /healthz`: 200 once every model has a version loaded, else 503.
 * `GET  /monitoring/prometheus/metrics`: Prometheus metrics (see `metrics.py`).
+* With `ServerSettings.explorer`: `GET /`, the attention explorer page, its
+  assets and its model list (see `explorer/`).
 
 Errors are `{"error": "..."}` with TensorFlow Serving's status codes: 400
 for a bad request (an unknown version label included), 404 for an unknown
@@ -132,7 +134,8 @@ def create_app(repository, settings=None):
         input_specs = service.signature_inputs(served, signature_name)
         request.state.signature = signature_name
         request_format, inputs, batch_size = await _call(
-            json_executor if off_loop else None, parse_predict_request, body, input_specs, settings.max_instances
+            json_executor if off_loop else None, parse_predict_request, body, input_specs,
+            settings.instance_limit(signature_name),
         )
         del body, raw_body  # the inputs hold what the model needs
         request.state.instances = batch_size
@@ -191,12 +194,17 @@ def create_app(repository, settings=None):
         message = f"{shorten(request.url.path)} does not take {shorten(request.method)}."
         return JSONResponse({"error": message}, status_code=405)
 
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/monitoring/prometheus/metrics", service.metrics.endpoint, methods=["GET"]),
+        Route("/v1/models/{rest:path}", models_route, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+    ]
+    if settings.explorer:
+        from keras_transformer.serving.explorer import explorer_routes
+
+        routes += explorer_routes(service)
     app = Starlette(
-        routes=[
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/monitoring/prometheus/metrics", service.metrics.endpoint, methods=["GET"]),
-            Route("/v1/models/{rest:path}", models_route, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
-        ],
+        routes=routes,
         exception_handlers={RequestError: request_error, 404: not_found, 405: method_not_allowed},
         lifespan=lifespan,
     )

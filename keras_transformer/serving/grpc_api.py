@@ -146,7 +146,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         input_specs = self.service.signature_inputs(served, signature_name)
         output_names = _output_names(request.output_filter, served.outputs[signature_name])
         settings = self.service.settings
-        inputs, batch_size = tensor_inputs(request.inputs, input_specs, settings.max_instances, settings.max_body_bytes)
+        inputs, batch_size = tensor_inputs(request.inputs, input_specs, settings.instance_limit(signature_name),
+                                           settings.max_body_bytes)
         call.instances = batch_size
         # The client's deadline, when it set one and it is sooner than the server's.
         remaining = context.time_remaining()

@@ -42,11 +42,16 @@ class ServerSettings:
         max_response_bytes: largest JSON answer sent (413 above it).
         grpc_port: the port of TensorFlow Serving's gRPC API (0: none).
         grpc_host: the address the gRPC API listens on.
+        signature_max_instances: {signature name: most examples in one
+            request to it}, below `max_instances` for signatures whose answers
+            are large (the explorer's `attention`).
+        explorer: serve the attention explorer page at `/`.
     """
 
     def __init__(self, max_body_bytes=1 << 20, max_instances=256, batching=True, max_batch_size=64,
                  batch_timeout_ms=5.0, num_threads=2, max_queued_examples=256, request_timeout=30.0,
-                 max_response_bytes=8 << 20, grpc_port=0, grpc_host="127.0.0.1"):
+                 max_response_bytes=8 << 20, grpc_port=0, grpc_host="127.0.0.1",
+                 signature_max_instances=None, explorer=False):
         self.max_body_bytes = max_body_bytes
         self.max_instances = max_instances
         self.batching = batching
@@ -58,6 +63,12 @@ class ServerSettings:
         self.max_response_bytes = max_response_bytes
         self.grpc_port = grpc_port
         self.grpc_host = grpc_host
+        self.signature_max_instances = dict(signature_max_instances or {})
+        self.explorer = explorer
+
+    def instance_limit(self, signature_name):
+        """The most examples one request to `signature_name` may carry."""
+        return min(self.max_instances, self.signature_max_instances.get(signature_name, self.max_instances))
 
 
 class PredictionService:

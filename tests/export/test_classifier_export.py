@@ -113,12 +113,13 @@ def test_attention_signature_and_class_names(trained_classifier):
     outputs = exported.signatures["attention"](text=tf.constant(["goal match team", ""]))
     tokens = outputs["tokens"].numpy()
     scores = outputs["attention_scores"].numpy()
-    assert tokens.shape == (2, 32)
     pieces = [token.decode() for token in tokens[0] if token]
     assert "".join(piece.removeprefix("##") for piece in pieces) == "goalmatchteam"
     length = len(pieces)
+    # Trimmed to the longest text, not the model's sequence_length (32).
+    assert tokens.shape == (2, length) and length < 32
     assert not any(tokens[0][length:]) and not any(tokens[1])  # "" at padding
-    assert scores.shape == (2, 1, 2, 32, 32)  # [batch, layers, heads, T, T]
+    assert scores.shape == (2, 1, 2, length, length)  # [batch, layers, heads, T, T]
     # Each real token's attention is a distribution over the real tokens only.
     np.testing.assert_allclose(scores[0, :, :, :length, :length].sum(axis=-1), 1.0, atol=1e-5)
     np.testing.assert_allclose(scores[0, :, :, :length, length:], 0.0, atol=1e-6)

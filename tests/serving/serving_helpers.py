@@ -98,6 +98,57 @@ class Exports:
         return os.path.join(getattr(self, model), str(version))
 
 
+# The tiny exports, built once per process whichever test folder's fixture asks first.
+_BUILT_EXPORTS = []
+
+
+def build_exports(tmp_path_factory, randomize):
+    """`Exports`: a tiny classifier and translator (random weights, `randomize` =
+    tests/conftest.py's randomize_weights) exported by the library's own functions,
+    and a re-weighted copy of the translator to publish as a new version."""
+    if _BUILT_EXPORTS:
+        return _BUILT_EXPORTS[0]
+    import keras
+
+    from keras_transformer.export.classifier import export_classifier
+    from keras_transformer.export.translator import export_translator
+    from keras_transformer.export.versions import write_new_version
+    from keras_transformer.models import Seq2SeqTransformer
+    from keras_transformer.models import TransformerClassifier
+    from keras_transformer.text import WordPieceTokenizer
+    from keras_transformer.text import build_vocabulary
+    from keras_transformer.text import save_vocabulary
+
+    keras.utils.set_random_seed(7)
+    root = str(tmp_path_factory.mktemp("serving_exports"))
+    vocabulary = save_vocabulary(build_vocabulary(VOCABULARY_TEXTS, 80), os.path.join(root, "vocab.txt"))
+    tokenizer = WordPieceTokenizer(vocabulary)
+
+    classifier = TransformerClassifier(
+        tokenizer.vocabulary_size, len(CLASS_NAMES), sequence_length=16, num_layers=1, d_model=16,
+        num_heads=2, intermediate_dim=32,
+    )
+    classifier.build((None, 16))
+    # Larger random weights than the initializers give, so different texts get
+    # clearly different probabilities.
+    randomize(classifier, seed=1, scale=0.5)
+    export_classifier(classifier, tokenizer, CLASS_NAMES, os.path.join(root, "classifier"))
+
+    translator = Seq2SeqTransformer(
+        tokenizer.vocabulary_size, tokenizer.vocabulary_size, sequence_length=12, num_encoder_layers=1,
+        num_decoder_layers=1, d_model=16, num_heads=2, intermediate_dim=32,
+    )
+    translator.build()
+    randomize(translator, seed=2, scale=0.5)
+    first = export_translator(translator, tokenizer, tokenizer, os.path.join(root, "translator"),
+                              max_output_length=8, beam_width=2)
+    # The same translator with other weights, to publish as a new version.
+    spare = write_new_version(os.path.join(root, "spare_translator"),
+                              lambda folder: write_reweighted_copy(first, folder, seed=3))
+    _BUILT_EXPORTS.append(Exports(root, os.path.join(root, "classifier"), os.path.join(root, "translator"), spare))
+    return _BUILT_EXPORTS[0]
+
+
 def load_direct(version_dir):
     """The SavedModel loaded in this process, as a client of the export would."""
     import tensorflow as tf

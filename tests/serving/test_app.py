@@ -122,9 +122,9 @@ def test_classifier_metadata(client):
         "outputs": {"label": tensor_info("DT_STRING", -1), "probabilities": tensor_info("DT_FLOAT", -1, 3)},
         "method_name": "tensorflow/serving/predict",
     }
-    # attention: tokens [None, 16], scores [None, layers 1, heads 2, 16, 16]
+    # attention: tokens [None, T], scores [None, layers 1, heads 2, T, T]; T = the longest text's tokens
     assert signatures["attention"]["outputs"] == {
-        "attention_scores": tensor_info("DT_FLOAT", -1, 1, 2, 16, 16), "tokens": tensor_info("DT_STRING", -1, 16),
+        "attention_scores": tensor_info("DT_FLOAT", -1, 1, 2, -1, -1), "tokens": tensor_info("DT_STRING", -1, -1),
     }
 
 
@@ -179,7 +179,8 @@ def test_translator_predict_every_signature_equals_direct_call(client, direct_mo
     assert response.status_code == 200
     outputs = response.json()["outputs"]
     expected = call_direct(direct, SOME_TEXTS, "attention")
-    assert set(outputs) == {"source_tokens", "target_tokens", "cross_attention"}
+    assert set(outputs) == {"source_tokens", "target_tokens", "decoder_input_tokens", "cross_attention",
+                            "decoder_self_attention", "encoder_self_attention"}
     for name in ("source_tokens", "target_tokens"):
         assert outputs[name] == [[token.decode("utf-8") for token in row] for row in expected[name]]
     np.testing.assert_allclose(outputs["cross_attention"], expected["cross_attention"], atol=1e-6, rtol=0)

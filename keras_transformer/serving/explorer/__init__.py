@@ -1,0 +1,93 @@
+"""The attention explorer: a page the server itself serves at `/` (`apps.serve --explorer`).
+
+The page (index.html, explorer.css, explorer.js, shipped in this package and
+built by no tool) lists the served models from `GET /explorer/models`, sends
+a text to a model's REST `predict` on `serving_default` and `attention`, and
+draws the answer and the attention weights. It talks to nothing else, so it
+works offline.
+"""
+
+import os
+
+from starlette.responses import JSONResponse
+from starlette.responses import Response
+from starlette.routing import Route
+
+from keras_transformer.serving.protocol import RequestError
+
+ATTENTION_SIGNATURE = "attention"
+# A text's attention is layers x heads x tokens x tokens floats: the page asks
+# for one text at a time, and a client of the now public signature may not
+# ask for a server's worth of them in one request.
+ATTENTION_MAX_INSTANCES = 4
+
+_FOLDER = os.path.dirname(os.path.abspath(__file__))
+_ASSETS = {
+    "explorer.css": "text/css; charset=utf-8",
+    "explorer.js": "text/javascript; charset=utf-8",
+}
+# The page loads only its own assets and talks only to this server.
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
+
+
+def explorer_routes(service):
+    """The page's routes over `service` (a `PredictionService`)."""
+
+    async def page(request):
+        return Response(_read("index.html"), media_type="text/html; charset=utf-8", headers=_HEADERS)
+
+    async def asset(request):
+        name = request.path_params["name"]
+        if name not in _ASSETS:
+            raise RequestError(404, f"No such route: /explorer/assets/{name[:100]}")
+        return Response(_read(name), media_type=_ASSETS[name], headers=_HEADERS)
+
+    async def models(request):
+        return JSONResponse({"models": [model_summary(model) for _, model in sorted(service.repository.models.items())]},
+                            headers={"Cache-Control": "no-store"})
+
+    return [
+        Route("/", page, methods=["GET"]),
+        Route("/explorer/models", models, methods=["GET"]),
+        Route("/explorer/assets/{name}", asset, methods=["GET"]),
+    ]
+
+
+def model_summary(model):
+    """What the page needs to know of a `ServedModel`: name, newest version serving
+    (None if none), kind (`classifier`, `translator`, or `other` for an export the
+    page cannot draw), whether its `attention` signature is served, and a
+    classifier's class names (index = column of `probabilities`)."""
+    served = model.current
+    summary = {"name": model.name, "version": None, "kind": None, "attention": False, "class_names": None}
+    if served is None:
+        return summary
+    outputs = set(served.outputs.get("serving_default", {}))
+    if {"probabilities", "label"} <= outputs:
+        kind = "classifier"
+    elif "translation" in outputs:
+        kind = "translator"
+    else:
+        kind = "other"
+    summary.update(version=served.version, kind=kind, attention=ATTENTION_SIGNATURE in served.signatures)
+    if kind == "classifier":
+        summary["class_names"] = _class_names(served.path)
+    return summary
+
+
+def _class_names(version_dir):
+    """The names `export_classifier` writes beside the SavedModel, or None."""
+    try:
+        with open(os.path.join(version_dir, "assets.extra", "class_names.txt"), encoding="utf-8") as names_file:
+            return names_file.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _read(name):
+    with open(os.path.join(_FOLDER, name), "rb") as asset_file:
+        return asset_file.read()

@@ -1,0 +1,464 @@
+// The attention explorer: lists the served models, sends a text to a model's
+// REST predict (serving_default for the answer, attention for the weights) and
+// draws both. Hand-written, no library: it must work offline from the server.
+"use strict";
+
+(function () {
+  // A heatmap is a grid of elements; beyond this many tokens a side it would be
+  // too many elements to draw quickly and too small to read.
+  const MAX_SHOWN_TOKENS = 64;
+  const REQUEST_TIMEOUT_MS = 60000;
+
+  // The attention outputs of each kind of export (keras_transformer/export/),
+  // with the token outputs on their rows (queries) and columns (keys).
+  const MAPS = {
+    classifier: [
+      { output: "attention_scores", title: "Encoder self-attention", rows: "tokens", cols: "tokens",
+        rowName: "query token", colName: "key token" },
+    ],
+    translator: [
+      { output: "cross_attention", title: "Cross-attention (target × source)", rows: "target_tokens",
+        cols: "source_tokens", rowName: "target token", colName: "source token" },
+      { output: "encoder_self_attention", title: "Encoder self-attention", rows: "source_tokens",
+        cols: "source_tokens", rowName: "query token", colName: "key token" },
+      { output: "decoder_self_attention", title: "Decoder self-attention", rows: "target_tokens",
+        cols: "decoder_input_tokens", rowName: "target token", colName: "decoder input" },
+    ],
+  };
+
+  // One sequential colour scale (light to dark blue), from 0 to the map's largest weight.
+  const COLOUR_STOPS = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
+
+  const byId = (id) => document.getElementById(id);
+  const form = byId("ask");
+  const modelSelect = byId("model");
+  const textBox = byId("text");
+  const submitButton = byId("submit");
+  const statusLine = byId("status");
+  const errorLine = byId("error");
+  const answerSection = byId("answer");
+  const attentionSection = byId("attention");
+  const heatmap = byId("heatmap");
+  const mapSelect = byId("map");
+  const layerSelect = byId("layer");
+  const headSelect = byId("head");
+  const cellInfo = byId("cell-info");
+
+  let models = [];
+  let busy = false;
+  let shown = null; // { maps: [...] } of the last answer
+  let activeCell = null; // [row, col] chosen with the keyboard
+
+  class ServerError extends Error {
+    constructor(status, detail) {
+      super(detail);
+      this.status = status;
+    }
+  }
+
+  async function getJson(url, body) {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), REQUEST_TIMEOUT_MS);
+    let response;
+    try {
+      response = await fetch(url, body === undefined ? { signal: controller.signal } : {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+        signal: controller.signal,
+      });
+    } catch (error) {
+      if (controller.signal.aborted) {
+        throw new Error(`The server did not answer within ${REQUEST_TIMEOUT_MS / 1000} s.`);
+      }
+      throw new Error("Cannot reach the server: is it still running?");
+    } finally {
+      clearTimeout(timer);
+    }
+    const text = await response.text();
+    let answer = null;
+    try {
+      answer = JSON.parse(text);
+    } catch (error) {
+      answer = null;
+    }
+    if (!response.ok) {
+      const detail = answer && typeof answer.error === "string" ? answer.error : text.slice(0, 300);
+      throw new ServerError(response.status, detail || response.statusText);
+    }
+    if (answer === null) {
+      throw new Error("The server's answer is not JSON.");
+    }
+    return answer;
+  }
+
+  function predict(model, signature, text) {
+    const url = `v1/models/${encodeURIComponent(model.name)}:predict`;
+    return getJson(url, { signature_name: signature, instances: [text] }).then((answer) => answer.predictions[0]);
+  }
+
+  function describe(error, model) {
+    if (!(error instanceof ServerError)) {
+      return error.message;
+    }
+    switch (error.status) {
+      case 404:
+        return `Model "${model.name}" is not being served any more (${error.message}).`;
+      case 400:
+        return `The model refused this text: ${error.message}`;
+      case 413:
+        return `The text or its answer is too large for the server: ${error.message}`;
+      case 503:
+      case 504:
+        return `The server is busy (${error.status}): ${error.message} Try again in a moment.`;
+      default:
+        return `The server failed (${error.status}): ${error.message}`;
+    }
+  }
+
+  function showError(message) {
+    errorLine.textContent = message;
+    errorLine.hidden = !message;
+  }
+
+  function selectedModel() {
+    return models.find((model) => model.name === modelSelect.value) || null;
+  }
+
+  function modelLabel(model) {
+    if (model.version === null) {
+      return `${model.name} (no version loaded)`;
+    }
+    if (model.kind === "other") {
+      return `${model.name} (version ${model.version}, not a classifier or translator)`;
+    }
+    return `${model.name} (${model.kind}, version ${model.version})`;
+  }
+
+  async function loadModels() {
+    const previous = modelSelect.value;
+    let answer;
+    try {
+      answer = await getJson("explorer/models");
+    } catch (error) {
+      showError(`Cannot list the models: ${error.message}`);
+      return;
+    }
+    models = answer.models;
+    modelSelect.replaceChildren();
+    for (const model of models) {
+      const option = new Option(modelLabel(model), model.name);
+      option.disabled = model.version === null || model.kind === "other";
+      modelSelect.append(option);
+    }
+    if (!models.length) {
+      modelSelect.append(new Option("No models are served", ""));
+    }
+    const usable = models.filter((model) => model.version !== null && model.kind !== "other");
+    const keep = usable.find((model) => model.name === previous);
+    modelSelect.value = keep ? keep.name : usable.length ? usable[0].name : "";
+    modelSelect.disabled = !models.length;
+    submitButton.disabled = busy || !usable.length;
+  }
+
+  async function explore(event) {
+    event.preventDefault();
+    if (busy) {
+      return;
+    }
+    const model = selectedModel();
+    const text = textBox.value;
+    if (!model || model.version === null) {
+      showError("Choose a model that is loaded.");
+      modelSelect.focus();
+      return;
+    }
+    if (!text.trim()) {
+      showError("Type a text first: the model has nothing to read.");
+      textBox.focus();
+      return;
+    }
+    showError("");
+    busy = true;
+    submitButton.disabled = true;
+    form.setAttribute("aria-busy", "true");
+    statusLine.textContent = `Asking ${model.name}…`;
+    try {
+      const [answer, attention] = await Promise.allSettled([
+        predict(model, "serving_default", text),
+        model.attention ? predict(model, "attention", text) : Promise.resolve(null),
+      ]);
+      if (answer.status === "rejected") {
+        answerSection.hidden = true;
+        attentionSection.hidden = true;
+        statusLine.textContent = "";
+        showError(describe(answer.reason, model));
+        if (answer.reason instanceof ServerError && answer.reason.status === 404) {
+          await loadModels();
+        }
+        return;
+      }
+      showAnswer(model, answer.value);
+      if (!model.attention) {
+        showAttentionMessage("This export has no attention signature to draw.");
+      } else if (attention.status === "rejected") {
+        const tooLarge = attention.reason instanceof ServerError && attention.reason.status === 413;
+        showAttentionMessage(tooLarge
+          ? `No attention to show: this text's weights are more than the server sends in one answer (${attention.reason.message}). Try a shorter text, or start the server with a larger --max-response-bytes.`
+          : `No attention to show. ${describe(attention.reason, model)}`);
+      } else {
+        showAttention(model, attention.value);
+      }
+      statusLine.textContent = `${model.name} answered.`;
+    } finally {
+      busy = false;
+      form.removeAttribute("aria-busy");
+      submitButton.disabled = false;
+    }
+  }
+
+  function showAnswer(model, prediction) {
+    const answerText = byId("answer-text");
+    const bars = byId("probabilities");
+    bars.replaceChildren();
+    if (model.kind === "classifier") {
+      byId("answer-title").textContent = "Predicted label";
+      answerText.textContent = prediction.label;
+      prediction.probabilities.forEach((probability, index) => {
+        const name = model.class_names && model.class_names[index] !== undefined ? model.class_names[index] : `class ${index}`;
+        const row = document.createElement("div");
+        row.className = "bar-row";
+        row.dataset.className = name;
+        row.dataset.probability = String(probability);
+        const label = document.createElement("span");
+        label.className = "bar-label";
+        label.textContent = name;
+        const track = document.createElement("span");
+        track.className = "bar-track";
+        const fill = document.createElement("span");
+        fill.className = "bar-fill";
+        fill.style.width = `${(100 * probability).toFixed(2)}%`;
+        track.append(fill);
+        const value = document.createElement("span");
+        value.className = "bar-value";
+        value.textContent = `${(100 * probability).toFixed(1)}%`;
+        row.append(label, track, value);
+        bars.append(row);
+      });
+    } else {
+      byId("answer-title").textContent = "Translation";
+      answerText.textContent = prediction;
+    }
+    answerText.classList.toggle("empty", !answerText.textContent);
+    answerSection.hidden = false;
+  }
+
+  function showAttentionMessage(message) {
+    shown = null;
+    attentionSection.hidden = false;
+    byId("attention-view").hidden = true;
+    const line = byId("attention-message");
+    line.textContent = message;
+    line.hidden = false;
+  }
+
+  // The tokens before the padding (""); a token that is not UTF-8 comes as {"b64": ...}.
+  function realTokens(tokens) {
+    const end = tokens.indexOf("");
+    return (end < 0 ? tokens : tokens.slice(0, end)).map((token) => (typeof token === "string" ? token : "\ufffd"));
+  }
+
+  function showAttention(model, outputs) {
+    const maps = [];
+    for (const spec of MAPS[model.kind] || []) {
+      if (!Array.isArray(outputs[spec.output])) {
+        continue;
+      }
+      const rows = realTokens(outputs[spec.rows]);
+      const cols = realTokens(outputs[spec.cols]);
+      if (rows.length && cols.length) {
+        const weights = outputs[spec.output];
+        maps.push({ ...spec, rowTokens: rows, colTokens: cols, weights, scaleMax: largestWeight(weights, rows, cols) });
+      }
+    }
+    if (!maps.length) {
+      showAttentionMessage("This text gives no tokens, so there is no attention to show.");
+      return;
+    }
+    shown = { maps };
+    fillSelect(mapSelect, maps.map((map) => map.title));
+    fillLayerAndHead();
+    byId("attention-message").hidden = true;
+    byId("attention-view").hidden = false;
+    attentionSection.hidden = false;
+    draw();
+  }
+
+  // A map's colour scale runs from 0 to its largest weight over every layer and
+  // head, so heads compare at a glance; a decoder's first row always holds a 1,
+  // which would wash out the other maps' scales if they shared it.
+  function largestWeight(weights, rows, cols) {
+    let largest = 0;
+    for (const layer of weights) {
+      for (const head of layer) {
+        for (let row = 0; row < rows.length; row++) {
+          for (let col = 0; col < cols.length; col++) {
+            largest = Math.max(largest, head[row][col]);
+          }
+        }
+      }
+    }
+    return largest || 1;
+  }
+
+  function fillSelect(select, labels) {
+    const previous = select.selectedIndex;
+    select.replaceChildren(...labels.map((label, index) => new Option(label, String(index))));
+    select.selectedIndex = previous >= 0 && previous < labels.length ? previous : 0;
+  }
+
+  function fillLayerAndHead() {
+    const map = shown.maps[mapSelect.selectedIndex];
+    const layers = map.weights.length;
+    const heads = map.weights[0].length;
+    fillSelect(layerSelect, Array.from({ length: layers }, (_, index) => `${index + 1} of ${layers}`));
+    fillSelect(headSelect, Array.from({ length: heads }, (_, index) => `${index + 1} of ${heads}`));
+  }
+
+  function colour(weight, scaleMax) {
+    const position = Math.min(Math.max(weight / scaleMax, 0), 1) * (COLOUR_STOPS.length - 1);
+    const low = Math.min(Math.floor(position), COLOUR_STOPS.length - 2);
+    const fraction = position - low;
+    const [a, b] = [COLOUR_STOPS[low], COLOUR_STOPS[low + 1]];
+    const channels = a.map((value, index) => Math.round(value + (b[index] - value) * fraction));
+    return `rgb(${channels.join(", ")})`;
+  }
+
+  function tokenLabel(className, token) {
+    const label = document.createElement("div");
+    label.className = className;
+    label.textContent = token;
+    label.title = token;
+    return label;
+  }
+
+  function draw() {
+    if (!shown) {
+      return;
+    }
+    const map = shown.maps[mapSelect.selectedIndex];
+    const layer = layerSelect.selectedIndex;
+    const head = headSelect.selectedIndex;
+    const matrix = map.weights[layer][head];
+    const rows = map.rowTokens.slice(0, MAX_SHOWN_TOKENS);
+    const cols = map.colTokens.slice(0, MAX_SHOWN_TOKENS);
+    // Token labels take a fifth of a phone's width, at most 96 px.
+    const labelWidth = Math.min(96, Math.round(window.innerWidth / 5));
+    const room = byId("heatmap-scroll").clientWidth - labelWidth - 8;
+    const cell = Math.max(12, Math.min(32, Math.floor(room / cols.length)));
+    heatmap.style.gridTemplateColumns = `${labelWidth}px repeat(${cols.length}, ${cell}px)`;
+    heatmap.style.gridAutoRows = `${cell}px`;
+    heatmap.dataset.map = map.output;
+    heatmap.dataset.layer = String(layer);
+    heatmap.dataset.head = String(head);
+    heatmap.dataset.rows = String(rows.length);
+    heatmap.dataset.cols = String(cols.length);
+    heatmap.setAttribute("aria-label",
+      `${map.title}, layer ${layer + 1}, head ${head + 1}: ${rows.length} ${map.rowName}s by ${cols.length} ${map.colName}s`);
+    const parts = document.createDocumentFragment();
+    const corner = document.createElement("div");
+    corner.className = "corner";
+    parts.append(corner);
+    for (const token of cols) {
+      parts.append(tokenLabel("col-label", token));
+    }
+    rows.forEach((rowToken, row) => {
+      parts.append(tokenLabel("row-label", rowToken));
+      cols.forEach((_, col) => {
+        const weight = matrix[row][col];
+        const box = document.createElement("div");
+        box.className = "cell";
+        box.dataset.row = String(row);
+        box.dataset.col = String(col);
+        box.dataset.weight = String(weight);
+        box.style.backgroundColor = colour(weight, map.scaleMax);
+        parts.append(box);
+      });
+    });
+    heatmap.replaceChildren(parts);
+    byId("legend-high").textContent = map.scaleMax.toFixed(3);
+    byId("legend-text").textContent = `Colour scale from 0 (lightest) to ${map.scaleMax.toFixed(3)} (darkest).`;
+    byId("map-caption").textContent =
+      `Rows: ${map.rowName}s; columns: ${map.colName}s. Each row's weights sum to 1 over the columns.`;
+    const truncated = byId("truncated");
+    const cut = map.rowTokens.length > rows.length || map.colTokens.length > cols.length;
+    truncated.hidden = !cut;
+    truncated.textContent = cut
+      ? `Showing the first ${rows.length} of ${map.rowTokens.length} rows and ${cols.length} of ${map.colTokens.length} columns.`
+      : "";
+    activeCell = null;
+    cellInfo.textContent = "\u00a0";
+  }
+
+  function describeCell(row, col) {
+    const map = shown.maps[mapSelect.selectedIndex];
+    const weight = map.weights[layerSelect.selectedIndex][headSelect.selectedIndex][row][col];
+    cellInfo.textContent =
+      `${map.rowName} “${map.rowTokens[row]}” → ${map.colName} “${map.colTokens[col]}”: ${weight.toFixed(4)}`;
+  }
+
+  function markActive(row, col) {
+    const previous = heatmap.querySelector(".cell.active");
+    if (previous) {
+      previous.classList.remove("active");
+    }
+    const box = heatmap.querySelector(`.cell[data-row="${row}"][data-col="${col}"]`);
+    if (box) {
+      box.classList.add("active");
+    }
+    activeCell = [row, col];
+    describeCell(row, col);
+  }
+
+  heatmap.addEventListener("mouseover", (event) => {
+    const box = event.target.closest(".cell");
+    if (box) {
+      describeCell(Number(box.dataset.row), Number(box.dataset.col));
+    }
+  });
+
+  heatmap.addEventListener("keydown", (event) => {
+    const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+    if (!shown || !moves[event.key]) {
+      return;
+    }
+    event.preventDefault();
+    if (!activeCell) {
+      markActive(0, 0);
+      return;
+    }
+    const [rowStep, colStep] = moves[event.key];
+    const clamp = (value, size) => Math.min(Math.max(value, 0), size - 1);
+    markActive(clamp(activeCell[0] + rowStep, Number(heatmap.dataset.rows)),
+      clamp(activeCell[1] + colStep, Number(heatmap.dataset.cols)));
+  });
+
+  textBox.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+
+  form.addEventListener("submit", explore);
+  mapSelect.addEventListener("change", () => {
+    fillLayerAndHead();
+    draw();
+  });
+  layerSelect.addEventListener("change", draw);
+  headSelect.addEventListener("change", draw);
+
+  const ramp = document.querySelector(".legend-ramp");
+  ramp.style.background = `linear-gradient(to right, ${COLOUR_STOPS.map((stop) => `rgb(${stop.join(", ")})`).join(", ")})`;
+  loadModels();
+})();

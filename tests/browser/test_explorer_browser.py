@@ -1,0 +1,300 @@
+"""The attention explorer in a real browser: Debian's Chromium driven by
+Playwright against `python -m apps.serve --explorer` on the tiny exports.
+
+For each model the page must show what the REST API answers (the label and
+every class's probability, or the translation) and draw, for every layer and
+head, heatmap cells that carry the weights the `attention` signature returns
+(`data-weight` per cell), darker for larger weights, with the tokens on both
+axes; at 390 px (a phone) and 1280 px wide. Bad input (an empty text, a 200 KB
+paste, a model that went away, a server error, a server out of reach) gives a
+clear message and the page stays usable. No test passes with an uncaught page
+error. Screenshots of each state are written under the test's tmp_path.
+"""
+
+import json
+import os
+import re
+import shutil
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.serving.serving_helpers import CLASS_NAMES
+from tests.serving.serving_helpers import ServerProcess
+
+CHROMIUM = "/usr/bin/chromium"
+WIDTHS = [390, 1280]
+WAIT_MS = 30_000
+# The attention outputs of the exports the page draws: output -> (map title, row tokens, column tokens).
+MAPS = {
+    "attention_scores": ("Encoder self-attention", "tokens", "tokens"),
+    "cross_attention": ("Cross-attention (target × source)", "target_tokens", "source_tokens"),
+    "encoder_self_attention": ("Encoder self-attention", "source_tokens", "source_tokens"),
+    "decoder_self_attention": ("Decoder self-attention", "target_tokens", "decoder_input_tokens"),
+}
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def server(exports, tmp_path_factory):
+    """The server, with a third model (a copy of the classifier) that a test takes away."""
+    folder = tmp_path_factory.mktemp("explorer")
+    doomed = folder / "doomed"
+    shutil.copytree(exports.classifier, doomed)
+    models = {"classifier": exports.classifier, "translator": exports.translator, "doomed": str(doomed)}
+    process = ServerProcess(models, folder / "server.log", ["--explorer", "--poll-seconds", "0.2"])
+    process.doomed = doomed
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("Playwright is not installed: `make venv` installs it (requirements.txt).")
+    if not os.path.isfile(CHROMIUM):
+        pytest.fail(f"No Chromium at {CHROMIUM}: `make venv` installs it (apt-get install -y chromium).")
+    with sync_playwright() as playwright:
+        # A browser that cannot start fails here within the timeout instead of hanging the run.
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, timeout=WAIT_MS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def open_page(browser, server, tmp_path):
+    """`open_page(width)` -> the explorer in a fresh browser context, its model list loaded.
+    After the test: no uncaught page error and no Content-Security-Policy violation."""
+    contexts, problems = [], []
+
+    def open_page(width):
+        context = browser.new_context(viewport={"width": width, "height": 900})
+        context.set_default_timeout(WAIT_MS)
+        contexts.append(context)
+        page = context.new_page()
+        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+        page.on("console", lambda message: problems.append(message.text)
+                if "Content Security Policy" in message.text else None)
+        page.goto(server.url + "/")
+        page.wait_for_selector("#model option:not([disabled])", state="attached")
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+    assert not problems, problems
+
+
+def expect_text(page, selector, text):
+    from playwright.sync_api import expect
+
+    expect(page.locator(selector)).to_have_text(text, timeout=WAIT_MS)
+
+
+def rest_predict(server, model, text, signature="serving_default"):
+    response = httpx.post(f"{server.url}/v1/models/{model}:predict",
+                          json={"signature_name": signature, "instances": [text]}, timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()["predictions"][0]
+
+
+def ask(page, model, text, by="enter"):
+    """Chooses `model`, types `text` and sends it by Enter or the button; waits for the answer."""
+    page.select_option("#model", model)
+    page.fill("#text", text)
+    if by == "enter":
+        page.press("#text", "Enter")
+    else:
+        page.click("#submit")
+    expect_text(page, "#status", f"{model} answered.")
+
+
+def shot(page, tmp_path, name):
+    page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
+
+
+def luminance(css_colour):
+    red, green, blue = (int(value) for value in re.findall(r"\d+", css_colour)[:3])
+    return 0.2126 * red + 0.7152 * green + 0.0722 * blue
+
+
+def assert_heatmaps(page, attention, outputs):
+    """For each attention output of the answer (`outputs`), every layer and head: the
+    page's cells carry the weights of its real tokens, and a larger weight is never lighter."""
+    titles = page.locator("#map option").all_text_contents()
+    drawn = [name for name in MAPS if name in outputs]
+    assert titles == [MAPS[name][0] for name in drawn]
+    for map_index, name in enumerate(drawn):
+        _, row_output, column_output = MAPS[name]
+        rows = [token for token in attention[row_output] if token]
+        columns = [token for token in attention[column_output] if token]
+        weights = np.asarray(attention[name])
+        page.select_option("#map", index=map_index)
+        # One colour scale per map, from 0 to its largest weight (any layer, head), the darkest cell.
+        largest = weights[:, :, :len(rows), :len(columns)].max()
+        expect_text(page, "#legend-low", "0")
+        expect_text(page, "#legend-high", f"{largest:.3f}")
+        ramp = re.findall(r"rgb\([^)]*\)", page.eval_on_selector(".legend-ramp", "e => getComputedStyle(e).backgroundImage"))
+        darkest, darkest_of_largest = [], []
+        for layer in range(weights.shape[0]):
+            for head in range(weights.shape[1]):
+                page.select_option("#layer", index=layer)
+                page.select_option("#head", index=head)
+                heatmap = page.locator("#heatmap")
+                assert (heatmap.get_attribute("data-map"), heatmap.get_attribute("data-layer"),
+                        heatmap.get_attribute("data-head")) == (name, str(layer), str(head))
+                assert page.locator("#heatmap .row-label").all_text_contents() == rows
+                assert page.locator("#heatmap .col-label").all_text_contents() == columns
+                cells = page.eval_on_selector_all(
+                    "#heatmap .cell",
+                    "cells => cells.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight, "
+                    "getComputedStyle(c).backgroundColor])")
+                assert len(cells) == len(rows) * len(columns)
+                shown = np.full((len(rows), len(columns)), np.nan)
+                for row, column, weight, _ in cells:
+                    shown[row, column] = weight
+                np.testing.assert_allclose(shown, weights[layer, head, :len(rows), :len(columns)], atol=1e-6, rtol=0)
+                ordered = sorted(cells, key=lambda cell: cell[2])
+                lightness = [luminance(cell[3]) for cell in ordered]
+                assert all(later <= earlier + 1e-9 for earlier, later in zip(lightness, lightness[1:]))
+                assert lightness[0] > lightness[-1] or ordered[0][2] == ordered[-1][2]
+                darkest.append(lightness[-1])
+                if ordered[-1][2] == pytest.approx(largest, abs=1e-6):
+                    darkest_of_largest.append(lightness[-1])
+                    assert ordered[-1][3] == ramp[-1]  # the legend's dark end
+                assert all(colour == ramp[0] for _, _, weight, colour in cells if weight == 0)
+        assert darkest_of_largest and max(darkest_of_largest) <= min(darkest) + 1e-9
+
+
+def assert_fits(page, width):
+    """Nothing but the heatmap's own scroll box is wider than the window."""
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_classifier_answer_and_its_attention(open_page, server, tmp_path, width):
+    page = open_page(width)
+    text = "the cat sat on the mat"
+    ask(page, "classifier", text)
+    answer = rest_predict(server, "classifier", text)
+    attention = rest_predict(server, "classifier", text, "attention")
+    expect_text(page, "#answer-text", answer["label"])
+    bars = page.eval_on_selector_all(
+        "#probabilities .bar-row", "rows => rows.map(r => [r.dataset.className, +r.dataset.probability])")
+    assert [name for name, _ in bars] == CLASS_NAMES
+    np.testing.assert_allclose([probability for _, probability in bars], answer["probabilities"], atol=1e-6, rtol=0)
+    assert page.locator("#probabilities .bar-label").all_text_contents() == CLASS_NAMES
+    assert_heatmaps(page, attention, attention)
+    assert_fits(page, width)
+    shot(page, tmp_path, f"classifier-{width}")
+
+    # Pointing at a cell, or moving with the arrow keys, names the token pair and the weight.
+    tokens = [token for token in attention["tokens"] if token]
+    weights = np.asarray(attention["attention_scores"])
+    page.select_option("#layer", index=0)
+    page.select_option("#head", index=0)
+    page.hover('#heatmap .cell[data-row="1"][data-col="0"]')
+    expect_text(page, "#cell-info", f"query token “{tokens[1]}” → key token “{tokens[0]}”: {weights[0, 0, 1, 0]:.4f}")
+    page.focus("#heatmap")
+    page.keyboard.press("ArrowDown")  # the first press picks the top-left cell
+    page.keyboard.press("ArrowRight")
+    expect_text(page, "#cell-info", f"query token “{tokens[0]}” → key token “{tokens[1]}”: {weights[0, 0, 0, 1]:.4f}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_translation_and_its_attention(open_page, server, tmp_path, width):
+    page = open_page(width)
+    text = "y dijo dios sea la luz"
+    ask(page, "translator", text, by="button")
+    translation = rest_predict(server, "translator", text)
+    attention = rest_predict(server, "translator", text, "attention")
+    expect_text(page, "#answer-text", translation)
+    assert page.locator("#probabilities .bar-row").count() == 0
+    assert_heatmaps(page, attention, attention)
+    assert_fits(page, width)
+    shot(page, tmp_path, f"translator-{width}")
+
+
+def test_keyboard_only_with_an_empty_and_a_200_kb_text(open_page, server, tmp_path):
+    page = open_page(390)
+    predicts = []
+    page.on("request", lambda request: predicts.append(request.url) if ":predict" in request.url else None)
+    # The focus order follows the form: model, text, button.
+    focused = []
+    for _ in range(3):
+        page.keyboard.press("Tab")
+        focused.append(page.evaluate("document.activeElement.id"))
+    assert focused == ["model", "text", "submit"]
+
+    page.focus("#text")
+    page.keyboard.press("Enter")
+    expect_text(page, "#error", "Type a text first: the model has nothing to read.")
+    assert predicts == [] and page.evaluate("document.activeElement.id") == "text"
+    shot(page, tmp_path, "empty-text")
+
+    huge = ("the market fell after the report " * 7000)[:200_000]
+    page.fill("#text", huge)
+    page.press("#text", "Enter")
+    expect_text(page, "#status", "classifier answered.")
+    assert page.locator("#error").is_hidden()
+    expect_text(page, "#answer-text", rest_predict(server, "classifier", huge)["label"])
+    attention = rest_predict(server, "classifier", huge, "attention")
+    assert_heatmaps(page, attention, attention)
+    assert_fits(page, 390)
+    shot(page, tmp_path, "200-kb-text")
+
+    # Still usable: a short text after the long one.
+    page.fill("#text", "stocks rose sharply today")
+    page.press("#text", "Enter")
+    expect_text(page, "#answer-text", rest_predict(server, "classifier", "stocks rose sharply today")["label"])
+
+
+def test_a_server_error_and_an_unreachable_server_are_explained(open_page, server, tmp_path):
+    page = open_page(1280)
+    failure = {"error": "Internal error running the model: RuntimeError."}
+    page.route(re.compile(r".*:predict$"), lambda route: route.fulfill(
+        status=500, content_type="application/json", body=json.dumps(failure)))
+    page.fill("#text", "the team won the final")
+    page.press("#text", "Enter")
+    expect_text(page, "#error", "The server failed (500): Internal error running the model: RuntimeError.")
+    assert page.locator("#answer").is_hidden() and page.locator("#submit").is_enabled()
+    shot(page, tmp_path, "server-error")
+
+    page.unroute(re.compile(r".*:predict$"))
+    page.route(re.compile(r".*:predict$"), lambda route: route.abort())
+    page.press("#text", "Enter")
+    expect_text(page, "#error", "Cannot reach the server: is it still running?")
+    shot(page, tmp_path, "unreachable")
+
+    page.unroute(re.compile(r".*:predict$"))
+    ask(page, "translator", "the team won the final")
+    assert page.locator("#error").is_hidden()
+    expect_text(page, "#answer-text", rest_predict(server, "translator", "the team won the final"))
+
+
+def test_a_model_that_went_away(open_page, server, tmp_path):
+    page = open_page(1280)
+    page.select_option("#model", "doomed")
+    shutil.rmtree(server.doomed / "1")
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{server.url}/explorer/models", timeout=10).json()["models"][1]["version"] is not None:
+        assert time.monotonic() < deadline, "the server still serves the removed version"
+        time.sleep(0.1)
+    page.fill("#text", "the cat sat on the mat")
+    page.press("#text", "Enter")
+    expect_text(page, "#error", re.compile(r'^Model "doomed" is not being served any more \(Servable not found'))
+    # The list now says so, and another model still answers.
+    from playwright.sync_api import expect
+
+    doomed = page.locator('#model option[value="doomed"]')
+    expect(doomed).to_have_text("doomed (no version loaded)", timeout=WAIT_MS)
+    expect(doomed).to_be_disabled(timeout=WAIT_MS)
+    shot(page, tmp_path, "model-went-away")
+    ask(page, "classifier", "the cat sat on the mat")
+    expect_text(page, "#answer-text", rest_predict(server, "classifier", "the cat sat on the mat")["label"])
+    assert "Traceback" not in server.log()
