@@ -209,6 +209,11 @@ def _fill(settings, rules):
     return settings, choices
 
 
+def vocabulary_size_for(texts):
+    """The WordPiece vocabulary size the rule above picks for `texts`, with its reason."""
+    return _vocabulary_size(count_words(texts), f"{len(texts):,} texts")
+
+
 def _vocabulary_size(word_counts, what):
     frequent = sum(count >= FREQUENT_WORD_COUNT for count in word_counts.values())
     characters = {character for word in word_counts for character in word}
