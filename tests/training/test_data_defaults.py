@@ -17,6 +17,7 @@ from keras_transformer.training.data_defaults import check_chosen
 from keras_transformer.training.data_defaults import classifier_settings_from_data
 from keras_transformer.training.data_defaults import large_corpus_settings
 from keras_transformer.training.data_defaults import translator_settings_from_data
+from keras_transformer.training.data_defaults import vocabulary_size_for
 from keras_transformer.training.translator import TranslatorSettings
 
 # Twenty lower-case words, each a whole WordPiece once a corpus repeats them:
@@ -118,6 +119,16 @@ def test_vocabulary_size_counts_frequent_word_types_and_the_alphabet():
     )
     assert settings.vocabulary_size == 2027
     assert "2,000 word types occur at least 5 times" in choices[0].reason
+
+
+def test_vocabulary_size_for_texts_applies_the_same_rule():
+    # The translation benchmark's peer gets its WordPiece budget from this: the
+    # same 2,027 as the classifier's choice on the same texts (worked out above).
+    letters = "abcdefghij"
+    words = ["".join(letters[(number // 10 ** place) % 10] for place in range(4)) for number in range(2500)]
+    texts = [" ".join(words[:2000])] * 5 + [" ".join(words[2000:])] * 4
+    size, reason = vocabulary_size_for(texts)
+    assert size == 2027 and "in 9 texts" in reason
 
 
 @pytest.mark.parametrize("count, expected", [(3, 1000), (9000, 8000)])
