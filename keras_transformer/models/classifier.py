@@ -6,18 +6,14 @@ import keras
 from keras import ops
 
 from keras_transformer.layers import MultiHeadAttention
-from keras_transformer.layers import TokenAndPositionEmbedding
-from keras_transformer.layers import TransformerEncoderBlock
-from keras_transformer.layers import padding_mask as make_padding_mask
-from keras_transformer.layers.attention import get_attention_class
-from keras_transformer.layers.attention import serialize_attention_class
 from keras_transformer.layers.masks import masked_value
+from keras_transformer.models.encoder_stack import EncoderStack
 
 POOLINGS = ("mean", "max", "cls")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerClassifier(keras.Model):
+class TransformerClassifier(EncoderStack, keras.Model):
     """Token ids in, class probabilities out.
 
     Embedding plus positions, `num_layers` encoder blocks, a pooling that
@@ -82,77 +78,21 @@ class TransformerClassifier(keras.Model):
             raise ValueError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
         if not isinstance(num_classes, numbers.Integral) or num_classes < 2:
             raise ValueError(f"`num_classes` must be an integer of at least 2, got {num_classes!r}.")
-        if not isinstance(num_layers, numbers.Integral) or num_layers < 1:
-            raise ValueError(f"`num_layers` must be a positive integer, got {num_layers!r}.")
-        if not isinstance(d_model, int) or not isinstance(num_heads, int) or d_model % num_heads:
-            raise ValueError(f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads}).")
-        self.vocabulary_size = vocabulary_size
         self.num_classes = int(num_classes)
-        self.sequence_length = sequence_length
-        self.num_layers = num_layers
-        self.d_model = d_model
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.dropout = dropout
         self.pooling = pooling
-        self.positional = positional
-        self.normalize_first = normalize_first
-        self.attention_class = get_attention_class(attention_class)
-
-        self.embedding = TokenAndPositionEmbedding(
-            vocabulary_size,
-            sequence_length,
-            d_model,
-            mask_zero=True,
-            positional=positional,
-            dtype=self.dtype_policy,
-            name="embedding",
-        )
-        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-        self.encoder_blocks = [
-            TransformerEncoderBlock(
-                num_heads=num_heads,
-                intermediate_dim=intermediate_dim,
-                dropout=dropout,
-                activation="gelu",
-                normalize_first=normalize_first,
-                attention_class=self.attention_class,
-                dtype=self.dtype_policy,
-                name=f"encoder_block_{index}",
-            )
-            for index in range(num_layers)
-        ]
-        # Pre-norm stacks leave the residual stream un-normalized; post-norm ends normalized.
-        self.final_norm = (
-            keras.layers.LayerNormalization(epsilon=1e-5, dtype=self.dtype_policy, name="final_norm")
-            if normalize_first
-            else None
-        )
+        self._create_encoder_stack(vocabulary_size, sequence_length, num_layers, d_model, num_heads,
+                                   intermediate_dim, dropout, positional, normalize_first, attention_class)
         self.head_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         # float32 probabilities even under mixed precision.
         self.head = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="head")
 
     def build(self, token_ids_shape):
-        self.embedding.build(token_ids_shape)
-        sequence_shape = (*token_ids_shape, self.d_model)
-        for block in self.encoder_blocks:
-            block.build(sequence_shape)
-        if self.final_norm is not None:
-            self.final_norm.build(sequence_shape)
+        self._build_encoder_stack(token_ids_shape)
         self.head.build((token_ids_shape[0], self.d_model))
         self.built = True
 
     def call(self, token_ids, training=None, return_attention_scores=False):
-        padding_mask = make_padding_mask(token_ids)
-        x = self.embedding_dropout(self.embedding(token_ids), training=training)
-        attention_scores = []
-        for block in self.encoder_blocks:
-            x, scores = block(
-                x, padding_mask=padding_mask, training=training, return_attention_scores=True
-            )
-            attention_scores.append(scores)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
+        x, padding_mask, attention_scores = self._encode(token_ids, training, with_attention_scores=True)
         pooled = self._pool(x, padding_mask)
         probabilities = self.head(self.head_dropout(pooled, training=training))
         if return_attention_scores:
@@ -175,20 +115,6 @@ class TransformerClassifier(keras.Model):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "vocabulary_size": self.vocabulary_size,
-                "num_classes": self.num_classes,
-                "sequence_length": self.sequence_length,
-                "num_layers": self.num_layers,
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "intermediate_dim": self.intermediate_dim,
-                "dropout": self.dropout,
-                "pooling": self.pooling,
-                "positional": self.positional,
-                "normalize_first": self.normalize_first,
-                "attention_class": serialize_attention_class(self.attention_class),
-            }
-        )
+        config.update(self._encoder_config())
+        config.update({"num_classes": self.num_classes, "pooling": self.pooling})
         return config

@@ -241,29 +241,48 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
     optimizer in a `keras.optimizers.LossScaleOptimizer`.
     """
     check_chosen(settings, "sequence_length", "warmup_fraction")
+    return build_compiled_model(
+        settings,
+        TransformerClassifier,
+        settings.epochs * steps_per_epoch,
+        loss="sparse_categorical_crossentropy",
+        # Objects, not "accuracy": Keras builds a metric named by a string
+        # inside the first traced train step, which then traces twice.
+        make_metrics=lambda: [
+            keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
+            *([MacroF1(num_classes)] if settings.monitor == "val_macro_f1" else []),
+        ],
+        strategy=strategy,
+        vocabulary_size=vocabulary_size,
+        num_classes=num_classes,
+        pooling=settings.pooling,
+    )
+
+
+def build_compiled_model(settings, model_class, total_steps, loss, make_metrics, strategy=None, **model_arguments):
+    """A `model_class` with the encoder sizes of `settings` and `model_arguments`,
+    built and compiled with `build_adamw` over `total_steps`, ready for `fit`.
+
+    Created in `strategy`'s scope under `settings.mixed_precision`'s dtype
+    policy, with the metrics `make_metrics()` returns (created in that scope
+    too), compiled with XLA when `settings.jit_compile`.
+    """
     with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
-        model = TransformerClassifier(
-            vocabulary_size=vocabulary_size,
-            num_classes=num_classes,
+        model = model_class(
             sequence_length=settings.sequence_length,
             num_layers=settings.num_layers,
             d_model=settings.d_model,
             num_heads=settings.num_heads,
             intermediate_dim=settings.intermediate_dim,
             dropout=settings.dropout,
-            pooling=settings.pooling,
+            **model_arguments,
         )
         # BackupAndRestore loads weights before the first batch, so they must exist.
         model.build((None, settings.sequence_length))
         model.compile(
-            optimizer=build_adamw(settings, settings.epochs * steps_per_epoch),
-            loss="sparse_categorical_crossentropy",
-            # An object, not "accuracy": Keras builds a metric named by a string
-            # inside the first traced train step, which then traces twice.
-            metrics=[
-                keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
-                *([MacroF1(num_classes)] if settings.monitor == "val_macro_f1" else []),
-            ],
+            optimizer=build_adamw(settings, total_steps),
+            loss=loss,
+            metrics=make_metrics(),
             jit_compile=settings.jit_compile,
         )
         build_optimizer(model)

@@ -26,9 +26,6 @@ from keras_transformer.text.wordpiece import MASK
 from keras_transformer.text.wordpiece import RESERVED_TOKENS
 from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.distribute import dtype_policy
-from keras_transformer.training.distribute import strategy_scope
-from keras_transformer.training.fitting import build_optimizer
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.losses import masked_accuracy
 from keras_transformer.training.runs import fit_in_folder
@@ -130,27 +127,17 @@ def build_masked_lm(settings, vocabulary_size, steps_per_epoch, strategy=None):
     """The built and compiled `MaskedLanguageModel` for a classifier of `settings`,
     with the classifier's optimizer and a `WarmupCosine` sized by `settings.pretrain_epochs`."""
     # Here, not at the top: the classifier pipeline imports this module.
-    from keras_transformer.training.classifier import build_adamw
+    from keras_transformer.training.classifier import build_compiled_model
 
-    with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
-        model = MaskedLanguageModel(
-            vocabulary_size=vocabulary_size,
-            sequence_length=settings.sequence_length,
-            num_layers=settings.num_layers,
-            d_model=settings.d_model,
-            num_heads=settings.num_heads,
-            intermediate_dim=settings.intermediate_dim,
-            dropout=settings.dropout,
-        )
-        model.build((None, settings.sequence_length))
-        model.compile(
-            optimizer=build_adamw(settings, settings.pretrain_epochs * steps_per_epoch),
-            loss=MaskedSparseCategoricalCrossentropy(),
-            metrics=[keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")],
-            jit_compile=settings.jit_compile,
-        )
-        build_optimizer(model)
-    return model
+    return build_compiled_model(
+        settings,
+        MaskedLanguageModel,
+        settings.pretrain_epochs * steps_per_epoch,
+        loss=MaskedSparseCategoricalCrossentropy(),
+        make_metrics=lambda: [keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")],
+        strategy=strategy,
+        vocabulary_size=vocabulary_size,
+    )
 
 
 def pretraining_folder(folder):

@@ -10,6 +10,7 @@ the same SavedModel answers when called directly, never with fixed texts.
 
 import pytest
 
+from keras_transformer.serving.repository import load_saved_model
 from tests.serving.serving_helpers import TEXT_POOL
 from tests.serving.serving_helpers import ServerProcess
 from tests.serving.serving_helpers import build_exports
@@ -30,6 +31,14 @@ def direct_models(exports):
         ("translator", 1): load_direct(exports.version_dir("translator")),
         ("translator", 2): load_direct(exports.spare_translator),
     }
+
+
+@pytest.fixture(scope="session")
+def direct_models_loader(exports, direct_models):
+    """A `ModelRepository` loader that hands out the SavedModels `direct_models` already
+    loaded (the files are the same) for version 1 of both exports, and loads any other path."""
+    loaded = {exports.version_dir(model): direct_models[(model, 1)] for model in ("classifier", "translator")}
+    return lambda path: loaded.get(str(path)) or load_saved_model(path)
 
 
 @pytest.fixture(scope="session")

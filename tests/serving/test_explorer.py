@@ -14,7 +14,6 @@ from keras_transformer.serving import ModelRepository
 from keras_transformer.serving import ServerSettings
 from keras_transformer.serving import create_app
 from keras_transformer.serving.model_config import model_configs
-from keras_transformer.serving.repository import load_saved_model
 from tests.serving.serving_helpers import CLASS_NAMES
 from tests.serving.serving_helpers import call_direct
 
@@ -22,16 +21,10 @@ PAGE_ROUTES = ["/", "/explorer/models", "/explorer/assets/explorer.js", "/explor
 
 
 @pytest.fixture(scope="module")
-def loader(exports, direct_models):
-    loaded = {exports.version_dir(model): direct_models[(model, 1)] for model in ("classifier", "translator")}
-    return lambda path: loaded.get(str(path)) or load_saved_model(path)
-
-
-@pytest.fixture(scope="module")
-def serve(exports, loader):
+def serve(exports, direct_models_loader):
     def serve(models=None, **settings):
         models = models or {"classifier": exports.classifier, "translator": exports.translator}
-        repository = ModelRepository(model_configs(models), loader=loader, poll_seconds=0)
+        repository = ModelRepository(model_configs(models), loader=direct_models_loader, poll_seconds=0)
         return TestClient(create_app(repository, ServerSettings(**settings)), raise_server_exceptions=False)
 
     return serve

@@ -24,17 +24,10 @@ def not_found(signature, served):
 
 
 @pytest.fixture(scope="module")
-def loader(exports, direct_models):
-    # The SavedModels `direct_models` already loaded (the files are the same).
-    loaded = {exports.version_dir(model): direct_models[(model, 1)] for model in ("classifier", "translator")}
-    return lambda path: loaded.get(str(path)) or load_saved_model(path)
-
-
-@pytest.fixture(scope="module")
-def serve(exports, loader):
+def serve(exports, direct_models_loader):
     def serve(*signatures):
         configs = model_configs({"classifier": exports.classifier, "translator": exports.translator})
-        repository = ModelRepository(with_signatures(configs, signatures), loader=loader, poll_seconds=0)
+        repository = ModelRepository(with_signatures(configs, signatures), loader=direct_models_loader, poll_seconds=0)
         return TestClient(create_app(repository), raise_server_exceptions=False)
 
     return serve
