@@ -216,6 +216,11 @@ def test_the_translation_and_its_attention(open_page, server, tmp_path, width):
     expect_text(page, "#answer-text", translation)
     assert page.locator("#probabilities .bar-row").count() == 0
     assert_heatmaps(page, attention, attention)
+    # The rows are the greedy translation's tokens, which the page spells out
+    # (the answer above is the beam search's), "##" pieces joined to the word before.
+    pieces = [token for token in attention["target_tokens"] if token not in ("", "[END]")]
+    greedy = re.sub(r" ##", "", " ".join(pieces))
+    expect_text(page, "#decoding-note", re.compile(re.escape(f"greedy translation “{greedy}”")))
     assert_fits(page, width)
     shot(page, tmp_path, f"translator-{width}")
 

@@ -286,12 +286,26 @@
       return;
     }
     shown = { maps };
+    showDecodingNote(model, outputs);
     fillSelect(mapSelect, maps.map((map) => map.title));
     fillLayerAndHead();
     byId("attention-message").hidden = true;
     byId("attention-view").hidden = false;
     attentionSection.hidden = false;
     draw();
+  }
+
+  // The answer comes from beam search, the attention from the greedy decoding
+  // (one token at a time, each the most likely): the two may differ, so the
+  // page says which translation the rows belong to.
+  function showDecodingNote(model, outputs) {
+    const note = byId("decoding-note");
+    note.hidden = model.kind !== "translator" || !Array.isArray(outputs.target_tokens);
+    if (!note.hidden) {
+      const words = realTokens(outputs.target_tokens).filter((token) => token !== "[END]");
+      const text = words.map((token) => (token.startsWith("##") ? token.slice(2) : ` ${token}`)).join("").trim();
+      note.textContent = `The maps follow the greedy translation “${text}”; the translation above comes from beam search, so the two can differ.`;
+    }
   }
 
   // A map's colour scale runs from 0 to its largest weight over every layer and
