@@ -18,6 +18,12 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import plots
+from keras_transformer.data.tokens import CLASSIFIER_TOKEN_SETTINGS
+from keras_transformer.data.tokens import CLASSIFIER_VOCABULARY
+from keras_transformer.data.tokens import ClassificationTokens
+from keras_transformer.data.tokens import TokenizedClassificationData
+from keras_transformer.data.tokens import copy_vocabularies
+from keras_transformer.data.tokens import settings_from_tokens
 from keras_transformer.models import TransformerClassifier
 from keras_transformer.text import WordPieceTokenizer
 from keras_transformer.text import build_vocabulary
@@ -28,7 +34,9 @@ from keras_transformer.training.callbacks import MacroF1
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.data_defaults import check_chosen
 from keras_transformer.training.data_defaults import choices_record
-from keras_transformer.training.data_defaults import classifier_settings_from_data
+from keras_transformer.training.data_defaults import choices_from_record
+from keras_transformer.training.data_defaults import classifier_settings_from_counts
+from keras_transformer.training.data_defaults import classifier_tokenization_from_data
 from keras_transformer.training.distribute import dtype_policy
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
@@ -115,7 +123,10 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
     """Builds the vocabulary, trains with `fit`, evaluates on the test split.
 
     Args:
-        data: a `keras_transformer.data.ClassificationData`.
+        data: a `keras_transformer.data.ClassificationData`, or the
+            `TokenizedClassificationData` of `tokenize_classification_data` or
+            of a token folder (`keras_transformer.data.tokens`): then its
+            vocabulary and the settings tokenization fixed are the run's.
         settings: a `ClassifierSettings`.
         run_dir: folder for the run's vocabulary, backup, checkpoints, logs,
             history, report and plots.
@@ -130,7 +141,8 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
             same data and settings; only the chief writes `run_dir`,
             evaluates and returns a `ClassifierRun`; the others return None.
         unlabeled_texts: more texts for the vocabulary and, with
-            `settings.pretrain_epochs`, for pretraining (give the same to a resume).
+            `settings.pretrain_epochs`, for pretraining (give the same to a
+            resume); raw data only.
     """
     with worker_run_dir(run_dir, strategy, resume=resume) as own_run_dir:
         return _train_classifier(
@@ -139,9 +151,68 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
         )
 
 
+def tokenize_classification_data(data, settings, vocabulary_dir, verbose=1, unlabeled_texts=()):
+    """Builds the vocabulary into `vocabulary_dir`, chooses the settings that
+    fix the tokens (`vocabulary_size`, `sequence_length`) where `settings`
+    leaves them None, and encodes every split.
+
+    Args:
+        data: a `ClassificationData`.
+        settings: a `ClassifierSettings`; not changed.
+        vocabulary_dir: where `vocabulary.txt` goes (a run folder, or the
+            token folder being written).
+        verbose: say what is built (the chosen values are the caller's to say).
+        unlabeled_texts: more texts for the vocabulary.
+
+    Returns:
+        A `TokenizedClassificationData` named as `data`.
+    """
+    unlabeled_texts = list(unlabeled_texts)
+    vocabulary_path = os.path.join(vocabulary_dir, CLASSIFIER_VOCABULARY)
+
+    def build_tokenizer(vocabulary_size):
+        # Unlabelled texts shape the vocabulary too; the lengths are the labelled texts'.
+        say(verbose, f"Building a WordPiece vocabulary from {len(data.train) + len(unlabeled_texts)} texts...")
+        save_vocabulary(build_vocabulary([*data.train.texts, *unlabeled_texts], vocabulary_size), vocabulary_path)
+        return WordPieceTokenizer(vocabulary_path)
+
+    settings, chosen = classifier_tokenization_from_data(settings, data.train.texts, build_tokenizer)
+    return encode_classification_data(data, settings, vocabulary_path, choices_record(chosen))
+
+
+def encode_classification_data(data, settings, vocabulary_path, chosen_from_data=None):
+    """`data` encoded with the vocabulary at `vocabulary_path` and the
+    `sequence_length` and pooling of `settings` (all chosen), as a
+    `TokenizedClassificationData` named as `data`."""
+    tokenizer = WordPieceTokenizer(vocabulary_path)
+    add_cls = settings.pooling == "cls"
+
+    def encode(split):
+        token_ids = tokenizer.encode(tf.constant(split.texts, tf.string), settings.sequence_length, add_cls=add_cls)
+        return ClassificationTokens(token_ids.numpy(), np.asarray(split.labels, np.int32))
+
+    return TokenizedClassificationData(
+        name=data.name,
+        source_name=data.name,
+        settings={name: getattr(settings, name) for name in CLASSIFIER_TOKEN_SETTINGS},
+        chosen_from_data=chosen_from_data or {},
+        vocabulary_files={CLASSIFIER_VOCABULARY: vocabulary_path},
+        class_names=list(data.class_names),
+        train=encode(data.train),
+        validation=encode(data.validation),
+        test=encode(data.test),
+    )
+
+
 def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minutes, verbose, strategy,
                       unlabeled_texts):
-    vocabulary_path = folder.file("vocabulary.txt")
+    vocabulary_path = folder.file(CLASSIFIER_VOCABULARY)
+    tokens = data if isinstance(data, TokenizedClassificationData) else None
+    if tokens is not None and (unlabeled_texts or settings.pretrain_epochs):
+        raise ValueError(
+            f"{tokens.name} holds tokens, and pretraining (--pretrain-epochs, --unlabeled) needs the raw texts: "
+            "train from the data source instead."
+        )
     saved = saved_run_or_fresh_start(folder, run_dir, resume, METRICS_FILE, verbose,
                                      earlier_phase_started=pretraining_started(folder))
     if saved is not None:
@@ -151,34 +222,29 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
                 f"the data now has {data.class_names}."
             )
         settings = ClassifierSettings(**saved["settings"])
+        if tokens is None:
+            tokens = encode_classification_data(data, settings, vocabulary_path)
+        else:
+            settings_from_tokens(settings, tokens)  # raises if the folder was tokenized otherwise
     else:
         settings.validate()
         clear_pretraining(folder)
-
-        def build_tokenizer(vocabulary_size):
-            # Unlabelled texts shape the vocabulary too; the lengths are the labelled texts'.
-            say(verbose, f"Building a WordPiece vocabulary from {len(data.train) + len(unlabeled_texts)} texts...")
-            save_vocabulary(build_vocabulary([*data.train.texts, *unlabeled_texts], vocabulary_size), vocabulary_path)
-            return WordPieceTokenizer(vocabulary_path)
-
-        settings, chosen = classifier_settings_from_data(settings, data.train.texts, build_tokenizer)
+        if tokens is None:
+            tokens = tokenize_classification_data(data, settings, folder.path, verbose, unlabeled_texts)
+        else:
+            copy_vocabularies(tokens, folder.path)
+        settings = settings_from_tokens(settings, tokens)
+        settings, counted = classifier_settings_from_counts(settings, len(tokens.train))
+        chosen = choices_from_record(tokens.chosen_from_data) + counted
         for choice in chosen:
             say(verbose, choice.line())
-        save_settings(folder, settings.validate(), class_names=data.class_names, data=data.name,
+        save_settings(folder, settings.validate(), class_names=tokens.class_names, data=tokens.name,
                       chosen_from_data=choices_record(chosen))
     keras.utils.set_random_seed(settings.seed)
     tokenizer = WordPieceTokenizer(vocabulary_path)
-    add_cls = settings.pooling == "cls"
-
-    def encode(split):
-        token_ids = tokenizer.encode(
-            tf.constant(split.texts, tf.string), settings.sequence_length, add_cls=add_cls
-        )
-        return token_ids.numpy(), np.asarray(split.labels, np.int32)
-
-    train_ids, train_labels = encode(data.train)
-    validation_ids, validation_labels = encode(data.validation)
-    test_ids, test_labels = encode(data.test)
+    train_ids, train_labels = tokens.train.token_ids, tokens.train.labels
+    validation_ids, validation_labels = tokens.validation.token_ids, tokens.validation.labels
+    test_ids, test_labels = tokens.test.token_ids, tokens.test.labels
 
     steps_per_epoch = math.ceil(len(train_ids) / settings.batch_size)
     model = build_classifier_model(
@@ -203,7 +269,7 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     report = classification_report(test_labels, np.argmax(probabilities, axis=-1), data.class_names)
     report.update(
         {
-            "data": data.name,
+            "data": tokens.name,
             "kept_epoch": folder.read_best_epoch(),
             "split": "test",
             "epochs_completed": len(fitted.history.get("loss", [])),

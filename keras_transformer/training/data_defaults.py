@@ -123,6 +123,14 @@ def classifier_settings_from_data(settings, texts, build_tokenizer):
     Returns:
         `(settings, choices)`: a filled copy and a `Choice` per filled field.
     """
+    settings, choices = classifier_tokenization_from_data(settings, texts, build_tokenizer)
+    settings, more_choices = classifier_settings_from_counts(settings, len(texts))
+    return settings, choices + more_choices
+
+
+def classifier_tokenization_from_data(settings, texts, build_tokenizer):
+    """`classifier_settings_from_data` for the fields tokenization fixes
+    (`vocabulary_size`, `sequence_length`) alone."""
     settings, choices = _fill(settings, [
         ("vocabulary_size", lambda current: _vocabulary_size(count_words(texts), f"{len(texts):,} training texts")),
     ])
@@ -136,12 +144,18 @@ def classifier_settings_from_data(settings, texts, build_tokenizer):
             "the training texts' WordPiece lengths" + (" (+1 for [CLS])" if add_cls else ""),
         )
 
-    more_settings, more_choices = _fill(settings, [
-        ("sequence_length", sequence_length),
-        ("batch_size", lambda current: _batch_size(len(texts))),
-        ("warmup_fraction", lambda current: _warmup_fraction(len(texts), current.batch_size, current.epochs)),
-    ])
+    more_settings, more_choices = _fill(settings, [("sequence_length", sequence_length)])
     return more_settings, choices + more_choices
+
+
+def classifier_settings_from_counts(settings, num_examples):
+    """`classifier_settings_from_data` for the fields chosen from the number
+    of training texts alone (`batch_size`, `warmup_fraction`): what training
+    from a token folder still chooses."""
+    return _fill(settings, [
+        ("batch_size", lambda current: _batch_size(num_examples)),
+        ("warmup_fraction", lambda current: _warmup_fraction(num_examples, current.batch_size, current.epochs)),
+    ])
 
 
 def translator_settings_from_data(settings, sources, targets, build_tokenizers):
@@ -157,14 +171,25 @@ def translator_settings_from_data(settings, sources, targets, build_tokenizers):
     Returns:
         `(settings, choices)`: a filled copy and a `Choice` per filled field.
     """
-    target_counts = count_words(targets, lower_case=False)
-    target_words = sum(target_counts.values())
+    settings, choices = translator_tokenization_from_data(settings, sources, targets, build_tokenizers)
+    settings, more_choices = translator_settings_from_counts(settings, len(sources), target_word_count(targets))
+    return settings, choices + more_choices
+
+
+def target_word_count(targets):
+    """The number of words in `targets`, which chooses the translator's size tier."""
+    return sum(count_words(targets, lower_case=False).values())
+
+
+def translator_tokenization_from_data(settings, sources, targets, build_tokenizers):
+    """`translator_settings_from_data` for the fields tokenization fixes
+    (the vocabulary sizes, `sequence_length`) alone."""
     pairs = f"{len(sources):,} training pairs"
 
     def target_vocabulary_size(current):
         if settings.vocabulary_size is not None:
             return current.vocabulary_size, "the same as the vocabulary_size that was set, for both sides"
-        return _vocabulary_size(target_counts, f"the targets of the {pairs}")
+        return _vocabulary_size(count_words(targets, lower_case=False), f"the targets of the {pairs}")
 
     settings, choices = _fill(settings, [
         ("vocabulary_size", lambda current: _vocabulary_size(count_words(sources), f"the sources of the {pairs}")),
@@ -182,6 +207,15 @@ def translator_settings_from_data(settings, sources, targets, build_tokenizers):
         return _sequence_length(lengths, TRANSLATOR_LENGTH_PERCENTILE, current.max_length,
                                 "the training pairs' WordPiece lengths (the longer side; a target +1)")
 
+    more_settings, more_choices = _fill(settings, [("sequence_length", sequence_length)])
+    return more_settings, choices + more_choices
+
+
+def translator_settings_from_counts(settings, num_pairs, target_words):
+    """`translator_settings_from_data` for the fields chosen from counts alone
+    (the size tier by `target_words`, `warmup_steps` by `num_pairs`): what
+    training from a token folder still chooses."""
+    pairs = f"{num_pairs:,} training pairs"
     floor, tier, values = next(tier for tier in TRANSLATOR_TIERS if target_words >= tier[0])
     size = (f"{target_words:,} target-side words in the {pairs}: a {tier} corpus"
             + (f" (at least {floor:,} words)" if floor else f" (under {TRANSLATOR_TIERS[-2][0]:,} words)"))
@@ -189,12 +223,15 @@ def translator_settings_from_data(settings, sources, targets, build_tokenizers):
     def from_tier(name):
         return lambda current: (values[name], size)
 
-    more_settings, more_choices = _fill(settings, [
-        ("sequence_length", sequence_length),
+    return _fill(settings, [
         *[(name, from_tier(name)) for name in values],
-        ("warmup_steps", lambda current: _warmup_steps(len(sources), current.batch_size, current.epochs)),
+        ("warmup_steps", lambda current: _warmup_steps(num_pairs, current.batch_size, current.epochs)),
     ])
-    return more_settings, choices + more_choices
+
+
+def choices_from_record(record):
+    """The `Choice`s of a `choices_record`, in its order."""
+    return [Choice(name, chosen["value"], chosen["reason"]) for name, chosen in record.items()]
 
 
 def _fill(settings, rules):

@@ -16,6 +16,14 @@ import os
 import keras
 import tensorflow as tf
 
+from keras_transformer.data.tokens import SHARED_VOCABULARY
+from keras_transformer.data.tokens import SOURCE_VOCABULARY
+from keras_transformer.data.tokens import TARGET_VOCABULARY
+from keras_transformer.data.tokens import TRANSLATOR_TOKEN_SETTINGS
+from keras_transformer.data.tokens import TokenizedTranslationData
+from keras_transformer.data.tokens import TranslationTokens
+from keras_transformer.data.tokens import copy_vocabularies
+from keras_transformer.data.tokens import settings_from_tokens
 from keras_transformer.decoding import greedy_decode
 from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text import WordPieceTokenizer
@@ -26,7 +34,10 @@ from keras_transformer.training.batching import length_bucketed_batches
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.data_defaults import check_chosen
 from keras_transformer.training.data_defaults import choices_record
-from keras_transformer.training.data_defaults import translator_settings_from_data
+from keras_transformer.training.data_defaults import choices_from_record
+from keras_transformer.training.data_defaults import target_word_count
+from keras_transformer.training.data_defaults import translator_settings_from_counts
+from keras_transformer.training.data_defaults import translator_tokenization_from_data
 from keras_transformer.training.distribute import dtype_policy
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
@@ -45,7 +56,6 @@ from keras_transformer.training.translation_metrics import chrf_subset
 
 
 SAMPLES_FILE = "samples.json"  # written once a run finished
-SHARED_VOCABULARY_FILE = "vocabulary.txt"  # both sides' vocabulary, with `shared_vocabulary`
 MONITORS = ("val_chrf", "val_masked_accuracy", "val_loss")  # what `--monitor` selects the epoch on
 
 
@@ -126,7 +136,10 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
     """Builds one vocabulary per language, trains with `fit`, translates a few test sources.
 
     Args:
-        data: a `keras_transformer.data.TranslationData`.
+        data: a `keras_transformer.data.TranslationData`, or the
+            `TokenizedTranslationData` of `tokenize_translation_data` or of a
+            token folder (`keras_transformer.data.tokens`): then its
+            vocabularies and the settings tokenization fixed are the run's.
         settings: a `TranslatorSettings`.
         run_dir: the run folder (vocabularies, backup, checkpoints, logs, history).
         resume: continue from the run folder's last backup with its saved settings.
@@ -145,49 +158,95 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
                                  time_budget_minutes, verbose, num_samples, callbacks, strategy)
 
 
+def tokenize_translation_data(data, settings, vocabulary_dir, verbose=1):
+    """Builds the vocabularies into `vocabulary_dir`, chooses the settings that
+    fix the tokens (the vocabulary sizes, `sequence_length`) where `settings`
+    leaves them None, and encodes every split.
+
+    Args:
+        data: a `TranslationData`.
+        settings: a `TranslatorSettings`; not changed.
+        vocabulary_dir: where the vocabulary files go (a run folder, or the
+            token folder being written).
+        verbose: say what is built (the chosen values are the caller's to say).
+
+    Returns:
+        A `TokenizedTranslationData` named as `data`.
+    """
+    folder = RunFolder(vocabulary_dir)
+
+    def build_tokenizers(source_vocabulary_size, target_vocabulary_size):
+        say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
+        sizes = dataclasses.replace(
+            settings, vocabulary_size=source_vocabulary_size, target_vocabulary_size=target_vocabulary_size
+        )
+        build_run_vocabularies(folder, data, sizes)
+        return run_tokenizers(folder, sizes)
+
+    settings, chosen = translator_tokenization_from_data(
+        settings, data.train.sources, data.train.targets, build_tokenizers
+    )
+    return encode_translation_data(data, settings, folder, choices_record(chosen))
+
+
+def encode_translation_data(data, settings, vocabulary_folder, chosen_from_data=None):
+    """`data` encoded with the vocabularies in `vocabulary_folder` (a `RunFolder`)
+    at `settings.sequence_length`, as a `TokenizedTranslationData` named as `data`."""
+    source_tokenizer, target_tokenizer = run_tokenizers(vocabulary_folder, settings)
+
+    def encode(split, keep_texts):
+        source_ids = source_tokenizer.encode(tf.constant(split.sources), settings.sequence_length).numpy()
+        target_ids = target_tokenizer.encode(
+            tf.constant(split.targets), settings.sequence_length + 1, add_start_end=True
+        ).numpy()
+        texts = {"sources": list(split.sources), "targets": list(split.targets)} if keep_texts else {}
+        return TranslationTokens(source_ids, target_ids, **texts)
+
+    files = [SHARED_VOCABULARY] if settings.shared_vocabulary else [SOURCE_VOCABULARY, TARGET_VOCABULARY]
+    return TokenizedTranslationData(
+        name=data.name,
+        source_name=data.name,
+        settings={name: getattr(settings, name) for name in TRANSLATOR_TOKEN_SETTINGS},
+        chosen_from_data=chosen_from_data or {},
+        vocabulary_files={file_name: vocabulary_folder.file(file_name) for file_name in files},
+        source_language=data.source_language,
+        target_language=data.target_language,
+        train_target_words=target_word_count(data.train.targets),
+        train=encode(data.train, keep_texts=False),
+        validation=encode(data.validation, keep_texts=True),
+        test=encode(data.test, keep_texts=True),
+    )
+
+
 def _train_translator(data, settings, folder, run_dir, resume, time_budget_minutes, verbose,
                       num_samples, callbacks, strategy):
+    tokens = data if isinstance(data, TokenizedTranslationData) else None
     saved = saved_run_or_fresh_start(folder, run_dir, resume, SAMPLES_FILE, verbose)
     if saved is not None:
         settings = saved_translator_settings(saved)
+        if tokens is None:
+            tokens = encode_translation_data(data, settings, folder)
+        else:
+            settings_from_tokens(settings, tokens)  # raises if the folder was tokenized otherwise
     else:
         settings.validate()
-
-        def build_tokenizers(source_vocabulary_size, target_vocabulary_size):
-            say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
-            sizes = dataclasses.replace(
-                settings, vocabulary_size=source_vocabulary_size, target_vocabulary_size=target_vocabulary_size
-            )
-            build_run_vocabularies(folder, data, sizes)
-            return run_tokenizers(folder, sizes)
-
-        settings, chosen = translator_settings_from_data(
-            settings, data.train.sources, data.train.targets, build_tokenizers
-        )
+        if tokens is None:
+            tokens = tokenize_translation_data(data, settings, folder.path, verbose)
+        else:
+            copy_vocabularies(tokens, folder.path)
+        settings = settings_from_tokens(settings, tokens)
+        settings, counted = translator_settings_from_counts(settings, len(tokens.train), tokens.train_target_words)
+        chosen = choices_from_record(tokens.chosen_from_data) + counted
         for choice in chosen:
             say(verbose, choice.line())
-        save_settings(folder, settings.validate(), data=data.name, chosen_from_data=choices_record(chosen))
+        save_settings(folder, settings.validate(), data=tokens.name, chosen_from_data=choices_record(chosen))
     keras.utils.set_random_seed(settings.seed)
     source_tokenizer, target_tokenizer = run_tokenizers(folder, settings)
 
-    def batches(split, shuffle):
-        sources = source_tokenizer.encode(tf.constant(split.sources), settings.sequence_length).numpy()
-        targets = target_tokenizer.encode(
-            tf.constant(split.targets), settings.sequence_length + 1, add_start_end=True
-        ).numpy()
-        dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
-        if shuffle:
-            # Repeated before bucketing: buckets then fill across epoch ends,
-            # and an epoch is a fixed number of steps (below), not "until the
-            # buckets run dry", which Keras would warn about every epoch.
-            dataset = dataset.shuffle(len(sources), seed=settings.seed, reshuffle_each_iteration=True).repeat()
-            dataset = length_bucketed_batches(dataset, settings.batch_size, settings.sequence_length + 1)
-        else:
-            dataset = dataset.batch(settings.batch_size)
-        return dataset.map(_teacher_forcing).prefetch(tf.data.AUTOTUNE)
-
-    train_dataset = batches(data.train, shuffle=True)
-    validation_dataset = batches(data.validation, shuffle=False)
+    train_dataset = _translation_batches(tokens.train.source_ids, tokens.train.target_ids, settings, shuffle=True)
+    validation_dataset = _translation_batches(
+        tokens.validation.source_ids, tokens.validation.target_ids, settings, shuffle=False
+    )
 
     with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
         model = build_translator_model(settings, source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
@@ -207,14 +266,16 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
     fitted = fit_in_folder(
         model, strategy, folder, settings, train_dataset, validation_dataset,
         time_budget_minutes=time_budget_minutes, verbose=verbose,
-        steps_per_epoch=math.ceil(len(data.train) / settings.batch_size), callbacks=callbacks,
-        epoch_metrics=_validation_chrf(data, settings, source_tokenizer, target_tokenizer),
+        steps_per_epoch=math.ceil(len(tokens.train) / settings.batch_size), callbacks=callbacks,
+        # lead: switch to _validation_chrf(source_ids, references, settings, vocabulary) (the notf slice)
+        epoch_metrics=_validation_chrf(tokens, settings, source_tokenizer, target_tokenizer),
     )
     if fitted is None:
         return None  # the chief translates the samples and writes the results
 
-    sources = data.test.sources[:num_samples]
-    source_ids = source_tokenizer.encode(tf.constant(sources), settings.sequence_length)
+    sources = tokens.test.sources[:num_samples]
+    # lead: switch to translate_ids(fitted.model, source_ids, settings, vocabulary) (the notf slice)
+    source_ids = tf.constant(tokens.test.source_ids[:num_samples])
     generated = greedy_decode(
         fitted.model, source_ids, settings.sequence_length,
         target_tokenizer.token_id("[START]"), target_tokenizer.token_id("[END]"),
@@ -222,7 +283,7 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
     translations = [text.decode("utf-8") for text in target_tokenizer.detokenize(generated).numpy()]
     samples = [
         {"source": source, "reference": reference, "translation": translation}
-        for source, reference, translation in zip(sources, data.test.targets, translations)
+        for source, reference, translation in zip(sources, tokens.test.targets, translations)
     ]
     with open(folder.file(SAMPLES_FILE), "w", encoding="utf-8") as samples_file:
         json.dump(samples, samples_file, indent=2, ensure_ascii=False)
@@ -257,22 +318,22 @@ def build_run_vocabularies(folder, data, settings):
         vocabulary = build_vocabulary(
             [*data.train.sources, *data.train.targets], settings.vocabulary_size, lower_case=False
         )
-        save_vocabulary(vocabulary, folder.file(SHARED_VOCABULARY_FILE))
+        save_vocabulary(vocabulary, folder.file(SHARED_VOCABULARY))
         return
     # Sources are lower-cased (less sparsity); targets keep case, since they are output.
     save_vocabulary(build_vocabulary(data.train.sources, settings.vocabulary_size),
-                    folder.file("source_vocabulary.txt"))
+                    folder.file(SOURCE_VOCABULARY))
     save_vocabulary(build_vocabulary(data.train.targets, settings.target_vocabulary_size, lower_case=False),
-                    folder.file("target_vocabulary.txt"))
+                    folder.file(TARGET_VOCABULARY))
 
 
 def run_tokenizers(folder, settings):
     """The run's `(source, target)` tokenizers: one object twice with `shared_vocabulary`."""
     if settings.shared_vocabulary:
-        tokenizer = WordPieceTokenizer(folder.file(SHARED_VOCABULARY_FILE), lower_case=False)
+        tokenizer = WordPieceTokenizer(folder.file(SHARED_VOCABULARY), lower_case=False)
         return tokenizer, tokenizer
-    return (WordPieceTokenizer(folder.file("source_vocabulary.txt")),
-            WordPieceTokenizer(folder.file("target_vocabulary.txt"), lower_case=False))
+    return (WordPieceTokenizer(folder.file(SOURCE_VOCABULARY)),
+            WordPieceTokenizer(folder.file(TARGET_VOCABULARY), lower_case=False))
 
 
 def _validation_chrf(data, settings, source_tokenizer, target_tokenizer):
@@ -305,6 +366,19 @@ def build_translator_model(settings, source_vocabulary_size, target_vocabulary_s
     )
     model.build()
     return model
+
+
+def _translation_batches(source_ids, target_ids, settings, shuffle):
+    dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
+    if shuffle:
+        # Repeated before bucketing: buckets then fill across epoch ends,
+        # and an epoch is a fixed number of steps (below), not "until the
+        # buckets run dry", which Keras would warn about every epoch.
+        dataset = dataset.shuffle(len(source_ids), seed=settings.seed, reshuffle_each_iteration=True).repeat()
+        dataset = length_bucketed_batches(dataset, settings.batch_size, settings.sequence_length + 1)
+    else:
+        dataset = dataset.batch(settings.batch_size)
+    return dataset.map(_teacher_forcing).prefetch(tf.data.AUTOTUNE)
 
 
 def _teacher_forcing(source_ids, target_ids):

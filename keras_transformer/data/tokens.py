@@ -1,0 +1,430 @@
+"""Token folders: a corpus split and tokenized ahead of time, readable without TensorFlow.
+
+    python -m apps.tokenize classifier --data bbc --out tokens/bbc
+    python -m apps.train_classifier --data tokens:tokens/bbc     # here, or where TensorFlow is not
+
+Tokenizing needs tensorflow-text; a machine that has only JAX (or PyTorch)
+trains from a folder written elsewhere. A token folder holds:
+
+* `tokens.json`: `FORMAT`, `VERSION`, the task (`"classifier"` or
+  `"translator"`), the data source it came from, the settings tokenization
+  fixed (`settings`) with the record of those chosen from the data
+  (`chosen_from_data`), and the counts training still chooses from;
+* the vocabulary file(s), named as in a run folder;
+* one `SPLIT.npz` per split (`np.savez`, read with `allow_pickle=False`):
+  classifier `token_ids` int32 [N, sequence_length] and `labels` int32 [N];
+  translator `source_ids` int32 [N, sequence_length], `target_ids` int32
+  [N, sequence_length + 1] (with [START] and [END]) and, for validation and
+  test, the `sources` and `targets` texts (chrF and samples need references).
+
+This module imports NumPy and json only.
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+
+import numpy as np
+
+from keras_transformer.data.errors import DataError
+
+FORMAT = "keras_transformer.tokens"
+VERSION = 1
+TOKENS_FILE = "tokens.json"
+SPLITS = ("train", "validation", "test")
+TASKS = ("classifier", "translator")
+CLASSIFIER_VOCABULARY = "vocabulary.txt"
+SOURCE_VOCABULARY = "source_vocabulary.txt"
+TARGET_VOCABULARY = "target_vocabulary.txt"
+SHARED_VOCABULARY = "vocabulary.txt"
+
+# The settings tokenization fixes, per task; training takes them from the folder.
+CLASSIFIER_TOKEN_SETTINGS = ("vocabulary_size", "sequence_length", "max_length", "pooling")
+TRANSLATOR_TOKEN_SETTINGS = (
+    "vocabulary_size", "target_vocabulary_size", "sequence_length", "max_length", "shared_vocabulary",
+)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ClassificationTokens:
+    """One split of a tokenized classification corpus."""
+
+    token_ids: np.ndarray  # int32 [N, sequence_length]
+    labels: np.ndarray  # int32 [N]
+
+    def __len__(self):
+        return len(self.labels)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TranslationTokens:
+    """One split of tokenized sentence pairs; `sources`/`targets` (lists of
+    str) only where the texts are kept (validation and test)."""
+
+    source_ids: np.ndarray  # int32 [N, sequence_length]
+    target_ids: np.ndarray  # int32 [N, sequence_length + 1], [START] ... [END]
+    sources: list = None
+    targets: list = None
+
+    def __len__(self):
+        return len(self.source_ids)
+
+
+@dataclasses.dataclass(eq=False)
+class TokenizedClassificationData:
+    """A classification corpus tokenized for training (`train_classifier` takes it).
+
+    Attributes:
+        name: the data as the run records it (`"bbc"`, `"tokens:DIR"`).
+        source_name: the data source that was tokenized.
+        settings: the `CLASSIFIER_TOKEN_SETTINGS` values tokenization used.
+        chosen_from_data: `{name: {"value", "reason"}}` of those chosen from the data.
+        vocabulary_files: `{file name in a run folder: path}`.
+        class_names, train, validation, test: as in `ClassificationData`,
+            splits of `ClassificationTokens`.
+    """
+
+    TASK = "classifier"
+
+    name: str
+    source_name: str
+    settings: dict
+    chosen_from_data: dict
+    vocabulary_files: dict
+    class_names: list
+    train: ClassificationTokens
+    validation: ClassificationTokens
+    test: ClassificationTokens
+
+
+@dataclasses.dataclass(eq=False)
+class TokenizedTranslationData:
+    """Sentence pairs tokenized for training (`train_translator` takes them).
+
+    Attributes as `TokenizedClassificationData`'s (`TRANSLATOR_TOKEN_SETTINGS`,
+    splits of `TranslationTokens`), plus the languages and
+    `train_target_words`, the count the translator's size tier is chosen by.
+    """
+
+    TASK = "translator"
+
+    name: str
+    source_name: str
+    settings: dict
+    chosen_from_data: dict
+    vocabulary_files: dict
+    source_language: str
+    target_language: str
+    train_target_words: int
+    train: TranslationTokens
+    validation: TranslationTokens
+    test: TranslationTokens
+
+
+def settings_from_tokens(settings, tokenized, given=None):
+    """`settings` with the values tokenization fixed taken from `tokenized`.
+
+    A value the caller set that contradicts the tokens is an error. The
+    caller set a field when it is in `given` (the flags given, as settings
+    field names) or, without `given`, when it is neither None nor the
+    settings' default. Pooling contradicts only when one side adds [CLS]
+    and the other does not.
+
+    Raises:
+        ValueError: naming the flag, its value and the folder's.
+    """
+    defaults = type(settings)()
+    fixed = {}
+    for name, value in tokenized.settings.items():
+        current = getattr(settings, name)
+        was_set = name in given if given is not None else current is not None and current != getattr(defaults, name)
+        if name == "pooling":
+            if was_set and (current == "cls") != (value == "cls"):
+                raise ValueError(
+                    f"--pooling {current} contradicts {tokenized.name}: its tokens were made for pooling "
+                    f"{value}, which {'adds' if value == 'cls' else 'does not add'} a [CLS] token. "
+                    f"Leave --pooling out, or tokenize again."
+                )
+            if not was_set:
+                fixed[name] = value
+            continue
+        if was_set and current != value:
+            raise ValueError(
+                f"{flag_name(name)} {_flag_value(current)} contradicts {tokenized.name}: its tokens were "
+                f"made with {name} {_flag_value(value)}. Leave {flag_name(name)} out, or tokenize again."
+            )
+        fixed[name] = value
+    return dataclasses.replace(settings, **fixed)
+
+
+def flag_name(setting):
+    """The command-line flag of a settings field."""
+    return {"vocabulary_size": "--vocab-size", "target_vocabulary_size": "--target-vocab-size"}.get(
+        setting, "--" + setting.replace("_", "-")
+    )
+
+
+def _flag_value(value):
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# --- writing ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def token_folder_writer(out_dir):
+    """Yields an empty temporary folder next to `out_dir`; when the block ends
+    without an error, it becomes `out_dir` (an earlier token folder there is
+    replaced); after an error it is removed and `out_dir` is untouched.
+
+    Raises:
+        DataError: `out_dir` is a file, or a non-empty folder that is not a
+            token folder (before the block runs).
+    """
+    out_dir = os.path.abspath(os.path.expanduser(os.fspath(out_dir)))
+    _check_replaceable(out_dir)
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.writing-", dir=parent)
+    try:
+        yield temporary
+        _check_replaceable(out_dir)
+        if os.path.isdir(out_dir):
+            old = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.old-", dir=parent)
+            os.rename(out_dir, os.path.join(old, "replaced"))
+            os.rename(temporary, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(temporary, out_dir)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+
+
+def _check_replaceable(out_dir):
+    if os.path.isfile(out_dir):
+        raise DataError(f"{out_dir} is a file; --out must be a folder.")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(os.path.join(out_dir, TOKENS_FILE)):
+        raise DataError(
+            f"{out_dir} is not empty and not a token folder (no {TOKENS_FILE}): refusing to overwrite it. "
+            "Give an empty or new folder."
+        )
+
+
+def save_tokenized(tokenized, folder):
+    """Writes `tokenized` into `folder` (from `token_folder_writer`): its
+    vocabulary files (copied unless already there), one `.npz` per split and
+    `tokens.json`, last."""
+    copy_vocabularies(tokenized, folder)
+    for split in SPLITS:
+        arrays = dataclasses.asdict(getattr(tokenized, split))
+        np.savez(os.path.join(folder, f"{split}.npz"),
+                 **{key: np.asarray(value) for key, value in arrays.items() if value is not None})
+    description = {
+        "format": FORMAT,
+        "version": VERSION,
+        "task": tokenized.TASK,
+        "data": tokenized.source_name,
+        "settings": tokenized.settings,
+        "chosen_from_data": tokenized.chosen_from_data,
+        "vocabularies": sorted(tokenized.vocabulary_files),
+        "examples": {split: len(getattr(tokenized, split)) for split in SPLITS},
+    }
+    if tokenized.TASK == "classifier":
+        description["class_names"] = list(tokenized.class_names)
+    else:
+        description.update(source_language=tokenized.source_language, target_language=tokenized.target_language,
+                           train_target_words=tokenized.train_target_words)
+    with open(os.path.join(folder, TOKENS_FILE), "w", encoding="utf-8") as tokens_file:
+        json.dump(description, tokens_file, indent=2, ensure_ascii=False)
+
+
+def copy_vocabularies(tokenized, folder):
+    """Copies the vocabulary files of `tokenized` into `folder` (a run folder
+    or a token folder), under the names a run folder gives them."""
+    for file_name, path in tokenized.vocabulary_files.items():
+        destination = os.path.join(folder, file_name)
+        if os.path.abspath(path) != os.path.abspath(destination):
+            shutil.copyfile(path, destination)
+
+
+def folder_size(folder):
+    """Bytes in the files of `folder` (not recursive)."""
+    return sum(entry.stat().st_size for entry in os.scandir(folder) if entry.is_file())
+
+
+# --- reading ------------------------------------------------------------------------
+
+
+def read_token_folder(path, task, name=None):
+    """Reads and checks a token folder written by `python -m apps.tokenize`.
+
+    Args:
+        path: the folder.
+        task: `"classifier"` or `"translator"`, what the caller trains.
+        name: the data's name for the run (default `"tokens:PATH"`).
+
+    Returns:
+        `TokenizedClassificationData` or `TokenizedTranslationData`.
+
+    Raises:
+        DataError: naming the file and what is wrong with it.
+    """
+    folder = os.path.expanduser(os.fspath(path))
+    name = name or f"tokens:{path}"
+    if not os.path.isdir(folder):
+        raise DataError(f"No such token folder: {folder}" if not os.path.exists(folder)
+                        else f"{folder} is not a folder; tokens:DIR needs a folder from python -m apps.tokenize.")
+    description = _read_description(folder)
+    if description["task"] != task:
+        raise DataError(
+            f"{folder} holds tokens for the {description['task']}, not the {task}: "
+            f"tokenize with `python -m apps.tokenize {task}`."
+        )
+    settings = description["settings"]
+    expected_settings = CLASSIFIER_TOKEN_SETTINGS if task == "classifier" else TRANSLATOR_TOKEN_SETTINGS
+    _require(isinstance(settings, dict) and set(settings) == set(expected_settings), folder, TOKENS_FILE,
+             f"its settings must name exactly {', '.join(expected_settings)}")
+    sequence_length = settings["sequence_length"]
+    _require(isinstance(sequence_length, int) and sequence_length > 0, folder, TOKENS_FILE,
+             f"sequence_length must be a positive integer, got {sequence_length!r}")
+    if task == "classifier":
+        return _read_classification(folder, name, description)
+    return _read_translation(folder, name, description)
+
+
+def _require(condition, folder, file_name, what):
+    if not condition:
+        raise DataError(f"{os.path.join(folder, file_name)}: {what}.")
+
+
+def _read_description(folder):
+    path = os.path.join(folder, TOKENS_FILE)
+    if not os.path.isfile(path):
+        raise DataError(f"{folder} is not a token folder: it has no {TOKENS_FILE} (write one with python -m apps.tokenize).")
+    try:
+        with open(path, encoding="utf-8") as tokens_file:
+            description = json.load(tokens_file)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DataError(f"{path} cannot be read as JSON: {error}") from error
+    _require(isinstance(description, dict) and description.get("format") == FORMAT, folder, TOKENS_FILE,
+             f"not a token folder description (format is not {FORMAT!r})")
+    _require(description.get("version") == VERSION, folder, TOKENS_FILE,
+             f"format version {description.get('version')!r}, but this version of keras_transformer reads "
+             f"version {VERSION}: tokenize again")
+    _require(description.get("task") in TASKS, folder, TOKENS_FILE,
+             f"task must be one of {', '.join(TASKS)}, got {description.get('task')!r}")
+    for key in ("data", "settings", "chosen_from_data"):
+        _require(key in description, folder, TOKENS_FILE, f"{key!r} is missing")
+    return description
+
+
+def _vocabulary_size(folder, file_name):
+    path = os.path.join(folder, file_name)
+    if not os.path.isfile(path):
+        raise DataError(f"{path} is missing: a token folder keeps its vocabulary.")
+    try:
+        with open(path, encoding="utf-8") as vocabulary_file:
+            return sum(1 for _ in vocabulary_file)
+    except (OSError, UnicodeDecodeError) as error:
+        raise DataError(f"{path} cannot be read as UTF-8 text: {error}") from error
+
+
+def _read_split(folder, split, columns):
+    """`{column: array}` of `SPLIT.npz`; `columns` maps a name to (dtype kind, ndim, required)."""
+    file_name = f"{split}.npz"
+    path = os.path.join(folder, file_name)
+    if not os.path.isfile(path):
+        raise DataError(f"{path} is missing: a token folder has {', '.join(s + '.npz' for s in SPLITS)}.")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise DataError(f"{path} cannot be read as NumPy arrays: {error}") from error
+    found = {}
+    for column, (dtype, ndim, required) in columns.items():
+        if column not in arrays:
+            _require(not required, folder, file_name, f"the array {column!r} is missing (it has {', '.join(sorted(arrays)) or 'none'})")
+            continue
+        array = arrays[column]
+        kind_ok = array.dtype == np.int32 if dtype == "int32" else array.dtype.kind == "U"
+        _require(kind_ok, folder, file_name, f"{column} must be {'int32' if dtype == 'int32' else 'unicode text'}, "
+                                             f"got {array.dtype}")
+        _require(array.ndim == ndim, folder, file_name, f"{column} must have {ndim} dimension(s), got shape {array.shape}")
+        found[column] = array
+    lengths = {column: len(array) for column, array in found.items()}
+    _require(len(set(lengths.values())) <= 1, folder, file_name,
+             f"its arrays disagree on the number of examples: {lengths}")
+    return found
+
+
+def _check_ids(folder, split, column, ids, width, vocabulary_size, vocabulary_file):
+    file_name = f"{split}.npz"
+    _require(ids.shape[1] == width, folder, file_name,
+             f"{column} has {ids.shape[1]} columns, but tokens.json's settings make {width}")
+    if ids.size:
+        _require(ids.min() >= 0 and ids.max() < vocabulary_size, folder, file_name,
+                 f"{column} holds ids outside [0, {vocabulary_size}), the size of {vocabulary_file} "
+                 f"(found {ids.min()}..{ids.max()})")
+
+
+def _read_classification(folder, name, description):
+    settings = description["settings"]
+    class_names = description.get("class_names")
+    _require(isinstance(class_names, list) and len(class_names) >= 2, folder, TOKENS_FILE,
+             "class_names must list at least two classes")
+    vocabulary_size = _vocabulary_size(folder, CLASSIFIER_VOCABULARY)
+    splits = {}
+    for split in SPLITS:
+        arrays = _read_split(folder, split, {"token_ids": ("int32", 2, True), "labels": ("int32", 1, True)})
+        _check_ids(folder, split, "token_ids", arrays["token_ids"], settings["sequence_length"], vocabulary_size,
+                   CLASSIFIER_VOCABULARY)
+        labels = arrays["labels"]
+        _require(not labels.size or (labels.min() >= 0 and labels.max() < len(class_names)), folder,
+                 f"{split}.npz", f"labels must index the {len(class_names)} class_names")
+        splits[split] = ClassificationTokens(**arrays)
+    _require(len(splits["train"]) > 0, folder, "train.npz", "no training examples")
+    return TokenizedClassificationData(
+        name=name, source_name=description["data"], settings=settings,
+        chosen_from_data=description["chosen_from_data"],
+        vocabulary_files={CLASSIFIER_VOCABULARY: os.path.join(folder, CLASSIFIER_VOCABULARY)},
+        class_names=class_names, **splits,
+    )
+
+
+def _read_translation(folder, name, description):
+    settings = description["settings"]
+    for key in ("source_language", "target_language", "train_target_words"):
+        _require(key in description, folder, TOKENS_FILE, f"{key!r} is missing")
+    if settings["shared_vocabulary"]:
+        files = {SHARED_VOCABULARY: SHARED_VOCABULARY}
+        source_file = target_file = SHARED_VOCABULARY
+    else:
+        source_file, target_file = SOURCE_VOCABULARY, TARGET_VOCABULARY
+        files = {source_file: source_file, target_file: target_file}
+    source_size = _vocabulary_size(folder, source_file)
+    target_size = _vocabulary_size(folder, target_file)
+    length = settings["sequence_length"]
+    splits = {}
+    for split in SPLITS:
+        texts_required = split != "train"
+        arrays = _read_split(folder, split, {
+            "source_ids": ("int32", 2, True), "target_ids": ("int32", 2, True),
+            "sources": ("text", 1, texts_required), "targets": ("text", 1, texts_required),
+        })
+        _check_ids(folder, split, "source_ids", arrays["source_ids"], length, source_size, source_file)
+        _check_ids(folder, split, "target_ids", arrays["target_ids"], length + 1, target_size, target_file)
+        texts = {key: arrays[key].tolist() for key in ("sources", "targets") if key in arrays}
+        splits[split] = TranslationTokens(arrays["source_ids"], arrays["target_ids"], **texts)
+    _require(len(splits["train"]) > 0, folder, "train.npz", "no training pairs")
+    return TokenizedTranslationData(
+        name=name, source_name=description["data"], settings=settings,
+        chosen_from_data=description["chosen_from_data"],
+        vocabulary_files={file_name: os.path.join(folder, file_name) for file_name in files},
+        source_language=description["source_language"], target_language=description["target_language"],
+        train_target_words=description["train_target_words"], **splits,
+    )
