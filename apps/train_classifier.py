@@ -6,7 +6,9 @@
     python -m apps.train_classifier --mixed-precision bfloat16 --jit-compile --distribute mirrored  # GPUs
 
 Data: `bbc` (BBC News, offline), `csv:PATH` / `tsv:PATH` (your own file with a
-header row), `tfds:NAME` (TensorFlow Datasets, online, optional package).
+header row), `tfds:NAME` (TensorFlow Datasets, online, optional package),
+`tokens:DIR` (a folder of `python -m apps.tokenize classifier`, which fixes
+the vocabulary, --sequence-length, --max-length and [CLS] pooling).
 
 The run folder (--run-dir) keeps the vocabulary, a backup every epoch (for
 --resume), checkpoints (last.keras, best.keras: the epoch with the best
@@ -20,15 +22,18 @@ import argparse
 import functools
 import sys
 
+from apps.training_flags import CLASSIFIER_RAW_DATA_FLAGS
+from apps.training_flags import add_classifier_token_flags
 from apps.training_flags import add_hardware_flags
 from apps.training_flags import add_model_size_flags
 from apps.training_flags import add_monitor_flag
 from apps.training_flags import add_run_flags
+from apps.training_flags import classification_data_from_flags
 from apps.training_flags import default_help
+from apps.training_flags import flags_given
 from apps.training_flags import strategy_and_data
+from apps.training_flags import token_data_and_settings
 from apps.training_flags import train_on_chief
-from keras_transformer.data import load_classification_data
-from keras_transformer.models.classifier import POOLINGS
 from keras_transformer.training.classifier import MONITORS
 from keras_transformer.training.classifier import ClassifierSettings
 from keras_transformer.training.pretraining import read_unlabeled_texts
@@ -43,23 +48,14 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     data = parser.add_argument_group("data")
-    data.add_argument("--data", default="bbc", help="bbc | csv:PATH | tsv:PATH | tfds:NAME (default bbc)")
-    data.add_argument("--text-column", default=None, help="csv/tsv: column with the text (default text)")
-    data.add_argument("--label-column", default=None, help="csv/tsv: column with the label (default label)")
-    data.add_argument("--max-examples", type=int, default=None, metavar="N",
-                      help="train on a stratified subset of N training texts (quick runs)")
+    model = parser.add_argument_group("model")
+    add_classifier_token_flags(data, model, DEFAULTS)
     data.add_argument("--unlabeled", default=None, metavar="PATH",
                       help="UTF-8 file of unlabelled texts, one a line, for the vocabulary and "
                            "--pretrain-epochs (give it again with --resume)")
 
-    model = parser.add_argument_group("model")
-    model.add_argument("--sequence-length", type=int, default=DEFAULTS.sequence_length,
-                       help=default_help(DEFAULTS.sequence_length, "tokens per text; longer texts are cut"))
-    model.add_argument("--max-length", type=int, default=DEFAULTS.max_length,
-                       help=default_help(DEFAULTS.max_length, "the longest --sequence-length chosen from the data"))
     model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers)
     add_model_size_flags(model, DEFAULTS)
-    model.add_argument("--pooling", choices=POOLINGS, default=DEFAULTS.pooling)
 
     training = parser.add_argument_group("training")
     training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
@@ -121,17 +117,21 @@ def check_flags(args):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    settings = settings_from(args)
-    strategy, (data, unlabeled_texts) = strategy_and_data(
-        parser, args, settings,
-        lambda: (
-            load_classification_data(
-                args.data, text_column=args.text_column, label_column=args.label_column, seed=args.seed,
-                max_examples=args.max_examples,
-            ),
-            read_unlabeled_texts(args.unlabeled) if args.unlabeled is not None else [],
-        ),
-        check_flags=check_flags,
+    given = flags_given(parser, argv)
+
+    def load_data():
+        # Pretraining masks raw texts: a token folder has none to give it.
+        tokens = token_data_and_settings(
+            args, given, "classifier", settings_from(args),
+            (*CLASSIFIER_RAW_DATA_FLAGS, "--unlabeled", "--pretrain-epochs"),
+        )
+        if tokens is not None:
+            return (tokens[0], []), tokens[1]
+        unlabeled_texts = read_unlabeled_texts(args.unlabeled) if args.unlabeled is not None else []
+        return (classification_data_from_flags(args), unlabeled_texts), settings_from(args)
+
+    strategy, (data, unlabeled_texts), settings = strategy_and_data(
+        parser, args, settings_from(args), load_data, check_flags=check_flags
     )
 
     # Imported late so that `--help` and bad flags answer without loading TensorFlow's model code.

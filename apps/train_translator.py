@@ -6,7 +6,9 @@
     python -m apps.train_translator --mixed-precision bfloat16 --jit-compile --distribute mirrored  # GPUs
 
 Data: `bible:SRC-TGT` (offline Bible verses: es, fr, it, kjv -> en, ...),
-`tsv:PATH` (Anki/Tatoeba pairs: source TAB target), `tfds:NAME` (online).
+`tsv:PATH` (Anki/Tatoeba pairs: source TAB target), `tfds:NAME` (online),
+`tokens:DIR` (a folder of `python -m apps.tokenize translator`, which fixes the
+vocabularies, --sequence-length, --max-length and --shared-vocabulary).
 
 The run folder has the classifier's layout (vocabularies, backup for
 --resume, checkpoints, TensorBoard logs, history.csv, learning_curves.png)
@@ -16,14 +18,18 @@ plus samples.json: a few test sources translated greedily after training.
 import argparse
 import sys
 
+from apps.training_flags import TRANSLATOR_RAW_DATA_FLAGS
 from apps.training_flags import add_hardware_flags
 from apps.training_flags import add_model_size_flags
 from apps.training_flags import add_monitor_flag
 from apps.training_flags import add_run_flags
+from apps.training_flags import add_translator_token_flags
 from apps.training_flags import default_help
+from apps.training_flags import flags_given
 from apps.training_flags import strategy_and_data
+from apps.training_flags import token_data_and_settings
 from apps.training_flags import train_on_chief
-from keras_transformer.data import load_translation_data
+from apps.training_flags import translation_data_from_flags
 from keras_transformer.training.translator import MONITORS
 from keras_transformer.training.translator import TranslatorSettings
 
@@ -37,29 +43,14 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     data = parser.add_argument_group("data")
-    data.add_argument("--data", default="bible:es-en", help="bible:SRC-TGT | tsv:PATH | tfds:NAME")
-    data.add_argument("--max-words", type=int, default=30, help="drop pairs longer than this (words)")
-    data.add_argument("--max-examples", type=int, default=None, metavar="N",
-                      help="train on a seeded subset of N training pairs (quick runs)")
-    data.add_argument("--validation-size", type=int, default=1000)
-    data.add_argument("--test-size", type=int, default=1000)
-
     model = parser.add_argument_group("model")
-    model.add_argument("--sequence-length", type=int, default=DEFAULTS.sequence_length,
-                       help=default_help(DEFAULTS.sequence_length,
-                                         "longest source and output, in tokens; longer ones are cut"))
-    model.add_argument("--max-length", type=int, default=DEFAULTS.max_length,
-                       help=default_help(DEFAULTS.max_length, "the longest --sequence-length chosen from the data"))
+    add_translator_token_flags(data, model, DEFAULTS)
     model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers,
                        help=default_help(DEFAULTS.num_layers,
                                          "encoder blocks (and decoder blocks unless --decoder-layers)"))
     model.add_argument("--decoder-layers", type=int, default=DEFAULTS.num_decoder_layers,
                        help="decoder blocks (default: --num-layers)")
-    model.add_argument("--shared-vocabulary", action="store_true",
-                       help="one cased WordPiece vocabulary learned from both languages, with one token "
-                            "embedding for the encoder, the decoder and the output projection "
-                            "(--vocab-size is its size); for languages that share a script")
-    add_model_size_flags(model, DEFAULTS, vocabulary_help="WordPiece vocabulary size of each side")
+    add_model_size_flags(model, DEFAULTS)
 
     training = parser.add_argument_group("training")
     training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
@@ -96,6 +87,7 @@ def check_flags(args):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    given = flags_given(parser, argv)
     settings = TranslatorSettings(
         epochs=args.epochs, batch_size=args.batch_size, sequence_length=args.sequence_length,
         max_length=args.max_length,
@@ -107,14 +99,12 @@ def main(argv=None):
         mixed_precision=args.mixed_precision, jit_compile=args.jit_compile,
         monitor=args.monitor, chrf_pairs=args.chrf_pairs, shared_vocabulary=args.shared_vocabulary,
     )
-    strategy, data = strategy_and_data(
-        parser, args, settings,
-        lambda: load_translation_data(
-            args.data, seed=args.seed, validation_size=args.validation_size,
-            test_size=args.test_size, max_words=args.max_words, max_examples=args.max_examples,
-        ),
-        check_flags=check_flags,
-    )
+
+    def load_data():
+        tokens = token_data_and_settings(args, given, "translator", settings, TRANSLATOR_RAW_DATA_FLAGS)
+        return tokens if tokens is not None else (translation_data_from_flags(args), settings)
+
+    strategy, data, settings = strategy_and_data(parser, args, settings, load_data, check_flags=check_flags)
 
     from keras_transformer.training.translator import train_translator
 

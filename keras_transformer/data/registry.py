@@ -8,6 +8,11 @@ rules and the error for an unknown name are the same everywhere.
 
 from keras_transformer.data.errors import DataError
 
+# A folder of `python -m apps.tokenize` (`keras_transformer.data.tokens`): not
+# in any registry, since it holds token ids, not texts; only training reads it.
+TOKEN_PREFIX = "tokens"
+TOKEN_SOURCE = f"{TOKEN_PREFIX}:DIR"
+
 
 def split_source_name(name):
     """Splits a source name at its first colon.
@@ -48,10 +53,27 @@ def find_loader(registry, name, kind):
             names.
     """
     prefix, argument = split_source_name(name)
+    if prefix == TOKEN_PREFIX:
+        raise DataError(f"{name} names a token folder, which holds tokens rather than texts: "
+                        f"only the training apps read it (--data {name}).")
     if prefix not in registry:
-        known = ", ".join(describe_source(p, registry[p]) for p in sorted(registry))
+        known = ", ".join([*(describe_source(p, registry[p]) for p in sorted(registry)), TOKEN_SOURCE])
         raise DataError(f"Unknown {kind} source {name!r}. Known sources: {known}.")
     return registry[prefix], argument
+
+
+def token_folder_path(name):
+    """The folder of a `tokens:DIR` source name; None for any other name.
+
+    Raises:
+        DataError: `tokens:` without a folder.
+    """
+    prefix, argument = split_source_name(name)
+    if prefix != TOKEN_PREFIX:
+        return None
+    if not argument:
+        raise DataError(f"{TOKEN_SOURCE} needs a folder: --data {TOKEN_PREFIX}:DIR, DIR written by python -m apps.tokenize.")
+    return argument
 
 
 def describe_source(prefix, loader):

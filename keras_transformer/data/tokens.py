@@ -191,6 +191,10 @@ def token_folder_writer(out_dir):
     os.makedirs(parent, exist_ok=True)
     temporary = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.writing-", dir=parent)
     try:
+        # mkdtemp makes a private folder; the token folder gets a plain one's permissions.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o777 & ~umask)
         yield temporary
         _check_replaceable(out_dir)
         if os.path.isdir(out_dir):

@@ -1,0 +1,96 @@
+"""Tokenize a corpus once, into a folder that training reads without TensorFlow.
+
+    python -m apps.tokenize classifier --data bbc --out tokens/bbc
+    python -m apps.tokenize translator --data bible:es-en --out tokens/bible-es-en
+    python -m apps.train_classifier --data tokens:tokens/bbc     # here, or on a machine without TensorFlow
+
+The data and vocabulary flags are the training app's: the folder holds the
+same split, vocabulary and token ids that a training run of the same flags
+builds, and training from it gives the same run. The settings that
+tokenization fixes (vocabulary, --sequence-length, --max-length, [CLS]
+pooling, --shared-vocabulary) are kept in DIR/tokens.json; training chooses
+the rest (batch size, warmup, the translator's size) from the folder's counts
+as it would from the texts. An earlier token folder at --out is replaced;
+any other non-empty folder is refused.
+"""
+
+import argparse
+import sys
+
+from apps.training_flags import add_classifier_token_flags
+from apps.training_flags import add_seed_flag
+from apps.training_flags import add_translator_token_flags
+from apps.training_flags import classification_data_from_flags
+from apps.training_flags import translation_data_from_flags
+from keras_transformer.data import DataError
+from keras_transformer.data.tokens import SPLITS
+from keras_transformer.data.tokens import folder_size
+from keras_transformer.data.tokens import read_token_folder
+from keras_transformer.data.tokens import save_tokenized
+from keras_transformer.data.tokens import token_folder_writer
+from keras_transformer.training.classifier import ClassifierSettings
+from keras_transformer.training.classifier import tokenize_classification_data
+from keras_transformer.training.data_defaults import choices_from_record
+from keras_transformer.training.translator import TranslatorSettings
+from keras_transformer.training.translator import tokenize_translation_data
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m apps.tokenize", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    tasks = parser.add_subparsers(dest="task", required=True, metavar="{classifier,translator}")
+    for task, add_token_flags, defaults in (
+        ("classifier", add_classifier_token_flags, ClassifierSettings()),
+        ("translator", add_translator_token_flags, TranslatorSettings()),
+    ):
+        task_parser = tasks.add_parser(task, help=f"the data and vocabulary flags of python -m apps.train_{task}")
+        task_parser.add_argument("--out", required=True, metavar="DIR", help="the token folder to write")
+        add_token_flags(task_parser.add_argument_group("data"), task_parser.add_argument_group("tokens"), defaults)
+        add_seed_flag(task_parser, defaults.seed)
+    return parser
+
+
+def settings_from(args):
+    """The training settings the flags set, the rest at their defaults."""
+    if args.task == "classifier":
+        return ClassifierSettings(vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
+                                  max_length=args.max_length, pooling=args.pooling, seed=args.seed)
+    return TranslatorSettings(vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
+                              max_length=args.max_length, shared_vocabulary=args.shared_vocabulary, seed=args.seed)
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from(args).validate()
+        if args.max_examples is not None and args.max_examples < 2:
+            raise ValueError(f"--max-examples must be at least 2, got {args.max_examples}.")
+        if args.task == "classifier":
+            data = classification_data_from_flags(args)
+            print(f"{data.name}: {len(data.train)} train, {len(data.validation)} validation, "
+                  f"{len(data.test)} test texts; classes {', '.join(data.class_names)}", flush=True)
+        else:
+            data = translation_data_from_flags(args)
+            print(f"{data.name} ({data.source_language} -> {data.target_language}): {len(data.train)} train, "
+                  f"{len(data.validation)} validation, {len(data.test)} test pairs", flush=True)
+        tokenize = tokenize_classification_data if args.task == "classifier" else tokenize_translation_data
+        with token_folder_writer(args.out) as folder:
+            tokenized = tokenize(data, settings, folder)
+            for choice in choices_from_record(tokenized.chosen_from_data):
+                print(choice.line())
+            save_tokenized(tokenized, folder)
+        written = read_token_folder(args.out, args.task)
+    except (DataError, ValueError) as error:
+        parser.exit(2, f"error: {error}\n")
+    counts = ", ".join(f"{len(getattr(written, split))} {split}" for split in SPLITS)
+    size = folder_size(args.out)
+    size = f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 2**10:.0f} KiB"
+    print(f"Token folder: {args.out} ({counts}; {size}). "
+          f"Train from it: python -m apps.train_{args.task} --data tokens:{args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
