@@ -132,7 +132,7 @@ def settings_from_tokens(settings, tokenized, given=None):
     caller set a field when it is in `given` (the flags given, as settings
     field names) or, without `given`, when it is neither None nor the
     settings' default. Pooling contradicts only when one side adds [CLS]
-    and the other does not.
+    and the other does not; without `given`, a pooling the tokens allow is kept.
 
     Raises:
         ValueError: naming the flag, its value and the folder's.
@@ -143,13 +143,15 @@ def settings_from_tokens(settings, tokenized, given=None):
         current = getattr(settings, name)
         was_set = name in given if given is not None else current is not None and current != getattr(defaults, name)
         if name == "pooling":
-            if was_set and (current == "cls") != (value == "cls"):
+            agrees = (current == "cls") == (value == "cls")
+            if was_set and not agrees:
                 raise ValueError(
                     f"--pooling {current} contradicts {tokenized.name}: its tokens were made for pooling "
                     f"{value}, which {'adds' if value == 'cls' else 'does not add'} a [CLS] token. "
                     f"Leave --pooling out, or tokenize again."
                 )
-            if not was_set:
+            # Unless given, the folder's; a caller without `given` keeps any pooling the tokens allow.
+            if not agrees or (given is not None and not was_set):
                 fixed[name] = value
             continue
         if was_set and current != value:
