@@ -342,3 +342,17 @@ def test_settings_come_from_the_folder_and_contradictions_name_the_flag(tmp_path
         settings_from_tokens(ClassifierSettings(max_length=256), tokenized, given={"max_length"})
     with pytest.raises(ValueError, match="--pooling max"):
         settings_from_tokens(ClassifierSettings(), tokenized, given={"pooling"})
+
+
+def test_pooling_without_cls_is_the_folders_unless_given(tmp_path):
+    from keras_transformer.training.classifier import ClassifierSettings
+
+    tokenized = classification_tokens(tmp_path)
+    tokenized.settings["pooling"] = "mean"
+    # The app passes the flags given: --pooling left out takes the folder's.
+    assert settings_from_tokens(ClassifierSettings(), tokenized, given=set()).pooling == "mean"
+    assert settings_from_tokens(ClassifierSettings(), tokenized, given={"pooling"}).pooling == "max"
+    with pytest.raises(ValueError, match="--pooling cls contradicts"):
+        settings_from_tokens(ClassifierSettings(pooling="cls"), tokenized, given={"pooling"})
+    # A library caller's pooling stands when the tokens allow it (no [CLS] either way).
+    assert settings_from_tokens(ClassifierSettings(), tokenized).pooling == "max"
