@@ -62,6 +62,7 @@ LONGEST_FIRST = [
     "tests/apps/test_multi_worker.py",
     "tests/layers/test_crosscheck.py",
     "tests/apps/test_train_translator.py",
+    "tests/apps/test_tokenize_app.py",
     "tests/training/test_shared_vocabulary.py",
     "tests/training/test_translation_selection.py",
     "tests/training/test_pretraining.py",
