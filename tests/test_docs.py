@@ -9,6 +9,7 @@ Checked in README.md, docs/*.md, benchmarks/*.md and exported_models/README.md:
 * every `make TARGET` written in code names a target of the Makefile.
 """
 
+import argparse
 import collections
 import importlib
 import re
@@ -137,7 +138,14 @@ def parser_options(app):
             f"apps/{app}.py has no build_parser(): the docs' flags for `python -m apps.{app}` "
             "cannot be checked (every app builds its argparse parser in build_parser())"
         )
-    return set(module.build_parser()._option_string_actions)
+    parser = module.build_parser()
+    options = set(parser._option_string_actions)
+    # An app with subcommands (`apps.tokenize classifier|translator`): any subcommand's options.
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                options |= set(subparser._option_string_actions)
+    return options
 
 
 def makefile_targets():
