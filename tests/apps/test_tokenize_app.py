@@ -179,36 +179,33 @@ def test_translator_from_tokens_is_the_raw_run(translator_runs):
 # --- flags that contradict the folder --------------------------------------------------
 
 
-@pytest.mark.parametrize("flags, expected", [
-    (["--max-length", "64"], "--max-length 64 contradicts tokens:{}: its tokens were made with max_length 512"),
-    (["--vocab-size", "300"], "--vocab-size 300 contradicts tokens:{}: its tokens were made with vocabulary_size 200"),
-    (["--sequence-length", "64"], "--sequence-length 64 contradicts"),
-    (["--pooling", "mean"], "--pooling mean contradicts tokens:{}: its tokens were made for pooling cls"),
-    (["--text-column", "body"], "--text-column applies to raw texts"),
-    (["--max-examples", "20"], "--max-examples applies to raw texts"),
-    (["--pretrain-epochs", "1"], "--pretrain-epochs applies to raw texts"),
-])
-def test_classifier_flags_that_contradict_the_folder(classifier_runs, tmp_path, capsys, flags, expected):
-    tokens_dir = classifier_runs["tokens_dir"]
-    line = expect_usage_error(train_classifier.main, ["--data", f"tokens:{tokens_dir}", *flags,
-                                                      *CLASSIFIER_TRAIN_FLAGS, "--run-dir", str(tmp_path / "run")],
-                              capsys)
+CONTRADICTIONS = [
+    ("classifier", ["--max-length", "64"],
+     "--max-length 64 contradicts tokens:{}: its tokens were made with max_length 512"),
+    ("classifier", ["--vocab-size", "300"],
+     "--vocab-size 300 contradicts tokens:{}: its tokens were made with vocabulary_size 200"),
+    ("classifier", ["--sequence-length", "64"], "--sequence-length 64 contradicts"),
+    ("classifier", ["--pooling", "mean"], "--pooling mean contradicts tokens:{}: its tokens were made for pooling cls"),
+    ("classifier", ["--text-column", "body"], "--text-column applies to raw texts"),
+    ("classifier", ["--max-examples", "20"], "--max-examples applies to raw texts"),
+    ("classifier", ["--pretrain-epochs", "1"], "--pretrain-epochs applies to raw texts"),
+    ("translator", ["--shared-vocabulary"],
+     "--shared-vocabulary true contradicts tokens:{}: its tokens were made with shared_vocabulary false"),
+    ("translator", ["--max-words", "10"], "--max-words applies to raw texts"),
+    ("translator", ["--test-size", "4"], "--test-size applies to raw texts"),
+]
+
+
+@pytest.mark.parametrize("task, flags, expected", CONTRADICTIONS,
+                         ids=[f"{task} {' '.join(flags)}" for task, flags, _ in CONTRADICTIONS])
+def test_flags_that_contradict_the_folder(request, tmp_path, capsys, task, flags, expected):
+    main, train_flags = ((train_classifier.main, CLASSIFIER_TRAIN_FLAGS) if task == "classifier"
+                         else (train_translator.main, TRANSLATOR_TRAIN_FLAGS))
+    tokens_dir = request.getfixturevalue(f"{task}_runs")["tokens_dir"]
+    line = expect_usage_error(main, ["--data", f"tokens:{tokens_dir}", *flags, *train_flags,
+                                     "--run-dir", str(tmp_path / "run")], capsys)
     assert expected.format(tokens_dir) in line
     assert not os.path.exists(tmp_path / "run")
-
-
-@pytest.mark.parametrize("flags, expected", [
-    (["--shared-vocabulary"], "--shared-vocabulary true contradicts tokens:{}: its tokens were made with "
-                              "shared_vocabulary false"),
-    (["--max-words", "10"], "--max-words applies to raw texts"),
-    (["--test-size", "4"], "--test-size applies to raw texts"),
-])
-def test_translator_flags_that_contradict_the_folder(translator_runs, tmp_path, capsys, flags, expected):
-    tokens_dir = translator_runs["tokens_dir"]
-    line = expect_usage_error(train_translator.main, ["--data", f"tokens:{tokens_dir}", *flags,
-                                                      *TRANSLATOR_TRAIN_FLAGS, "--run-dir", str(tmp_path / "run")],
-                              capsys)
-    assert expected.format(tokens_dir) in line
 
 
 def test_a_folder_of_the_other_task_or_none_is_a_usage_error(translator_runs, tmp_path, capsys):

@@ -85,11 +85,6 @@ def classifier_folder(tmp_path):
     return write_folder(classification_tokens(tmp_path), tmp_path / "tokens")
 
 
-@pytest.fixture
-def translator_folder(tmp_path):
-    return write_folder(translation_tokens(tmp_path), tmp_path / "tokens")
-
-
 # --- round trip ----------------------------------------------------------------------
 
 
@@ -204,18 +199,6 @@ CLASSIFIER_FAULTS = {
 }
 
 
-@pytest.mark.parametrize("fault", CLASSIFIER_FAULTS)
-def test_a_bad_classifier_folder_names_the_file_and_the_fault(classifier_folder, fault):
-    break_folder, file_name, what = CLASSIFIER_FAULTS[fault]
-    break_folder(classifier_folder)
-    with pytest.raises(DataError) as raised:
-        read_token_folder(classifier_folder, "classifier")
-    message = str(raised.value)
-    assert os.path.join(classifier_folder, file_name) in message or (
-        file_name == "tokens" and classifier_folder in message), message
-    assert what in message
-
-
 TRANSLATOR_FAULTS = {
     "target one short": (lambda f: rewrite_split(f, "train", lambda a: a.update(target_ids=a["target_ids"][:, :-1])),
                          "train.npz", f"target_ids has {LENGTH} columns"),
@@ -233,14 +216,22 @@ TRANSLATOR_FAULTS = {
 }
 
 
-@pytest.mark.parametrize("fault", TRANSLATOR_FAULTS)
-def test_a_bad_translator_folder_names_the_file_and_the_fault(translator_folder, fault):
-    break_folder, file_name, what = TRANSLATOR_FAULTS[fault]
-    break_folder(translator_folder)
+FAULTS = {**{("classifier", name): fault for name, fault in CLASSIFIER_FAULTS.items()},
+          **{("translator", name): fault for name, fault in TRANSLATOR_FAULTS.items()}}
+
+
+@pytest.mark.parametrize("task, fault", FAULTS, ids=[f"{task}: {fault}" for task, fault in FAULTS])
+def test_a_bad_folder_names_the_file_and_the_fault(tmp_path, task, fault):
+    make_tokens = classification_tokens if task == "classifier" else translation_tokens
+    folder = write_folder(make_tokens(tmp_path), tmp_path / "tokens")
+    break_folder, file_name, what = FAULTS[task, fault]
+    break_folder(folder)
     with pytest.raises(DataError) as raised:
-        read_token_folder(translator_folder, "translator")
-    assert os.path.join(translator_folder, file_name) in str(raised.value)
-    assert what in str(raised.value)
+        read_token_folder(folder, task)
+    message = str(raised.value)
+    # The file at fault, or the folder when the fault is that it is no token folder.
+    assert os.path.join(folder, file_name) in message or (file_name == "tokens" and folder in message), message
+    assert what in message
 
 
 def test_a_folder_of_the_other_task_is_refused(tmp_path):
