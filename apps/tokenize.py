@@ -46,7 +46,8 @@ def build_parser():
     ):
         task_parser = tasks.add_parser(task, help=f"the data and vocabulary flags of python -m apps.train_{task}")
         task_parser.add_argument("--out", required=True, metavar="DIR", help="the token folder to write")
-        add_token_flags(task_parser.add_argument_group("data"), task_parser.add_argument_group("tokens"), defaults)
+        add_token_flags(task_parser.add_argument_group("data"), task_parser.add_argument_group("tokens"), defaults,
+                        token_folders=False)
         add_seed_flag(task_parser, defaults.seed)
     return parser
 

@@ -34,14 +34,14 @@ CLASSIFIER_RAW_DATA_FLAGS = ("--text-column", "--label-column", "--max-examples"
 TRANSLATOR_RAW_DATA_FLAGS = ("--max-words", "--max-examples", "--validation-size", "--test-size")
 
 
-def add_classifier_token_flags(data_group, model_group, defaults):
-    """The flags that decide a classifier's tokens: `--data`, `--text-column`,
-    `--label-column`, `--max-examples`, `--sequence-length`, `--max-length`,
-    `--vocab-size`, `--pooling`."""
+def add_classifier_token_flags(data_group, model_group, defaults, token_folders=True):
+    """The flags that decide a classifier's tokens: `--data` (`tokens:DIR` too
+    with `token_folders`), `--text-column`, `--label-column`, `--max-examples`,
+    `--sequence-length`, `--max-length`, `--vocab-size`, `--pooling`."""
     from keras_transformer.models.classifier import POOLINGS
 
-    data_group.add_argument("--data", default="bbc",
-                            help=f"bbc | csv:PATH | tsv:PATH | tfds:NAME | {TOKEN_SOURCE} (default bbc)")
+    tokens = f" | {TOKEN_SOURCE}" if token_folders else ""
+    data_group.add_argument("--data", default="bbc", help=f"bbc | csv:PATH | tsv:PATH | tfds:NAME{tokens} (default bbc)")
     data_group.add_argument("--text-column", default=None, help="csv/tsv: column with the text (default text)")
     data_group.add_argument("--label-column", default=None, help="csv/tsv: column with the label (default label)")
     data_group.add_argument("--max-examples", type=int, default=None, metavar="N",
@@ -50,15 +50,19 @@ def add_classifier_token_flags(data_group, model_group, defaults):
                              help=default_help(defaults.sequence_length, "tokens per text; longer texts are cut"))
     _add_max_length_flag(model_group, defaults)
     _add_vocabulary_flag(model_group, defaults, "WordPiece vocabulary size")
-    model_group.add_argument("--pooling", choices=POOLINGS, default=defaults.pooling)
+    model_group.add_argument("--pooling", choices=POOLINGS, default=defaults.pooling,
+                             help=f"how the encoder's outputs become one vector; cls adds a [CLS] token "
+                                  f"before every text (default {defaults.pooling})")
 
 
-def add_translator_token_flags(data_group, model_group, defaults):
-    """The flags that decide a translator's tokens: `--data`, `--max-words`,
-    `--max-examples`, `--validation-size`, `--test-size`, `--sequence-length`,
-    `--max-length`, `--shared-vocabulary`, `--vocab-size`."""
+def add_translator_token_flags(data_group, model_group, defaults, token_folders=True):
+    """The flags that decide a translator's tokens: `--data` (`tokens:DIR` too
+    with `token_folders`), `--max-words`, `--max-examples`, `--validation-size`,
+    `--test-size`, `--sequence-length`, `--max-length`, `--shared-vocabulary`,
+    `--vocab-size`."""
+    tokens = f" | {TOKEN_SOURCE}" if token_folders else ""
     data_group.add_argument("--data", default="bible:es-en",
-                            help=f"bible:SRC-TGT | tsv:PATH | tfds:NAME | {TOKEN_SOURCE} (default bible:es-en)")
+                            help=f"bible:SRC-TGT | tsv:PATH | tfds:NAME{tokens} (default bible:es-en)")
     data_group.add_argument("--max-words", type=int, default=30, help="drop pairs longer than this (words)")
     data_group.add_argument("--max-examples", type=int, default=None, metavar="N",
                             help="train on a seeded subset of N training pairs (quick runs)")
@@ -87,7 +91,9 @@ def _add_vocabulary_flag(group, defaults, text):
 
 def add_seed_flag(group, default):
     """`--seed`: of the split, the subsets, the initial weights and the shuffling."""
-    group.add_argument("--seed", type=int, default=default)
+    group.add_argument("--seed", type=int, default=default,
+                       help=f"seeds the data split and the --max-examples subset and, in training, the "
+                            f"initial weights and the shuffling (default {default})")
 
 
 def classification_data_from_flags(args):

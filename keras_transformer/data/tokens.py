@@ -164,10 +164,10 @@ def settings_from_tokens(settings, tokenized, given=None):
 
 
 def flag_name(setting):
-    """The command-line flag of a settings field."""
-    return {"vocabulary_size": "--vocab-size", "target_vocabulary_size": "--target-vocab-size"}.get(
-        setting, "--" + setting.replace("_", "-")
-    )
+    """The command-line flag of a settings field (no flag sets `target_vocabulary_size` alone)."""
+    if setting == "target_vocabulary_size":
+        return setting
+    return "--vocab-size" if setting == "vocabulary_size" else "--" + setting.replace("_", "-")
 
 
 def _flag_value(value):
