@@ -372,7 +372,7 @@ def _translation_batches(source_ids, target_ids, settings, shuffle):
     dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
     if shuffle:
         # Repeated before bucketing: buckets then fill across epoch ends,
-        # and an epoch is a fixed number of steps (below), not "until the
+        # and an epoch is a fixed number of steps (`_train_translator`), not "until the
         # buckets run dry", which Keras would warn about every epoch.
         dataset = dataset.shuffle(len(source_ids), seed=settings.seed, reshuffle_each_iteration=True).repeat()
         dataset = length_bucketed_batches(dataset, settings.batch_size, settings.sequence_length + 1)
