@@ -41,7 +41,8 @@ def add_classifier_token_flags(data_group, model_group, defaults, token_folders=
     from keras_transformer.models.classifier import POOLINGS
 
     tokens = f" | {TOKEN_SOURCE}" if token_folders else ""
-    data_group.add_argument("--data", default="bbc", help=f"bbc | csv:PATH | tsv:PATH | tfds:NAME{tokens} (default bbc)")
+    data_group.add_argument("--data", default="bbc",
+                            help=f"bbc | csv:PATH | tsv:PATH | tfds:NAME{tokens} (default bbc)")
     data_group.add_argument("--text-column", default=None, help="csv/tsv: column with the text (default text)")
     data_group.add_argument("--label-column", default=None, help="csv/tsv: column with the label (default label)")
     data_group.add_argument("--max-examples", type=int, default=None, metavar="N",

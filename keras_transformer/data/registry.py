@@ -72,7 +72,9 @@ def token_folder_path(name):
     if prefix != TOKEN_PREFIX:
         return None
     if not argument:
-        raise DataError(f"{TOKEN_SOURCE} needs a folder: --data {TOKEN_PREFIX}:DIR, DIR written by python -m apps.tokenize.")
+        raise DataError(
+            f"{TOKEN_SOURCE} needs a folder: --data {TOKEN_PREFIX}:DIR, DIR written by python -m apps.tokenize."
+        )
     return argument
 
 

@@ -311,7 +311,9 @@ def _require(condition, folder, file_name, what):
 def _read_description(folder):
     path = os.path.join(folder, TOKENS_FILE)
     if not os.path.isfile(path):
-        raise DataError(f"{folder} is not a token folder: it has no {TOKENS_FILE} (write one with python -m apps.tokenize).")
+        raise DataError(
+            f"{folder} is not a token folder: it has no {TOKENS_FILE} (write one with python -m apps.tokenize)."
+        )
     try:
         with open(path, encoding="utf-8") as tokens_file:
             description = json.load(tokens_file)
@@ -354,13 +356,15 @@ def _read_split(folder, split, columns):
     found = {}
     for column, (dtype, ndim, required) in columns.items():
         if column not in arrays:
-            _require(not required, folder, file_name, f"the array {column!r} is missing (it has {', '.join(sorted(arrays)) or 'none'})")
+            _require(not required, folder, file_name,
+                     f"the array {column!r} is missing (it has {', '.join(sorted(arrays)) or 'none'})")
             continue
         array = arrays[column]
         kind_ok = array.dtype == np.int32 if dtype == "int32" else array.dtype.kind == "U"
         _require(kind_ok, folder, file_name, f"{column} must be {'int32' if dtype == 'int32' else 'unicode text'}, "
                                              f"got {array.dtype}")
-        _require(array.ndim == ndim, folder, file_name, f"{column} must have {ndim} dimension(s), got shape {array.shape}")
+        _require(array.ndim == ndim, folder, file_name,
+                 f"{column} must have {ndim} dimension(s), got shape {array.shape}")
         found[column] = array
     lengths = {column: len(array) for column, array in found.items()}
     _require(len(set(lengths.values())) <= 1, folder, file_name,

@@ -64,7 +64,8 @@ def classifier_runs(corpora, tmp_path_factory):
                                                       *CLASSIFIER_TRAIN_FLAGS, "--run-dir", str(folder / "raw")])
     # --vocab-size agrees with the folder, so it is no contradiction.
     outputs["tokens"] = run_main(train_classifier.main, ["--data", f"tokens:{tokens_dir}", "--vocab-size", "200",
-                                                         *CLASSIFIER_TRAIN_FLAGS, "--run-dir", str(folder / "tokens_run")])
+                                                         *CLASSIFIER_TRAIN_FLAGS,
+                                                         "--run-dir", str(folder / "tokens_run")])
     return {"tokens_dir": tokens_dir, "raw": str(folder / "raw"), "tokens_run": str(folder / "tokens_run"),
             "outputs": outputs}
 
