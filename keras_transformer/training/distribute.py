@@ -13,6 +13,10 @@
   `fit_multi_worker`, because Keras 3's `fit` fails under that strategy
   ("Attempt to convert a value (PerReplica...)", keras-team/keras#20585).
   In both, `--batch-size` is the global batch, split over all replicas.
+  `"data_parallel"` is Keras' own `keras.distribution.DataParallel` over every
+  device JAX sees (JAX backend only): variables replicated, each batch split
+  over the devices; it is in effect while the model is built and while it is
+  fitted, and the previous global distribution is restored after each.
 """
 
 import contextlib
@@ -26,7 +30,7 @@ import tensorflow as tf
 
 # `--mixed-precision` value -> Keras dtype policy.
 MIXED_PRECISION_POLICIES = {"off": "float32", "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
-DISTRIBUTE_CHOICES = ("none", "mirrored", "multi_worker")
+DISTRIBUTE_CHOICES = ("none", "mirrored", "multi_worker", "data_parallel")
 
 TF_CONFIG_EXAMPLE = (
     'TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
@@ -108,7 +112,8 @@ def read_tf_config(environ=None):
 
 
 def make_strategy(distribute):
-    """The `tf.distribute.Strategy` for `distribute` (`DISTRIBUTE_CHOICES`), or None for `"none"`.
+    """The `tf.distribute.Strategy` for `distribute` (`DISTRIBUTE_CHOICES`), or None for `"none"`;
+    for `"data_parallel"`, a `keras.distribution.DataParallel` (`data_parallel_distribution`).
 
     Call it before any TensorFlow op runs in the process: a
     MultiWorkerMirroredStrategy must configure the runtime's collective ops at
@@ -118,6 +123,8 @@ def make_strategy(distribute):
         raise ValueError(f"`distribute` must be one of {', '.join(DISTRIBUTE_CHOICES)}, got {distribute!r}.")
     if distribute == "none":
         return None
+    if distribute == "data_parallel":
+        return data_parallel_distribution()
     if distribute == "mirrored":
         return tf.distribute.MirroredStrategy()
     read_tf_config()
@@ -135,6 +142,42 @@ def make_strategy(distribute):
         ) from None
 
 
+def data_parallel_distribution():
+    """`keras.distribution.DataParallel` over every device JAX sees: its GPUs (or TPUs), else its CPUs.
+
+    Raises ValueError on another backend: Keras' distribution API runs on JAX only.
+    """
+    backend = keras.backend.backend()
+    if backend != "jax":
+        raise ValueError(
+            f"--distribute data_parallel needs the JAX backend (KERAS_BACKEND=jax); Keras' distribution "
+            f"API does not run on {backend}. On TensorFlow use --distribute mirrored."
+        )
+    return keras.distribution.DataParallel(devices=keras.distribution.list_devices())
+
+
+def is_data_parallel(strategy):
+    return isinstance(strategy, keras.distribution.DataParallel)
+
+
+def data_parallel_devices(distribution):
+    """The devices of a `DataParallel`, e.g. ["gpu:0", "gpu:1"]."""
+    return [str(device) for device in distribution.device_mesh.devices.flat]
+
+
+def check_batch_size(strategy, batch_size):
+    """Raises ValueError when a `DataParallel` cannot split `batch_size` evenly over its devices
+    (JAX shards a batch only in equal parts)."""
+    if batch_size is None or not is_data_parallel(strategy):
+        return
+    devices = len(data_parallel_devices(strategy))
+    if batch_size % devices:
+        raise ValueError(
+            f"--batch-size {batch_size} does not split evenly over the {devices} devices of "
+            f"--distribute data_parallel: use a multiple of {devices}."
+        )
+
+
 def is_multi_worker(strategy):
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
@@ -143,7 +186,7 @@ def is_chief(strategy):
     """Whether this process writes the run folder and the export: always, except
     on the workers of a multi-worker run other than the chief (worker 0, or the
     `chief` task when TF_CONFIG names one)."""
-    return strategy is None or strategy.extended.should_checkpoint
+    return strategy is None or is_data_parallel(strategy) or strategy.extended.should_checkpoint
 
 
 def worker_name(strategy):
@@ -153,8 +196,12 @@ def worker_name(strategy):
 
 
 def describe_strategy(strategy):
-    """E.g. "MirroredStrategy: 2 replicas (GPU:0, GPU:1)", or, on a worker of a
-    multi-worker run, "MultiWorkerMirroredStrategy: 4 replicas; this is worker 1"."""
+    """E.g. "MirroredStrategy: 2 replicas (GPU:0, GPU:1)", on a worker of a
+    multi-worker run "MultiWorkerMirroredStrategy: 4 replicas; this is worker 1",
+    or "Data parallel over 2 devices: gpu:0, gpu:1"."""
+    if is_data_parallel(strategy):
+        devices = data_parallel_devices(strategy)
+        return f"Data parallel over {len(devices)} device{'s' if len(devices) != 1 else ''}: {', '.join(devices)}"
     replicas = strategy.num_replicas_in_sync
     # MultiWorkerMirroredStrategy objects are of its implementation class, CollectiveAllReduceStrategy.
     name = "MultiWorkerMirroredStrategy" if is_multi_worker(strategy) else type(strategy).__name__
@@ -166,7 +213,12 @@ def describe_strategy(strategy):
 
 
 def strategy_scope(strategy):
-    """`strategy.scope()`, or no scope for None: models and optimizers are created in it."""
+    """`strategy.scope()`, or no scope for None: models and optimizers are created in it.
+
+    A `DataParallel`'s scope makes it Keras' global distribution inside the
+    block only, so its variables are replicated over its devices and later
+    models in the process are not.
+    """
     return contextlib.nullcontext() if strategy is None else strategy.scope()
 
 
@@ -225,16 +277,43 @@ def fit(model, strategy, train_dataset, validation_dataset, epochs, steps_per_ep
         fit_multi_worker(model, strategy, train_dataset, validation_dataset, epochs=epochs,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
         return local_copy(model)
-    model.fit(
-        train_dataset,
-        validation_data=validation_dataset,
-        epochs=epochs,
-        steps_per_epoch=steps_per_epoch,
-        shuffle=False,
-        callbacks=callbacks,
-        verbose=verbose,
-    )
+    with fitting_scope(strategy):
+        model.fit(
+            train_dataset,
+            validation_data=validation_dataset,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            shuffle=False,
+            callbacks=callbacks,
+            verbose=verbose,
+        )
     return model
+
+
+@contextlib.contextmanager
+def fitting_scope(strategy):
+    """Where `model.fit` runs: a `DataParallel`'s scope, since Keras splits each batch
+    over its devices only while it is the global distribution; else no scope.
+
+    JAX splits a batch only in equal parts: a batch it cannot split becomes a
+    ValueError that says so, rather than JAX's sharding arithmetic.
+    """
+    if not is_data_parallel(strategy):
+        yield
+        return
+    try:
+        with strategy.scope():
+            yield
+    except ValueError as error:
+        if type(error).__name__ != "IndivisibleError":  # jax._src.sharding's, not public
+            raise
+        devices = len(data_parallel_devices(strategy))
+        raise ValueError(
+            f"--distribute data_parallel could not split a batch evenly over its {devices} devices "
+            f"({error}). Keras' DataParallel needs every batch, the last of each split and of each "
+            f"length bucket too, to hold a multiple of {devices} examples; these data and --batch-size "
+            "give one that does not. Train on one device (--distribute none)."
+        ) from None
 
 
 def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, epochs=1,
