@@ -87,18 +87,24 @@ except ValueError as error:
     result["batch_size_error"] = str(error)
 try:  # the last validation batch, 5 rows, cannot be split over 2 devices
     model = build_classifier_model(settings, VOCABULARY, CLASSES, len(train), strategy)
-    distribute.fit(model, strategy, train, Batches([BATCH, 5]), epochs=1, verbose=0)
+    distribute.fit(model, strategy, Batches([BATCH]), Batches([BATCH, 5]), epochs=1, verbose=0)
 except ValueError as error:
     result["uneven_batch_error"] = str(error)
 result["distribution_after_error"] = repr(keras.distribution.distribution())
-csv_path, run_dir = sys.argv[1:3]
+csv_path, run_dir, refused_run_dir = sys.argv[1:4]
 with contextlib.redirect_stderr(io.StringIO()) as app_errors:
     try:
         train_classifier.main(["--data", f"csv:{csv_path}", "--distribute", "data_parallel", "--batch-size", "7",
-                               "--run-dir", run_dir, "--no-export"])
+                               "--run-dir", refused_run_dir, "--no-export"])
     except SystemExit as exit:
-        result["app_exit"] = exit.code
-result["app_errors"] = app_errors.getvalue()
+        result["refused_exit"] = exit.code
+result["refused_errors"] = app_errors.getvalue()
+with contextlib.redirect_stdout(io.StringIO()) as app_output:  # the app's whole run
+    result["app_exit"] = train_classifier.main(
+        ["--data", f"csv:{csv_path}", "--distribute", "data_parallel", "--jit-compile", "--batch-size", "8",
+         "--epochs", "1", "--vocab-size", "200", "--sequence-length", "16", "--d-model", "16",
+         "--num-heads", "2", "--intermediate-dim", "32", "--verbose", "2", "--run-dir", run_dir, "--no-export"])
+result["app_output"] = app_output.getvalue()
 print(json.dumps(result))
 """
 
@@ -108,13 +114,16 @@ def two_device_runs(tmp_path_factory):
     """The script's results, with XLA (`--jit-compile`): on JAX the classifier's default
     (no XLA) runs op by op, several times slower; it agrees as well (checked by hand)."""
     folder = tmp_path_factory.mktemp("data_parallel")
-    data = write_keyword_csv(folder / "data.csv", 30)
+    # 120 texts: 96 train, 12 validation, 12 test, every batch of 8 or 4 split in two.
+    data = write_keyword_csv(folder / "data.csv", 120)
     environment = dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS="--xla_force_host_platform_device_count=2",
                        TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-c", ON_TWO_DEVICES, str(data), str(folder / "run")],
+    result = subprocess.run([sys.executable, "-c", ON_TWO_DEVICES, str(data), str(folder / "run"),
+                             str(folder / "refused")],
                             capture_output=True, text=True, cwd=ROOT, env=environment, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    return {**json.loads(result.stdout.strip().splitlines()[-1]), "run_dir": folder / "run"}
+    return {**json.loads(result.stdout.strip().splitlines()[-1]), "run_dir": folder / "run",
+            "refused_run_dir": folder / "refused"}
 
 
 def test_data_parallel_spans_both_devices(two_device_runs):
@@ -150,11 +159,23 @@ def test_uneven_batches_are_clear_errors(two_device_runs):
 
 
 def test_app_refuses_a_batch_size_the_devices_cannot_split(two_device_runs):
-    assert two_device_runs["app_exit"] == 2
-    lines = two_device_runs["app_errors"].strip().splitlines()
+    assert two_device_runs["refused_exit"] == 2
+    lines = two_device_runs["refused_errors"].strip().splitlines()
     assert lines == ["error: --batch-size 7 does not split evenly over the 2 devices of --distribute "
                      "data_parallel: use a multiple of 2."]
-    assert not os.path.exists(two_device_runs["run_dir"])
+    assert not os.path.exists(two_device_runs["refused_run_dir"])
+
+
+def test_app_trains_a_run_with_data_parallel(two_device_runs):
+    """The whole run: trained over both devices, then evaluated and saved by this (the only) process."""
+    assert two_device_runs["app_exit"] == 0
+    assert "Data parallel over 2 devices: cpu:0, cpu:1" in two_device_runs["app_output"].splitlines()
+    run_dir = two_device_runs["run_dir"]
+    with open(run_dir / "metrics.json") as metrics_file:
+        metrics = json.load(metrics_file)
+    assert metrics["epochs_completed"] == 1 and metrics["split"] == "test"
+    assert sum(map(sum, metrics["confusion_matrix"])) == 12  # every test text predicted
+    assert (run_dir / "model.keras").is_file()
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="checks the refusal on the TensorFlow backend")
