@@ -26,6 +26,7 @@ import shutil
 import tempfile
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 # `--mixed-precision` value -> Keras dtype policy.
@@ -277,6 +278,10 @@ def fit(model, strategy, train_dataset, validation_dataset, epochs, steps_per_ep
         fit_multi_worker(model, strategy, train_dataset, validation_dataset, epochs=epochs,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
         return local_copy(model)
+    if is_data_parallel(strategy):
+        train_dataset, validation_dataset, callbacks = _data_parallel_inputs(
+            strategy, train_dataset, validation_dataset, callbacks
+        )
     with fitting_scope(strategy):
         model.fit(
             train_dataset,
@@ -314,6 +319,84 @@ def fitting_scope(strategy):
             f"length bucket too, to hold a multiple of {devices} examples; these data and --batch-size "
             "give one that does not. Train on one device (--distribute none)."
         ) from None
+
+
+def _data_parallel_inputs(distribution, train_dataset, validation_dataset, callbacks):
+    """`fit`'s data and callbacks under a `DataParallel`, whose devices JAX splits every batch over
+    in equal parts: training batches cut to fit (`SplittableBatches`), where they are a
+    `keras.utils.PyDataset`; validation outside the distribution, on any batches
+    (`ValidateOutsideDistribution`, first among the callbacks)."""
+    if isinstance(train_dataset, keras.utils.PyDataset):
+        train_dataset = SplittableBatches(train_dataset, len(data_parallel_devices(distribution)))
+    if validation_dataset is not None:
+        callbacks = [ValidateOutsideDistribution(validation_dataset), *callbacks]
+    return train_dataset, None, callbacks
+
+
+class SplittableBatches(keras.utils.PyDataset):
+    """A PyDataset's batches, each with a multiple of `devices` rows so JAX can split it evenly.
+
+    Only batches smaller than the rest change (the last of an epoch, those at
+    the ends of length buckets). One of `devices` rows or more loses its last
+    rows beyond a multiple of `devices` (at most `devices - 1`, other ones
+    each epoch when the batches are reshuffled), as `drop_remainder` would
+    drop them. A smaller one is repeated whole up to a multiple of
+    `devices`, which leaves its mean loss and gradient as they were.
+    """
+
+    def __init__(self, batches, devices):
+        # As the batches underneath load (PyDataset's defaults where they never set them).
+        super().__init__(workers=getattr(batches, "workers", 1),
+                         use_multiprocessing=getattr(batches, "use_multiprocessing", False),
+                         max_queue_size=getattr(batches, "max_queue_size", 10))
+        self.batches = batches
+        self.devices = devices
+
+    def __len__(self):
+        return len(self.batches)
+
+    @property
+    def num_batches(self):
+        return self.batches.num_batches
+
+    def __getitem__(self, index):
+        batch = self.batches[index]
+        rows = len(keras.tree.flatten(batch)[0])
+        if rows >= self.devices:
+            taken = np.arange(rows - rows % self.devices)
+        else:
+            taken = np.tile(np.arange(rows), self.devices // np.gcd(rows, self.devices))
+        return keras.tree.map_structure(lambda array: None if array is None else array[taken], batch)
+
+    def on_epoch_begin(self):
+        self.batches.on_epoch_begin()
+
+    def on_epoch_end(self):
+        self.batches.on_epoch_end()
+
+
+class ValidateOutsideDistribution(keras.callbacks.Callback):
+    """`fit`'s validation, run by `model.evaluate` outside the global distribution.
+
+    There the batches need not split over the devices (the replicated
+    variables compute on every batch as they are), so every validation
+    example counts, once. Its `val_` metrics join the epoch's logs before the
+    callbacks after it (early stopping, checkpoints, history) read them.
+    """
+
+    def __init__(self, validation_dataset):
+        super().__init__()
+        self.validation_dataset = validation_dataset
+
+    def on_epoch_end(self, epoch, logs=None):
+        distribution = keras.distribution.distribution()
+        keras.distribution.set_distribution(None)
+        try:
+            results = self.model.evaluate(self.validation_dataset, verbose=0, return_dict=True)
+        finally:
+            keras.distribution.set_distribution(distribution)
+        if logs is not None:
+            logs.update({f"val_{name}": value for name, value in results.items()})
 
 
 def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, epochs=1,

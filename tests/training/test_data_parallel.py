@@ -16,6 +16,7 @@ import pytest
 
 from apps import train_classifier
 from apps import train_translator
+from keras_transformer.training.distribute import SplittableBatches
 from tests.classifier_fixtures import expect_usage_error
 from tests.classifier_fixtures import write_keyword_csv
 
@@ -52,14 +53,15 @@ class SeenDistribution(keras.callbacks.Callback):
         self.seen = keras.distribution.distribution()
 
 
-train, validation = Batches([BATCH] * 6), Batches([BATCH, 4])
+# 5 validation rows do not split over 2 devices; validation runs outside the distribution.
+train, validation = Batches([BATCH] * 6), Batches([BATCH, 5])
 settings = ClassifierSettings(
     epochs=1, batch_size=BATCH, sequence_length=LENGTH, vocabulary_size=VOCABULARY, d_model=16,
     num_heads=2, intermediate_dim=32, dropout=0.0, warmup_fraction=0.2, jit_compile=True,
 )
 
 
-def trained(strategy, initial_weights):
+def trained(strategy, initial_weights, train=train, validation=validation):
     model = build_classifier_model(settings, VOCABULARY, CLASSES, len(train), strategy)
     model.set_weights(initial_weights)
     seen = SeenDistribution()
@@ -85,9 +87,15 @@ try:
     distribute.check_batch_size(strategy, 7)
 except ValueError as error:
     result["batch_size_error"] = str(error)
-try:  # the last validation batch, 5 rows, cannot be split over 2 devices
+# A training batch of 1 row, which SplittableBatches repeats to 2.
+short_train = Batches([BATCH, 1])
+result["short_batch"] = {"one_device": trained(None, initial, short_train, None)["weights"],
+                         "data_parallel": trained(strategy, initial, short_train, None)["weights"]}
+try:  # tf.data batches are not cut to fit: the last, 5 rows, cannot be split over 2 devices
+    import tensorflow as tf
+    uneven = tf.data.Dataset.from_tensor_slices(train.batches[0]).take(5).batch(BATCH)
     model = build_classifier_model(settings, VOCABULARY, CLASSES, len(train), strategy)
-    distribute.fit(model, strategy, Batches([BATCH]), Batches([BATCH, 5]), epochs=1, verbose=0)
+    distribute.fit(model, strategy, uneven, None, epochs=1, verbose=0)
 except ValueError as error:
     result["uneven_batch_error"] = str(error)
 result["distribution_after_error"] = repr(keras.distribution.distribution())
@@ -136,12 +144,19 @@ def test_data_parallel_spans_both_devices(two_device_runs):
 
 
 def test_data_parallel_trains_as_one_device_does(two_device_runs):
-    """Each batch split over two devices, gradients combined: the same epoch as on one device."""
+    """Each batch split over two devices, gradients combined: the same epoch as on one device,
+    and the same validation, whose last batch (5 rows) two devices could not split."""
     parallel, alone = two_device_runs["data_parallel"], two_device_runs["one_device"]
     for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
         assert parallel["history"][name] == pytest.approx(alone["history"][name], rel=1e-5, abs=1e-6), name
     assert alone["moved"] > 1e-3  # training changed the weights, so equal weights say something
     for trained, reference in zip(parallel["weights"], alone["weights"]):
+        assert np.allclose(trained, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_a_batch_smaller_than_the_devices_trains_as_on_one_device(two_device_runs):
+    short = two_device_runs["short_batch"]
+    for trained, reference in zip(short["data_parallel"], short["one_device"]):
         assert np.allclose(trained, reference, rtol=1e-4, atol=1e-5)
 
 
@@ -188,3 +203,47 @@ def test_data_parallel_on_tensorflow_is_a_usage_error(tmp_path, capsys):
         )
         assert "KERAS_BACKEND=jax" in message and "--distribute mirrored" in message
     assert not os.path.exists(tmp_path / "run")
+
+
+class NumberedBatches(keras.utils.PyDataset):
+    """Batches of the given sizes whose rows hold their own numbers; counts its epochs."""
+
+    def __init__(self, sizes):
+        super().__init__()
+        starts = np.cumsum([0, *sizes])
+        self.batches = [(np.arange(start, end), np.arange(start, end) * 10, None)
+                        for start, end in zip(starts, starts[1:])]
+        self.epochs_ended = 0
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, index):
+        return self.batches[index]
+
+    def on_epoch_end(self):
+        self.epochs_ended += 1
+
+
+@pytest.mark.parametrize("devices, size, rows", [
+    (2, 8, list(range(8))),  # splits as it is
+    (2, 7, list(range(6))),  # loses its last row
+    (4, 7, [0, 1, 2, 3]),
+    (2, 1, [0, 0]),  # too small to cut: repeated whole, its mean unchanged
+    (4, 2, [0, 1, 0, 1]),
+    (4, 3, [0, 1, 2] * 4),
+])
+def test_splittable_batches_give_every_device_as_many_rows(devices, size, rows):
+    batches = SplittableBatches(NumberedBatches([size]), devices)
+    features, targets, weights = batches[0]
+    assert features.tolist() == rows and targets.tolist() == [row * 10 for row in rows]
+    assert weights is None
+
+
+def test_splittable_batches_keep_the_batches_order_and_epochs():
+    numbered = NumberedBatches([4, 4, 3])
+    batches = SplittableBatches(numbered, 2)
+    assert len(batches) == batches.num_batches == 3
+    assert [batches[index][0].tolist() for index in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    batches.on_epoch_end()
+    assert numbered.epochs_ended == 1  # a reshuffle reaches the batches underneath
