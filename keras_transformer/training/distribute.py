@@ -300,8 +300,9 @@ def fitting_scope(strategy):
     """Where `model.fit` runs: a `DataParallel`'s scope, since Keras splits each batch
     over its devices only while it is the global distribution; else no scope.
 
-    JAX splits a batch only in equal parts: a batch it cannot split becomes a
-    ValueError that says so, rather than JAX's sharding arithmetic.
+    JAX splits a batch only in equal parts: a batch it cannot split (one `fit`
+    could not cut to fit, see `_data_parallel_inputs`) becomes a ValueError
+    that says so, rather than JAX's sharding arithmetic.
     """
     if not is_data_parallel(strategy):
         yield
@@ -315,9 +316,9 @@ def fitting_scope(strategy):
         devices = len(data_parallel_devices(strategy))
         raise ValueError(
             f"--distribute data_parallel could not split a batch evenly over its {devices} devices "
-            f"({error}). Keras' DataParallel needs every batch, the last of each split and of each "
-            f"length bucket too, to hold a multiple of {devices} examples; these data and --batch-size "
-            "give one that does not. Train on one device (--distribute none)."
+            f"({error}). Training batches given as a keras.utils.PyDataset are cut to fit; these were "
+            f"not. Train on one device (--distribute none), or with data and a --batch-size that make "
+            f"every batch a multiple of {devices}."
         ) from None
 
 
