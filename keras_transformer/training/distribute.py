@@ -17,6 +17,8 @@
   device JAX sees (JAX backend only): variables replicated, each batch split
   over the devices; it is in effect while the model is built and while it is
   fitted, and the previous global distribution is restored after each.
+  Training batches are cut to a multiple of the devices, validation runs
+  outside the distribution (`_data_parallel_inputs`).
 """
 
 import contextlib
