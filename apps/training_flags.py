@@ -15,6 +15,7 @@ from keras_transformer.data.tokens import read_token_folder
 from keras_transformer.data.tokens import settings_from_tokens
 from keras_transformer.training.distribute import DISTRIBUTE_CHOICES
 from keras_transformer.training.distribute import MIXED_PRECISION_POLICIES
+from keras_transformer.training.distribute import check_batch_size
 from keras_transformer.training.distribute import check_jit_compile
 from keras_transformer.training.distribute import describe_strategy
 from keras_transformer.training.distribute import is_chief
@@ -190,7 +191,8 @@ def add_hardware_flags(parser):
     hardware.add_argument(
         "--distribute", choices=DISTRIBUTE_CHOICES, default="none",
         help="mirrored: this machine's GPUs; multi_worker: the machines in TF_CONFIG, one process "
-             "each with the same flags. --batch-size is the global batch, split over all replicas",
+             "each with the same flags; data_parallel: Keras' DataParallel over the devices JAX sees "
+             "(KERAS_BACKEND=jax). --batch-size is the global batch, split over all replicas",
     )
 
 
@@ -225,6 +227,7 @@ def strategy_and_data(parser, args, settings, load_data, check_flags=None):
         check_jit_compile(args.distribute, args.jit_compile)
         # Before any TensorFlow op runs (loading data may run some).
         strategy = make_strategy(args.distribute)
+        check_batch_size(strategy, args.batch_size)
         data, settings = load_data()
     except (DataError, ValueError) as error:
         parser.exit(2, f"error: {error}\n")

@@ -66,6 +66,7 @@ LONGEST_FIRST = [
     "tests/training/test_shared_vocabulary.py",
     "tests/training/test_translation_selection.py",
     "tests/training/test_pretraining.py",
+    "tests/training/test_data_parallel.py",
     "tests/apps/test_hardware_flags.py",
     "tests/layers/test_mixed_precision.py",
     "tests/models/test_seq2seq.py",

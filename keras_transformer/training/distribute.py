@@ -13,6 +13,12 @@
   `fit_multi_worker`, because Keras 3's `fit` fails under that strategy
   ("Attempt to convert a value (PerReplica...)", keras-team/keras#20585).
   In both, `--batch-size` is the global batch, split over all replicas.
+  `"data_parallel"` is Keras' own `keras.distribution.DataParallel` over every
+  device JAX sees (JAX backend only): variables replicated, each batch split
+  over the devices; it is in effect while the model is built and while it is
+  fitted, and the previous global distribution is restored after each.
+  Training batches are cut to a multiple of the devices, validation runs
+  outside the distribution (`_data_parallel_inputs`).
 """
 
 import contextlib
@@ -22,11 +28,12 @@ import shutil
 import tempfile
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 # `--mixed-precision` value -> Keras dtype policy.
 MIXED_PRECISION_POLICIES = {"off": "float32", "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
-DISTRIBUTE_CHOICES = ("none", "mirrored", "multi_worker")
+DISTRIBUTE_CHOICES = ("none", "mirrored", "multi_worker", "data_parallel")
 
 TF_CONFIG_EXAMPLE = (
     'TF_CONFIG=\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
@@ -108,7 +115,8 @@ def read_tf_config(environ=None):
 
 
 def make_strategy(distribute):
-    """The `tf.distribute.Strategy` for `distribute` (`DISTRIBUTE_CHOICES`), or None for `"none"`.
+    """The `tf.distribute.Strategy` for `distribute` (`DISTRIBUTE_CHOICES`), or None for `"none"`;
+    for `"data_parallel"`, a `keras.distribution.DataParallel` (`data_parallel_distribution`).
 
     Call it before any TensorFlow op runs in the process: a
     MultiWorkerMirroredStrategy must configure the runtime's collective ops at
@@ -118,6 +126,8 @@ def make_strategy(distribute):
         raise ValueError(f"`distribute` must be one of {', '.join(DISTRIBUTE_CHOICES)}, got {distribute!r}.")
     if distribute == "none":
         return None
+    if distribute == "data_parallel":
+        return data_parallel_distribution()
     if distribute == "mirrored":
         return tf.distribute.MirroredStrategy()
     read_tf_config()
@@ -135,6 +145,42 @@ def make_strategy(distribute):
         ) from None
 
 
+def data_parallel_distribution():
+    """`keras.distribution.DataParallel` over every device JAX sees: its GPUs (or TPUs), else its CPUs.
+
+    Raises ValueError on another backend: Keras' distribution API runs on JAX only.
+    """
+    backend = keras.backend.backend()
+    if backend != "jax":
+        raise ValueError(
+            f"--distribute data_parallel needs the JAX backend (KERAS_BACKEND=jax); Keras' distribution "
+            f"API does not run on {backend}. On TensorFlow use --distribute mirrored."
+        )
+    return keras.distribution.DataParallel(devices=keras.distribution.list_devices())
+
+
+def is_data_parallel(strategy):
+    return isinstance(strategy, keras.distribution.DataParallel)
+
+
+def data_parallel_devices(distribution):
+    """The devices of a `DataParallel`, e.g. ["gpu:0", "gpu:1"]."""
+    return [str(device) for device in distribution.device_mesh.devices.flat]
+
+
+def check_batch_size(strategy, batch_size):
+    """Raises ValueError when a `DataParallel` cannot split `batch_size` evenly over its devices
+    (JAX shards a batch only in equal parts)."""
+    if batch_size is None or not is_data_parallel(strategy):
+        return
+    devices = len(data_parallel_devices(strategy))
+    if batch_size % devices:
+        raise ValueError(
+            f"--batch-size {batch_size} does not split evenly over the {devices} devices of "
+            f"--distribute data_parallel: use a multiple of {devices}."
+        )
+
+
 def is_multi_worker(strategy):
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
@@ -143,7 +189,7 @@ def is_chief(strategy):
     """Whether this process writes the run folder and the export: always, except
     on the workers of a multi-worker run other than the chief (worker 0, or the
     `chief` task when TF_CONFIG names one)."""
-    return strategy is None or strategy.extended.should_checkpoint
+    return strategy is None or is_data_parallel(strategy) or strategy.extended.should_checkpoint
 
 
 def worker_name(strategy):
@@ -153,8 +199,12 @@ def worker_name(strategy):
 
 
 def describe_strategy(strategy):
-    """E.g. "MirroredStrategy: 2 replicas (GPU:0, GPU:1)", or, on a worker of a
-    multi-worker run, "MultiWorkerMirroredStrategy: 4 replicas; this is worker 1"."""
+    """E.g. "MirroredStrategy: 2 replicas (GPU:0, GPU:1)", on a worker of a
+    multi-worker run "MultiWorkerMirroredStrategy: 4 replicas; this is worker 1",
+    or "Data parallel over 2 devices: gpu:0, gpu:1"."""
+    if is_data_parallel(strategy):
+        devices = data_parallel_devices(strategy)
+        return f"Data parallel over {len(devices)} device{'s' if len(devices) != 1 else ''}: {', '.join(devices)}"
     replicas = strategy.num_replicas_in_sync
     # MultiWorkerMirroredStrategy objects are of its implementation class, CollectiveAllReduceStrategy.
     name = "MultiWorkerMirroredStrategy" if is_multi_worker(strategy) else type(strategy).__name__
@@ -166,7 +216,12 @@ def describe_strategy(strategy):
 
 
 def strategy_scope(strategy):
-    """`strategy.scope()`, or no scope for None: models and optimizers are created in it."""
+    """`strategy.scope()`, or no scope for None: models and optimizers are created in it.
+
+    A `DataParallel`'s scope makes it Keras' global distribution inside the
+    block only, so its variables are replicated over its devices and later
+    models in the process are not.
+    """
     return contextlib.nullcontext() if strategy is None else strategy.scope()
 
 
@@ -225,16 +280,126 @@ def fit(model, strategy, train_dataset, validation_dataset, epochs, steps_per_ep
         fit_multi_worker(model, strategy, train_dataset, validation_dataset, epochs=epochs,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
         return local_copy(model)
-    model.fit(
-        train_dataset,
-        validation_data=validation_dataset,
-        epochs=epochs,
-        steps_per_epoch=steps_per_epoch,
-        shuffle=False,
-        callbacks=callbacks,
-        verbose=verbose,
-    )
+    if is_data_parallel(strategy):
+        train_dataset, validation_dataset, callbacks = _data_parallel_inputs(
+            strategy, train_dataset, validation_dataset, callbacks
+        )
+    with fitting_scope(strategy):
+        model.fit(
+            train_dataset,
+            validation_data=validation_dataset,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            shuffle=False,
+            callbacks=callbacks,
+            verbose=verbose,
+        )
     return model
+
+
+@contextlib.contextmanager
+def fitting_scope(strategy):
+    """Where `model.fit` runs: a `DataParallel`'s scope, since Keras splits each batch
+    over its devices only while it is the global distribution; else no scope.
+
+    JAX splits a batch only in equal parts: a batch it cannot split (one `fit`
+    could not cut to fit, see `_data_parallel_inputs`) becomes a ValueError
+    that says so, rather than JAX's sharding arithmetic.
+    """
+    if not is_data_parallel(strategy):
+        yield
+        return
+    try:
+        with strategy.scope():
+            yield
+    except ValueError as error:
+        if type(error).__name__ != "IndivisibleError":  # jax._src.sharding's, not public
+            raise
+        devices = len(data_parallel_devices(strategy))
+        raise ValueError(
+            f"--distribute data_parallel could not split a batch evenly over its {devices} devices "
+            f"({error}). Training batches given as a keras.utils.PyDataset are cut to fit; these were "
+            f"not. Train on one device (--distribute none), or with data and a --batch-size that make "
+            f"every batch a multiple of {devices}."
+        ) from None
+
+
+def _data_parallel_inputs(distribution, train_dataset, validation_dataset, callbacks):
+    """`fit`'s data and callbacks under a `DataParallel`, whose devices JAX splits every batch over
+    in equal parts: training batches cut to fit (`SplittableBatches`), where they are a
+    `keras.utils.PyDataset`; validation outside the distribution, on any batches
+    (`ValidateOutsideDistribution`, first among the callbacks)."""
+    if isinstance(train_dataset, keras.utils.PyDataset):
+        train_dataset = SplittableBatches(train_dataset, len(data_parallel_devices(distribution)))
+    if validation_dataset is not None:
+        callbacks = [ValidateOutsideDistribution(validation_dataset), *callbacks]
+    return train_dataset, None, callbacks
+
+
+class SplittableBatches(keras.utils.PyDataset):
+    """A PyDataset's batches, each with a multiple of `devices` rows so JAX can split it evenly.
+
+    Only batches smaller than the rest change (the last of an epoch, those at
+    the ends of length buckets). One of `devices` rows or more loses its last
+    rows beyond a multiple of `devices` (at most `devices - 1`, other ones
+    each epoch when the batches are reshuffled), as `drop_remainder` would
+    drop them. A smaller one is repeated whole up to a multiple of
+    `devices`, which leaves its mean loss and gradient as they were.
+    """
+
+    def __init__(self, batches, devices):
+        # As the batches underneath load (PyDataset's defaults where they never set them).
+        super().__init__(workers=getattr(batches, "workers", 1),
+                         use_multiprocessing=getattr(batches, "use_multiprocessing", False),
+                         max_queue_size=getattr(batches, "max_queue_size", 10))
+        self.batches = batches
+        self.devices = devices
+
+    def __len__(self):
+        return len(self.batches)
+
+    @property
+    def num_batches(self):
+        return self.batches.num_batches
+
+    def __getitem__(self, index):
+        batch = self.batches[index]
+        rows = len(keras.tree.flatten(batch)[0])
+        if rows >= self.devices:
+            taken = np.arange(rows - rows % self.devices)
+        else:
+            taken = np.tile(np.arange(rows), self.devices // np.gcd(rows, self.devices))
+        return keras.tree.map_structure(lambda array: None if array is None else array[taken], batch)
+
+    def on_epoch_begin(self):
+        self.batches.on_epoch_begin()
+
+    def on_epoch_end(self):
+        self.batches.on_epoch_end()
+
+
+class ValidateOutsideDistribution(keras.callbacks.Callback):
+    """`fit`'s validation, run by `model.evaluate` outside the global distribution.
+
+    There the batches need not split over the devices (the replicated
+    variables compute on every batch as they are), so every validation
+    example counts, once. Its `val_` metrics join the epoch's logs before the
+    callbacks after it (early stopping, checkpoints, history) read them.
+    """
+
+    def __init__(self, validation_dataset):
+        super().__init__()
+        self.validation_dataset = validation_dataset
+
+    def on_epoch_end(self, epoch, logs=None):
+        distribution = keras.distribution.distribution()
+        keras.distribution.set_distribution(None)
+        try:
+            results = self.model.evaluate(self.validation_dataset, verbose=0, return_dict=True)
+        finally:
+            keras.distribution.set_distribution(distribution)
+        if logs is not None:
+            logs.update({f"val_{name}": value for name, value in results.items()})
 
 
 def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, epochs=1,
