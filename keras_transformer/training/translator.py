@@ -166,7 +166,8 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
         )
         for choice in chosen:
             say(verbose, choice.line())
-        save_settings(folder, settings.validate(), data=data.name, chosen_from_data=choices_record(chosen))
+        save_settings(folder, settings.validate(), data=data.name, source_language=data.source_language,
+                      target_language=data.target_language, chosen_from_data=choices_record(chosen))
     keras.utils.set_random_seed(settings.seed)
     source_tokenizer, target_tokenizer = run_tokenizers(folder, settings)
 
