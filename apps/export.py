@@ -37,8 +37,8 @@ def check_translator_export_flags(args):
 
 def export_run_and_say(run_dir, export_dir, **options):
     """`export_run`, then the lines every app prints about the new version; returns its folder."""
-    from keras_transformer.export.run_folder import CLASSIFIER
-    from keras_transformer.export.run_folder import export_run
+    from keras_transformer.training.run_export import CLASSIFIER
+    from keras_transformer.training.run_export import export_run
 
     exported = export_run(run_dir, export_dir, **options)
     print(f"Exported SavedModel: {exported.version_dir}")
@@ -73,8 +73,8 @@ def main(argv=None):
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")
     # Imported late so that `--help` and bad flags answer without loading TensorFlow.
-    from keras_transformer.export.run_folder import RunFolderError
-    from keras_transformer.export.run_folder import read_run
+    from keras_transformer.training.run_export import RunFolderError
+    from keras_transformer.training.run_export import read_run
 
     try:
         export_dir = args.export_dir or os.path.join("exported_models", read_run(args.run_dir).task)

@@ -57,7 +57,7 @@ JAX_SIDE = textwrap.dedent(
     import tensorflow as tf
 
     from apps import train_classifier, train_translator
-    from keras_transformer.export.run_folder import read_run
+    from keras_transformer.training.run_export import read_run
     from keras_transformer.text.wordpiece import WordPieceTokenizer
     from keras_transformer.training.callbacks import RunFolder
     import keras_transformer.training.translator as translator_training

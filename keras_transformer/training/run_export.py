@@ -1,12 +1,12 @@
 """Exporting a finished run folder: its `model.keras`, vocabularies and settings
-become the SavedModel of `export_classifier` / `export_translator`.
+become the SavedModel of `keras_transformer.export`'s `export_classifier` /
+`export_translator`.
 
 The one way a run is exported: `python -m apps.export RUN_DIR` and the training
 apps' `--export-dir` both call `export_run`. It reads only files, so a run
 trained on any Keras backend (JAX on a machine without TensorFlow) exports here
 under TensorFlow. The model loads without its compile state: the optimizer and
-the loss are training's, not the export's, and they would need training's
-registered objects.
+the loss are training's, not the export's.
 """
 
 import dataclasses
