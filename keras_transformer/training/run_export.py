@@ -15,7 +15,12 @@ import os
 import zipfile
 
 from keras_transformer.data.sources import one_line
+from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.classifier import ClassifierSettings
 from keras_transformer.training.runs import SETTINGS_FILE
+from keras_transformer.training.translator import TranslatorSettings
+from keras_transformer.training.translator import run_tokenizers
+from keras_transformer.training.translator import saved_translator_settings
 
 CLASSIFIER = "classifier"
 TRANSLATOR = "translator"
@@ -74,7 +79,7 @@ def read_run(run_dir):
     if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
         raise RunFolderError(f"{settings_path} has no \"settings\" object: it is not a training run's settings.")
     task = CLASSIFIER if "class_names" in saved else TRANSLATOR
-    settings_class, make_settings = _settings_of(task)
+    settings_class = ClassifierSettings if task == CLASSIFIER else TranslatorSettings
     unknown = set(saved["settings"]) - {field.name for field in dataclasses.fields(settings_class)}
     if unknown:
         has = "class_names, a classifier's," if task == CLASSIFIER else "no class_names, which a classifier's has,"
@@ -82,23 +87,12 @@ def read_run(run_dir):
             f"{settings_path} is neither a classifier's nor a translator's run settings: it has {has} "
             f"and settings a {task} does not have: {', '.join(sorted(unknown))}."
         )
-    if task == CLASSIFIER:
-        names = saved["class_names"]
-        if not isinstance(names, list) or len(names) < 2 or not all(isinstance(name, str) for name in names):
-            raise RunFolderError(f"{settings_path}: class_names must be a list of at least two names, got {names!r}.")
-    return SavedRun(run_dir, task, make_settings(saved), saved)
-
-
-def _settings_of(task):
-    """`(settings class, settings.json dict -> settings)` of `task`."""
-    if task == CLASSIFIER:
-        from keras_transformer.training.classifier import ClassifierSettings
-
-        return ClassifierSettings, lambda saved: ClassifierSettings(**saved["settings"])
-    from keras_transformer.training.translator import TranslatorSettings
-    from keras_transformer.training.translator import saved_translator_settings
-
-    return TranslatorSettings, saved_translator_settings
+    if task == TRANSLATOR:
+        return SavedRun(run_dir, task, saved_translator_settings(saved), saved)
+    names = saved["class_names"]
+    if not isinstance(names, list) or len(names) < 2 or not all(isinstance(name, str) for name in names):
+        raise RunFolderError(f"{settings_path}: class_names must be a list of at least two names, got {names!r}.")
+    return SavedRun(run_dir, task, ClassifierSettings(**saved["settings"]), saved)
 
 
 def export_run(run_dir, export_dir, model_file=None, beam_width=4, length_penalty=0.6):
@@ -145,8 +139,9 @@ def _missing_model_message(run, model_path, is_final_model):
 def _export_classifier_run(run, model_path, export_dir):
     from keras_transformer.export.classifier import export_classifier
     from keras_transformer.models import TransformerClassifier
+    from keras_transformer.text.wordpiece import WordPieceTokenizer
 
-    tokenizer = _tokenizers(lambda: _classifier_tokenizer(run))
+    tokenizer = _tokenizers(lambda: WordPieceTokenizer(run.file(CLASSIFIER_VOCABULARY_FILE)))
     model = load_run_model(model_path, TransformerClassifier, run)
     _check_vocabulary_size(model.vocabulary_size, tokenizer, model_path, "")
     class_names = run.saved["class_names"]
@@ -155,20 +150,12 @@ def _export_classifier_run(run, model_path, export_dir):
             f"{run.file(SETTINGS_FILE)} names {len(class_names)} classes but {model_path} "
             f"has {model.num_classes} outputs."
         )
-    return export_classifier(model, tokenizer, class_names, export_dir, add_cls=run.settings.pooling == "cls")
-
-
-def _classifier_tokenizer(run):
-    from keras_transformer.text.wordpiece import WordPieceTokenizer
-
-    return WordPieceTokenizer(run.file(CLASSIFIER_VOCABULARY_FILE))
+    return export_classifier(model, tokenizer, class_names, export_dir)
 
 
 def _export_translator_run(run, model_path, export_dir, beam_width, length_penalty):
     from keras_transformer.export.translator import export_translator
     from keras_transformer.models import Seq2SeqTransformer
-    from keras_transformer.training.callbacks import RunFolder
-    from keras_transformer.training.translator import run_tokenizers
 
     source_tokenizer, target_tokenizer = _tokenizers(lambda: run_tokenizers(RunFolder(run.run_dir), run.settings))
     model = load_run_model(model_path, Seq2SeqTransformer, run)
@@ -182,13 +169,15 @@ def _export_translator_run(run, model_path, export_dir, beam_width, length_penal
 
 
 def _tokenizers(make):
-    """`make()`, with a missing or foreign vocabulary file as a `RunFolderError`."""
+    """`make()`, with a missing, unreadable or foreign vocabulary file as a `RunFolderError`."""
     try:
         return make()
     except FileNotFoundError as error:
         raise RunFolderError(f"{error}: the run folder is incomplete.") from error
     except (OSError, UnicodeDecodeError) as error:
         raise RunFolderError(f"Cannot read a vocabulary of the run: {one_line(error)}") from error
+    except ValueError as error:  # not one of our vocabularies; the message names the file
+        raise RunFolderError(str(error)) from error
 
 
 def _check_vocabulary_size(model_size, tokenizer, model_path, side):
