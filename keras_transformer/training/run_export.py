@@ -172,10 +172,8 @@ def _tokenizers(make):
     """`make()`, with a missing, unreadable or foreign vocabulary file as a `RunFolderError`."""
     try:
         return make()
-    except FileNotFoundError as error:
-        raise RunFolderError(f"{error}: the run folder is incomplete.") from error
-    except (OSError, UnicodeDecodeError) as error:
-        raise RunFolderError(f"Cannot read a vocabulary of the run: {one_line(error)}") from error
+    except (OSError, UnicodeDecodeError) as error:  # FileNotFoundError included: its message names the file
+        raise RunFolderError(f"Cannot read the run's vocabulary: {one_line(error)}") from error
     except ValueError as error:  # not one of our vocabularies; the message names the file
         raise RunFolderError(str(error)) from error
 
