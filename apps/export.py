@@ -61,7 +61,7 @@ def build_parser():
                         help="the .keras file to export (default RUN_DIR/model.keras, written when the run "
                              "finished; an unfinished run's RUN_DIR/checkpoints/best.keras is its best epoch "
                              "so far)")
-    add_translator_export_flags(parser.add_argument_group("translator runs"))
+    add_translator_export_flags(parser.add_argument_group("translator runs", "a classifier's run ignores these"))
     return parser
 
 
