@@ -22,6 +22,7 @@ import argparse
 import functools
 import sys
 
+from apps.export import export_run_and_say
 from apps.training_flags import CLASSIFIER_RAW_DATA_FLAGS
 from apps.training_flags import add_classifier_token_flags
 from apps.training_flags import add_hardware_flags
@@ -135,7 +136,6 @@ def main(argv=None):
     )
 
     # Imported late so that `--help` and bad flags answer without loading TensorFlow's model code.
-    from keras_transformer.export import export_classifier
     from keras_transformer.training.classifier import train_classifier
 
     print(
@@ -149,9 +149,7 @@ def main(argv=None):
         return 0
     print(f"Run folder: {run.run_dir} (metrics.json, confusion_matrix.png, learning_curves.png)")
     if not args.no_export:
-        version_dir = export_classifier(run.model, run.tokenizer, run.class_names, args.export_dir)
-        print(f"Exported SavedModel: {version_dir}")
-        print(f'Try it: python -m apps.predict {args.export_dir} "your text here"')
+        export_run_and_say(run.run_dir, args.export_dir)
     return 0
 
 

@@ -18,6 +18,9 @@ plus samples.json: a few test sources translated greedily after training.
 import argparse
 import sys
 
+from apps.export import add_translator_export_flags
+from apps.export import check_translator_export_flags
+from apps.export import export_run_and_say
 from apps.training_flags import TRANSLATOR_RAW_DATA_FLAGS
 from apps.training_flags import add_hardware_flags
 from apps.training_flags import add_model_size_flags
@@ -73,15 +76,12 @@ def build_parser():
     export = parser.add_argument_group("export")
     export.add_argument("--export-dir", default="exported_models/translator")
     export.add_argument("--no-export", action="store_true", help="train only")
-    export.add_argument("--beam-width", type=int, default=4, help="of the export's serving_default")
-    export.add_argument("--length-penalty", type=float, default=0.6,
-                        help="GNMT length penalty alpha of the export's beam search")
+    add_translator_export_flags(export)
     return parser
 
 
 def check_flags(args):
-    if args.beam_width < 1:
-        raise ValueError(f"--beam-width must be at least 1, got {args.beam_width}.")
+    check_translator_export_flags(args)
 
 
 def main(argv=None):
@@ -118,16 +118,8 @@ def main(argv=None):
         return 0
     print(f"Run folder: {run.run_dir} (samples.json, learning_curves.png, model.keras)")
     if not args.no_export:
-        from keras_transformer.export.translator import export_translator
-
-        version_dir = export_translator(
-            run.model, run.source_tokenizer, run.target_tokenizer, args.export_dir,
-            max_output_length=run.settings.sequence_length, beam_width=args.beam_width,
-            length_penalty=args.length_penalty, source_language=data.source_language,
-            target_language=data.target_language,
-        )
-        print(f"Exported SavedModel: {version_dir}")
-        print(f'Try it: python -m apps.translate {args.export_dir} "your sentence here"')
+        export_run_and_say(run.run_dir, args.export_dir, beam_width=args.beam_width,
+                           length_penalty=args.length_penalty)
     return 0
 
 

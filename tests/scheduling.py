@@ -23,6 +23,7 @@ SHARED_GROUPS = {
     "tests/export/test_translator_export.py": "tiny_translator",
     "tests/apps/test_translate.py": "tiny_translator",
     # trained_classifier (tests/classifier_fixtures.py)
+    "tests/apps/test_export_app.py": "trained_classifier",
     "tests/apps/test_predict.py": "trained_classifier",
     "tests/apps/test_predict_matches_export.py": "trained_classifier",
     "tests/apps/test_quiet_tensorflow.py": "trained_classifier",
@@ -60,6 +61,7 @@ LONGEST_FIRST = [
     "trained_classifier",
     "tiny_translator",
     "tests/apps/test_multi_worker.py",
+    "tests/apps/test_export_jax_runs.py",
     "tests/layers/test_crosscheck.py",
     "tests/apps/test_train_translator.py",
     "tests/apps/test_tokenize_app.py",

@@ -239,7 +239,8 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
         chosen = choices_from_record(tokens.chosen_from_data) + counted
         for choice in chosen:
             say(verbose, choice.line())
-        save_settings(folder, settings.validate(), data=tokens.name, chosen_from_data=choices_record(chosen))
+        save_settings(folder, settings.validate(), data=tokens.name, source_language=tokens.source_language,
+                      target_language=tokens.target_language, chosen_from_data=choices_record(chosen))
     keras.utils.set_random_seed(settings.seed)
     source_tokenizer, target_tokenizer = run_tokenizers(folder, settings)
 

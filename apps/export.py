@@ -1,0 +1,89 @@
+"""Export a finished training run as a SavedModel, under TensorFlow.
+
+    python -m apps.export runs/classifier --export-dir exported_models/classifier
+    python -m apps.export runs/translator --beam-width 8
+    python -m apps.export runs/translator --model-file runs/translator/checkpoints/best.keras
+
+RUN_DIR is the --run-dir of `apps.train_classifier` or `apps.train_translator`,
+trained on any Keras backend (e.g. JAX on a machine without TensorFlow): its
+settings.json tells the task, its vocabulary file(s) and model.keras (the kept
+epoch's weights) make the same SavedModel, with the same signatures, as the
+training app's own export. It goes to EXPORT_DIR/N, N one above the newest
+version there.
+"""
+
+import argparse
+import os
+import sys
+
+DEFAULT_BEAM_WIDTH = 4
+DEFAULT_LENGTH_PENALTY = 0.6
+
+
+def add_translator_export_flags(group):
+    """`--beam-width`, `--length-penalty`: the translator export's beam search."""
+    group.add_argument("--beam-width", type=int, default=DEFAULT_BEAM_WIDTH,
+                       help=f"of the export's serving_default (default {DEFAULT_BEAM_WIDTH})")
+    group.add_argument("--length-penalty", type=float, default=DEFAULT_LENGTH_PENALTY,
+                       help="GNMT length penalty alpha of the export's beam search "
+                            f"(default {DEFAULT_LENGTH_PENALTY})")
+
+
+def check_translator_export_flags(args):
+    """Raises ValueError for a bad `add_translator_export_flags` value (before hours of training)."""
+    if args.beam_width < 1:
+        raise ValueError(f"--beam-width must be at least 1, got {args.beam_width}.")
+
+
+def export_run_and_say(run_dir, export_dir, **options):
+    """`export_run`, then the lines every app prints about the new version; returns its folder."""
+    from keras_transformer.training.run_export import CLASSIFIER
+    from keras_transformer.training.run_export import export_run
+
+    exported = export_run(run_dir, export_dir, **options)
+    print(f"Exported SavedModel: {exported.version_dir}")
+    if exported.task == CLASSIFIER:
+        print(f'Try it: python -m apps.predict {export_dir} "your text here"')
+    else:
+        print(f'Try it: python -m apps.translate {export_dir} "your sentence here"')
+    return exported.version_dir
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m apps.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run folder of a finished training run")
+    parser.add_argument("--export-dir", default=None,
+                        help="the model's base folder (default exported_models/classifier or "
+                             "exported_models/translator, by the run's task)")
+    parser.add_argument("--model-file", default=None, metavar="PATH",
+                        help="the .keras file to export (default RUN_DIR/model.keras, written when the run "
+                             "finished; an unfinished run's RUN_DIR/checkpoints/best.keras is its best epoch "
+                             "so far)")
+    add_translator_export_flags(parser.add_argument_group("translator runs", "a classifier's run ignores these"))
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_translator_export_flags(args)
+    except ValueError as error:
+        parser.exit(2, f"error: {error}\n")
+    # Imported late so that `--help` and bad flags answer without loading TensorFlow.
+    from keras_transformer.training.run_export import RunFolderError
+    from keras_transformer.training.run_export import read_run
+
+    try:
+        export_dir = args.export_dir or os.path.join("exported_models", read_run(args.run_dir).task)
+        export_run_and_say(args.run_dir, export_dir, model_file=args.model_file,
+                           beam_width=args.beam_width, length_penalty=args.length_penalty)
+    except RunFolderError as error:
+        parser.exit(2, f"error: {error}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
