@@ -482,6 +482,7 @@ class MultiHeadAttention(keras.layers.Layer):
             and not (self.dropout > 0 and training)
             and self.value_dim == self.key_dim
             and _keeps_default_scoring(type(self))
+            and _fused_op_compiles_for(self.compute_dtype)
         )
 
     def _resolve_mask(self, attention_mask, query_mask, prepared_mask):
@@ -601,6 +602,18 @@ class MultiHeadAttention(keras.layers.Layer):
 def _swap_heads_and_length(tensor):
     """`[B, heads, length, dim]` <-> `[B, length, heads, dim]`."""
     return ops.transpose(tensor, (0, 2, 1, 3))
+
+
+def _fused_op_compiles_for(dtype):
+    """False where `keras.ops.dot_product_attention` cannot run in `dtype`:
+    in float16, JAX's op asks for float16 products with float32 results,
+    which XLA on a CPU refuses when compiling (under `jax.jit`; op by op, JAX
+    falls back by itself)."""
+    if keras.backend.backend() != "jax" or keras.backend.standardize_dtype(dtype) != "float16":
+        return True
+    import jax
+
+    return jax.default_backend() != "cpu"
 
 
 # The hooks whose default arithmetic is what the fused op computes.

@@ -64,6 +64,18 @@ def explicit_path(*layers):
             layer._fused_attention_allowed = True
 
 
+def fused_op_expected():
+    """False in float16 with JAX on a CPU: its fused op asks XLA for float16
+    products with float32 results, which XLA's CPU compiler refuses, so the
+    layer keeps the explicit path there (`test_mixed_precision.py`'s jitted
+    float16 training step on JAX fails otherwise)."""
+    if keras.backend.backend() != "jax" or keras.config.dtype_policy().compute_dtype != "float16":
+        return True
+    import jax
+
+    return jax.default_backend() != "cpu"
+
+
 def attention_layers(block):
     return [layer for layer in (block.self_attention, getattr(block, "cross_attention", None)) if layer]
 
@@ -100,10 +112,11 @@ def test_layer_fused_equals_explicit(case, policy, randomize, fused_calls):
     randomize(layer, seed=3)
     fused_calls.clear()
     fused = layer(query, value, **kwargs)
-    assert len(fused_calls) == 1
+    calls = len(fused_calls)
+    assert calls == int(fused_op_expected())
     with explicit_path(layer):
         explicit = layer(query, value, **kwargs)
-    assert len(fused_calls) == 1
+    assert len(fused_calls) == calls
     assert ops.convert_to_tensor(fused).dtype == keras.config.dtype_policy().compute_dtype
     fused, explicit = as_numpy(fused), as_numpy(explicit)
     assert np.all(np.isfinite(fused))
@@ -174,12 +187,13 @@ def test_decoder_paths_fused_equal_explicit(path, cross, policy, randomize, fuse
     steps = 1 if path is full_pass else T
     # Every attention of every step went through the fused op: one query a
     # step (`[B, 1, heads, dim]`) on the decoding paths.
-    assert len(fused_calls) == steps * len(attention_layers(block))
+    calls = steps * len(attention_layers(block)) * int(fused_op_expected())
+    assert len(fused_calls) == calls
     if path is not full_pass:
         assert all(shape[1] == 1 for shape in fused_calls)
     with explicit_path(*attention_layers(block)):
         explicit = path(block, target, source)
-    assert len(fused_calls) == steps * len(attention_layers(block))
+    assert len(fused_calls) == calls
     assert np.all(np.isfinite(fused))
     np.testing.assert_allclose(fused, explicit, atol=BLOCK_ATOL[policy])
 
