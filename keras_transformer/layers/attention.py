@@ -126,12 +126,14 @@ class MultiHeadAttention(keras.layers.Layer):
     register it with `keras.saving.register_keras_serializable` so that saved
     models find it again.
 
-    Fused attention: when the caller asks for no attention scores and the
-    attention dropout is inactive (`dropout=0`, or not training), `attend`
-    computes through `keras.ops.dot_product_attention` (cuDNN flash attention
-    on a GPU where JAX has it, XLA elsewhere) instead of materializing the
-    weights, with the same masks and results: same bias, float32 softmax, and
-    zero output for a query row that may attend nowhere. Only with the default
+    Fused attention: on JAX with a GPU or TPU, when the caller asks for no
+    attention scores and the attention dropout is inactive (`dropout=0`, or
+    not training), `attend` computes through `keras.ops.dot_product_attention`
+    (cuDNN's flash attention where it applies, XLA otherwise) instead of
+    materializing the weights, with the same masks and results: same bias,
+    float32 softmax, and zero output for a query row that may attend nowhere.
+    On a CPU the op has no fused kernel and is slower, so the explicit path
+    stays. Only with the default
     scoring: a subclass that overrides `compute_attention_logits`,
     `compute_attention_weights` or `compute_attention` always gets the
     explicit path, so its override runs. Overrides of the projections and of
@@ -174,9 +176,11 @@ class MultiHeadAttention(keras.layers.Layer):
         Vaswani et al., "Attention Is All You Need", 2017.
     """
 
-    # False on an instance: `attend` always takes the explicit path (tests
-    # compare the two paths with it).
-    _fused_attention_allowed = True
+    # Where `attend` may take the fused op. None: where the backend has a
+    # fused kernel (`_fused_kernel_expected`). True: wherever the other
+    # conditions hold, on a CPU too (tests compare the two paths with it).
+    # False: never.
+    _fused_attention = None
 
     def __init__(
         self,
@@ -443,11 +447,11 @@ class MultiHeadAttention(keras.layers.Layer):
         Every path of the layer and of the blocks calls this. It takes
         `compute_attention`'s arguments, plus whether the caller needs the
         weights. The fused path (`keras.ops.dot_product_attention`) is taken
-        when no weights are asked for, dropout is inactive, the value heads
-        have the key heads' size, and the class keeps the default
-        `compute_attention_logits`, `compute_attention_weights` and
-        `compute_attention`; otherwise `compute_attention` runs, as a subclass
-        defines it.
+        on JAX with a GPU or TPU when no weights are asked for, dropout is
+        inactive, the value heads have the key heads' size, and the class
+        keeps the default `compute_attention_logits`,
+        `compute_attention_weights` and `compute_attention`; otherwise
+        `compute_attention` runs, as a subclass defines it.
 
         Returns:
             `(attended [B, heads, T, value_dim], weights)`: weights
@@ -466,7 +470,7 @@ class MultiHeadAttention(keras.layers.Layer):
                 prepared_mask=prepared_mask,
             )
         bias, rows = self._resolve_mask(attention_mask, query_mask, prepared_mask)
-        attended = self._fused_attention(query_heads, key_heads, value_heads, bias)
+        attended = self._attend_fused(query_heads, key_heads, value_heads, bias)
         if rows is not None:
             attended = attended * rows
         return attended, None
@@ -476,13 +480,13 @@ class MultiHeadAttention(keras.layers.Layer):
 
         Equal head sizes because JAX's fused op requires them.
         """
+        wanted = _fused_kernel_expected() if self._fused_attention is None else self._fused_attention
         return (
-            self._fused_attention_allowed
+            wanted
             and not return_attention_scores
             and not (self.dropout > 0 and training)
             and self.value_dim == self.key_dim
             and _keeps_default_scoring(type(self))
-            and _fused_op_compiles_for(self.compute_dtype)
         )
 
     def _resolve_mask(self, attention_mask, query_mask, prepared_mask):
@@ -493,7 +497,7 @@ class MultiHeadAttention(keras.layers.Layer):
             raise ValueError("Pass either `prepared_mask` or `attention_mask` / `query_mask`, not both.")
         return prepared_mask
 
-    def _fused_attention(self, query_heads, key_heads, value_heads, bias):
+    def _attend_fused(self, query_heads, key_heads, value_heads, bias):
         """`keras.ops.dot_product_attention` on heads `[B, heads, length, dim]`.
 
         The op takes `[B, length, heads, dim]` and casts `bias` to the compute
@@ -604,13 +608,14 @@ def _swap_heads_and_length(tensor):
     return ops.transpose(tensor, (0, 2, 1, 3))
 
 
-def _fused_op_compiles_for(dtype):
-    """False where `keras.ops.dot_product_attention` cannot run in `dtype`:
-    in float16, JAX's op asks for float16 products with float32 results,
-    which XLA on a CPU refuses when compiling (under `jax.jit`; op by op, JAX
-    falls back by itself)."""
-    if keras.backend.backend() != "jax" or keras.backend.standardize_dtype(dtype) != "float16":
-        return True
+def _fused_kernel_expected():
+    """Whether `keras.ops.dot_product_attention` can beat the explicit path
+    here: on JAX with a GPU or TPU (cuDNN's or Pallas' fused kernels). On a
+    CPU, both backends' op is the explicit arithmetic in another layout and
+    measured slower, on TensorFlow most (its einsums transpose the whole
+    decoding cache at every step)."""
+    if keras.backend.backend() != "jax":
+        return False
     import jax
 
     return jax.default_backend() != "cpu"

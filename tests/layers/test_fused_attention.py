@@ -1,8 +1,11 @@
 """Fused attention: `MultiHeadAttention.attend` computes through `keras.ops.dot_product_attention`
 when no scores are asked for and dropout is off, with the explicit path's results, and only then.
 
-The explicit path is forced on the same layer with its private switch
-`_fused_attention_allowed = False`, so both paths read the same weights.
+By default the layer fuses only on JAX with a GPU or TPU. Here every test but
+`test_default_fuses_only_on_jax_with_an_accelerator` forces the fused path
+where its other conditions hold (the private switch `_fused_attention =
+True`), so that it is tested on a CPU; `explicit_path` forces the explicit
+one on the same layer, so both paths read the same weights.
 """
 
 import contextlib
@@ -38,6 +41,11 @@ def as_numpy(tensor):
     return np.asarray(ops.convert_to_numpy(tensor), dtype=np.float64)
 
 
+@pytest.fixture(autouse=True)
+def fused_where_allowed(monkeypatch):
+    monkeypatch.setattr(MultiHeadAttention, "_fused_attention", True)
+
+
 @pytest.fixture
 def fused_calls(monkeypatch):
     """A list that grows by one at every call of `keras.ops.dot_product_attention`."""
@@ -56,24 +64,12 @@ def fused_calls(monkeypatch):
 def explicit_path(*layers):
     """Within the block, every given attention layer takes the explicit path."""
     for layer in layers:
-        layer._fused_attention_allowed = False
+        layer._fused_attention = False
     try:
         yield
     finally:
         for layer in layers:
-            layer._fused_attention_allowed = True
-
-
-def fused_op_expected():
-    """False in float16 with JAX on a CPU: its fused op asks XLA for float16
-    products with float32 results, which XLA's CPU compiler refuses, so the
-    layer keeps the explicit path there (`test_mixed_precision.py`'s jitted
-    float16 training step on JAX fails otherwise)."""
-    if keras.backend.backend() != "jax" or keras.config.dtype_policy().compute_dtype != "float16":
-        return True
-    import jax
-
-    return jax.default_backend() != "cpu"
+            del layer._fused_attention
 
 
 def attention_layers(block):
@@ -112,11 +108,10 @@ def test_layer_fused_equals_explicit(case, policy, randomize, fused_calls):
     randomize(layer, seed=3)
     fused_calls.clear()
     fused = layer(query, value, **kwargs)
-    calls = len(fused_calls)
-    assert calls == int(fused_op_expected())
+    assert len(fused_calls) == 1
     with explicit_path(layer):
         explicit = layer(query, value, **kwargs)
-    assert len(fused_calls) == calls
+    assert len(fused_calls) == 1
     assert ops.convert_to_tensor(fused).dtype == keras.config.dtype_policy().compute_dtype
     fused, explicit = as_numpy(fused), as_numpy(explicit)
     assert np.all(np.isfinite(fused))
@@ -187,7 +182,7 @@ def test_decoder_paths_fused_equal_explicit(path, cross, policy, randomize, fuse
     steps = 1 if path is full_pass else T
     # Every attention of every step went through the fused op: one query a
     # step (`[B, 1, heads, dim]`) on the decoding paths.
-    calls = steps * len(attention_layers(block)) * int(fused_op_expected())
+    calls = steps * len(attention_layers(block))
     assert len(fused_calls) == calls
     if path is not full_pass:
         assert all(shape[1] == 1 for shape in fused_calls)
@@ -342,3 +337,16 @@ def test_encoder_block_fuses_unless_scores_are_asked_for(fused_calls, randomize)
     output, _ = block(x, padding_mask=QUERY_PADDING, return_attention_scores=True)
     assert len(fused_calls) == 1
     np.testing.assert_allclose(fused, as_numpy(output), atol=1e-5)
+
+
+def test_default_fuses_only_on_jax_with_an_accelerator(monkeypatch, fused_calls, randomize):
+    monkeypatch.setattr(MultiHeadAttention, "_fused_attention", None)
+    x = random_inputs(B, T, D_MODEL, seed=22)
+    layer = MultiHeadAttention(HEADS, D_MODEL // HEADS)
+    layer(x, x)
+    on_accelerator = False
+    if keras.backend.backend() == "jax":
+        import jax
+
+        on_accelerator = jax.default_backend() != "cpu"
+    assert len(fused_calls) == int(on_accelerator)
