@@ -72,6 +72,14 @@ def explicit_path(*layers):
             del layer._fused_attention
 
 
+def random_attention(randomize, query, value, seed, attention_class=MultiHeadAttention, **kwargs):
+    """An attention layer built on `query`, `value`, with random weights (biases included)."""
+    layer = attention_class(HEADS, D_MODEL // HEADS, **kwargs)
+    layer(query, value)
+    randomize(layer, seed=seed)
+    return layer
+
+
 def attention_layers(block):
     return [layer for layer in (block.self_attention, getattr(block, "cross_attention", None)) if layer]
 
@@ -103,9 +111,7 @@ def test_layer_fused_equals_explicit(case, policy, randomize, fused_calls):
     length, kwargs = MASK_CASES[case]
     query = random_inputs(B, T, D_MODEL, seed=1)
     value = query if length == T else random_inputs(B, length, D_MODEL, seed=2)
-    layer = MultiHeadAttention(HEADS, D_MODEL // HEADS)
-    layer(query, value)
-    randomize(layer, seed=3)
+    layer = random_attention(randomize, query, value, seed=3)
     fused_calls.clear()
     fused = layer(query, value, **kwargs)
     assert len(fused_calls) == 1
@@ -122,9 +128,7 @@ def test_row_that_attends_nowhere_outputs_the_output_bias_only(fused_calls, rand
     # Zero attention, as on the explicit path; the fused op alone would give
     # the mean of the values.
     x = random_inputs(B, T, D_MODEL, seed=4)
-    layer = MultiHeadAttention(HEADS, D_MODEL // HEADS)
-    layer(x, x)
-    randomize(layer, seed=5)
+    layer = random_attention(randomize, x, x, seed=5)
     fused_calls.clear()
     output = as_numpy(layer(x, x, attention_mask=EMPTY_ROW_MASK))
     assert len(fused_calls) == 1
@@ -209,10 +213,7 @@ def test_decoding_fused_equals_the_full_explicit_pass(randomize):
 @pytest.fixture
 def layer_and_input(randomize):
     x = random_inputs(B, T, D_MODEL, seed=10)
-    layer = MultiHeadAttention(HEADS, D_MODEL // HEADS, dropout=0.5)
-    layer(x, x)
-    randomize(layer, seed=11)
-    return layer, x
+    return random_attention(randomize, x, x, seed=11, dropout=0.5), x
 
 
 @pytest.fixture
@@ -285,11 +286,8 @@ class ScaledQuery(MultiHeadAttention):
 @pytest.mark.parametrize("subclass", [HalvedLogits, SharpenedWeights, DoubledAttention])
 def test_a_subclass_overriding_the_scoring_runs_explicit_with_its_override(subclass, fused_calls, randomize):
     x = random_inputs(B, T, D_MODEL, seed=13)
-    default = MultiHeadAttention(HEADS, D_MODEL // HEADS)
-    changed = subclass(HEADS, D_MODEL // HEADS)
-    for layer in (default, changed):
-        layer(x, x)
-        randomize(layer, seed=14)
+    default = random_attention(randomize, x, x, seed=14)
+    changed = random_attention(randomize, x, x, seed=14, attention_class=subclass)
     fused_calls.clear()
     output = as_numpy(changed(x, x, query_mask=QUERY_PADDING, value_mask=QUERY_PADDING))
     assert fused_calls == []
@@ -299,9 +297,7 @@ def test_a_subclass_overriding_the_scoring_runs_explicit_with_its_override(subcl
 
 def test_a_subclass_overriding_a_projection_stays_fused_with_its_override(fused_calls, randomize):
     x = random_inputs(B, T, D_MODEL, seed=15)
-    layer = ScaledQuery(HEADS, D_MODEL // HEADS)
-    layer(x, x)
-    randomize(layer, seed=16)
+    layer = random_attention(randomize, x, x, seed=16, attention_class=ScaledQuery)
     fused_calls.clear()
     fused = as_numpy(layer(x, x, use_causal_mask=True))
     assert len(fused_calls) == 1
@@ -339,7 +335,7 @@ def test_encoder_block_fuses_unless_scores_are_asked_for(fused_calls, randomize)
     np.testing.assert_allclose(fused, as_numpy(output), atol=1e-5)
 
 
-def test_default_fuses_only_on_jax_with_an_accelerator(monkeypatch, fused_calls, randomize):
+def test_default_fuses_only_on_jax_with_an_accelerator(monkeypatch, fused_calls):
     monkeypatch.setattr(MultiHeadAttention, "_fused_attention", None)
     x = random_inputs(B, T, D_MODEL, seed=22)
     layer = MultiHeadAttention(HEADS, D_MODEL // HEADS)
