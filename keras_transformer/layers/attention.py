@@ -512,6 +512,11 @@ class MultiHeadAttention(keras.layers.Layer):
             # [B, T, S] or fewer axes -> [B, heads or 1, T, S], the rank the op requires.
             for _ in range(4 - len(bias.shape)):
                 bias = ops.expand_dims(bias, 0)
+            # A padding bias is [B, 1, 1, S]; cuDNN's fused kernel takes a bias
+            # only with the query's length on its T axis (JAX falls back to
+            # XLA otherwise).
+            bias_shape = ops.shape(bias)
+            bias = ops.broadcast_to(bias, (bias_shape[0], bias_shape[1], ops.shape(query_heads)[2], bias_shape[3]))
         attended = ops.dot_product_attention(
             _swap_heads_and_length(query_heads),
             _swap_heads_and_length(key_heads),
