@@ -4,7 +4,7 @@ stack, against the same stacks from Keras' layers, under float32,
 mixed_bfloat16 and mixed_float16, plus a Seq2SeqTransformer training-step
 check.
 
-Part 1, encoder stacks. For every configuration (batch, sequence length,
+Part 1, block stacks. For every configuration (batch, sequence length,
 d_model, heads, feed-forward width, number of blocks) and every dtype policy
 the benchmark builds
 
