@@ -1,18 +1,23 @@
 """Training-step speed on the JAX backend (made for a GPU; runs on CPU too):
-our TransformerEncoderBlock stack against the same stack from Keras' layers,
-under float32, mixed_bfloat16 and mixed_float16, plus a Seq2SeqTransformer
-training-step check.
+our TransformerEncoderBlock stack, and a decoder-only TransformerDecoderBlock
+stack, against the same stacks from Keras' layers, under float32,
+mixed_bfloat16 and mixed_float16, plus a Seq2SeqTransformer training-step
+check.
 
-Part 1, encoder stacks. For every configuration (batch, sequence length,
+Part 1, block stacks. For every configuration (batch, sequence length,
 d_model, heads, feed-forward width, number of blocks) and every dtype policy
 the benchmark builds
 
 * **ours**: `keras_transformer.layers.TransformerEncoderBlock` x N (post-norm,
-  dropout 0, relu feed-forward),
+  dropout 0, relu feed-forward); for the `decoder` rows,
+  `TransformerDecoderBlock` x N built without an encoder sequence (causal
+  self-attention and feed-forward, post-norm),
 * **keras**: `reference_block.KerasReferenceEncoderBlock` x N, the same block
   from `keras.layers.MultiHeadAttention`, `Dense` and `LayerNormalization`, with
   Keras' default attention path (on a GPU with bf16/f16 inputs Keras picks
-  cuDNN's fused "flash" attention through `jax.nn.dot_product_attention`),
+  cuDNN's fused "flash" attention through `jax.nn.dot_product_attention`);
+  for the `decoder` rows, `KerasReferenceDecoderOnlyBlock`, the same with
+  `use_causal_mask=True`,
 * **keras_noflash** (unless `--no-noflash`): the same reference built after
   `keras.config.disable_flash_attention()`, i.e. plain XLA attention. (Passing
   `flash_attention=False` to Keras' layer does not disable it in Keras 3.15:
@@ -28,10 +33,15 @@ blocked on (`jax.block_until_ready`). Timing (`bench_common.time_interleaved`)
 is interleaved (the order of the implementations rotates from round to round,
 and reverses every other full rotation) after a warm-up;
 the table shows median ms per step, `ratio = keras_ms / ours_ms` (>= 1 means
-ours is not slower), tokens/s, and model FLOPs utilization:
+ours is not slower), tokens/s, which attention each stack ran ("ours attn":
+`fused` when our layer computed through `keras.ops.dot_product_attention`,
+counted while the step is traced, `cudnn` when that became cuDNN's fused
+attention in the compiled step, `explicit` otherwise; "keras attn": `cudnn` or
+`xla`), and model FLOPs utilization:
 
     model FLOPs per step = 3 x forward matmul FLOPs
         forward matmul FLOPs per block = 2*B*T*(4*d*d + 2*d*ff) + 4*B*T*T*d
+    (the decoder rows too: the causal mask's skipped half is counted)
     MFU = (model FLOPs / step time) / measured matmul ceiling
 
 where the ceiling is the best rate of a large square `jnp.matmul` of the
@@ -81,6 +91,8 @@ from bench_common import time_interleaved  # noqa: E402
 from bench_common import write_json  # noqa: E402
 from keras_transformer.models.seq2seq import Seq2SeqTransformer  # noqa: E402
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
+from keras_transformer.layers import TransformerDecoderBlock  # noqa: E402
+from reference_block import LAYER_NORM_EPSILON  # noqa: E402
 from reference_block import KerasReferenceEncoderBlock  # noqa: E402
 from reference_block import copy_block_weights  # noqa: E402
 from reference_block import matching_encoder_block  # noqa: E402
@@ -95,6 +107,28 @@ FLOAT16_LOSS_SCALE = 2.0**10
 
 
 # --- the stacks ---------------------------------------------------------------------
+
+
+class KerasReferenceDecoderOnlyBlock(KerasReferenceEncoderBlock):
+    """The post-norm decoder-only block from Keras layers: the encoder
+    reference with causal self-attention (Keras' `is_causal` fused path)."""
+
+    def call(self, inputs, training=None):
+        attended = self.attention(inputs, inputs, use_causal_mask=True, training=training)
+        x = self.attention_norm(inputs + self.attention_dropout(attended, training=training))
+        transformed = self.output_dense(self.intermediate_dense(x))
+        return self.feed_forward_norm(x + self.feed_forward_dropout(transformed, training=training))
+
+
+def our_block(kind, heads, ff, **kwargs):
+    """Ours for a row of `kind` ("encoder" or "decoder"), the reference's architecture."""
+    if kind == "encoder":
+        return matching_encoder_block(heads, ff, **kwargs)
+    return TransformerDecoderBlock(heads, ff, dropout=0.0, activation="relu",
+                                   layer_norm_epsilon=LAYER_NORM_EPSILON, normalize_first=False, **kwargs)
+
+
+REFERENCE_BLOCK = {"encoder": KerasReferenceEncoderBlock, "decoder": KerasReferenceDecoderOnlyBlock}
 
 
 class BlockStack(keras.layers.Layer):
@@ -120,7 +154,7 @@ def build_stacks(config, policy, variants, seed):
     shape = (config["batch"], config["seq"], config["d_model"])
     ours = BlockStack(
         [
-            matching_encoder_block(config["heads"], config["ff"], dtype=policy, name=f"ours_{index}")
+            our_block(config["kind"], config["heads"], config["ff"], dtype=policy, name=f"ours_{index}")
             for index in range(config["blocks"])
         ],
         dtype=policy, name="ours",
@@ -136,8 +170,8 @@ def build_stacks(config, policy, variants, seed):
         try:
             reference = BlockStack(
                 [
-                    KerasReferenceEncoderBlock(config["heads"], config["ff"], dtype=policy,
-                                               name=f"keras_{index}")
+                    REFERENCE_BLOCK[config["kind"]](config["heads"], config["ff"], dtype=policy,
+                                                    name=f"keras_{index}")
                     for index in range(config["blocks"])
                 ],
                 dtype=policy, name=variant,
@@ -179,9 +213,24 @@ def stack_arguments(stack, inputs, upstream):
 
 
 def compile_step(fn, args, donate=()):
-    lowered = jax.jit(fn, donate_argnums=donate).lower(*args)
+    """The compiled step and what it holds: XLA's FLOP count, whether cuDNN's
+    fused attention is in it, and how many times the trace called
+    `keras.ops.dot_product_attention` (ours' fused path; Keras' own layers call
+    it from inside Keras, not through `keras.ops`)."""
+    fused_calls = []
+    dot_product_attention = keras.ops.dot_product_attention
+
+    def counting(*args, **kwargs):
+        fused_calls.append(1)
+        return dot_product_attention(*args, **kwargs)
+
+    keras.ops.dot_product_attention = counting
+    try:
+        lowered = jax.jit(fn, donate_argnums=donate).lower(*args)
+    finally:
+        keras.ops.dot_product_attention = dot_product_attention
     compiled = lowered.compile()
-    info = {}
+    info = {"fused_attention_calls": len(fused_calls)}
     try:
         cost = compiled.cost_analysis()
         if isinstance(cost, (list, tuple)):
@@ -318,13 +367,19 @@ def benchmark_stack(config, policy, variants, rounds, min_steps, round_seconds, 
 
 
 def configurations(quick):
+    """Encoder rows (named by their sizes), then decoder rows (names start with "decoder")."""
     if quick:
-        return [dict(name="b4 t16 d32 h4 ff128 x2", batch=4, seq=16, d_model=32, heads=4, ff=128, blocks=2)]
+        tiny = dict(batch=4, seq=16, d_model=32, heads=4, ff=128, blocks=2)
+        return [dict(name="b4 t16 d32 h4 ff128 x2", kind="encoder", **tiny),
+                dict(name="decoder b4 t16 d32 h4 ff128 x2", kind="decoder", **tiny)]
     configs = []
     for seq in (128, 512):
         for d_model in (256, 512):
-            configs.append(dict(name=f"b32 t{seq} d{d_model} h8 ff{4 * d_model} x2", batch=32, seq=seq,
-                                d_model=d_model, heads=8, ff=4 * d_model, blocks=2))
+            configs.append(dict(name=f"b32 t{seq} d{d_model} h8 ff{4 * d_model} x2", kind="encoder", batch=32,
+                                seq=seq, d_model=d_model, heads=8, ff=4 * d_model, blocks=2))
+    for seq in (128, 512):
+        configs.append(dict(name=f"decoder b32 t{seq} d512 h8 ff2048 x2", kind="decoder", batch=32, seq=seq,
+                            d_model=512, heads=8, ff=2048, blocks=2))
     return configs
 
 
@@ -467,11 +522,19 @@ def benchmark_seq2seq(config, policies, rounds, steps_per_round, seed):
 # --- report ---------------------------------------------------------------------------
 
 
+def our_attention(entry):
+    """"cudnn", "fused" (through `keras.ops.dot_product_attention`, XLA) or "explicit"."""
+    if entry.get("cudnn_fused_attention"):
+        return "cudnn"
+    return "fused" if entry.get("fused_attention_calls") else "explicit"
+
+
 def print_stack_table(rows, variants):
     header = ["config", "policy", "ours ms"]
     for name in variants[1:]:
         header += [f"{name} ms", f"ratio {name}", "paired"]
-    header += ["ours tok/s", "ours MFU"] + [f"{name} MFU" for name in variants[1:]] + ["keras attn", "agree"]
+    header += ["ours tok/s", "ours MFU"] + [f"{name} MFU" for name in variants[1:]]
+    header += ["ours attn", "keras attn", "agree"]
     table = []
     for config, result in rows:
         v = result["variants"]
@@ -482,6 +545,7 @@ def print_stack_table(rows, variants):
                     if name in ok else ["failed", "-", "-"])
         row += [f"{v['ours']['tokens_per_s']:.3g}", f"{v['ours']['mfu']:.3f}"]
         row += [f"{v[name]['mfu']:.3f}" if name in ok else "-" for name in variants[1:]]
+        row.append(our_attention(v["ours"]))
         kernel = v.get("keras", {}).get("cudnn_fused_attention")
         row.append("cudnn" if kernel else ("xla" if kernel is not None else "-"))
         row.append("yes" if all(v[n].get("agrees", True) and v[n]["finite"] for n in ok) else "NO")
@@ -567,7 +631,8 @@ def main(argv=None):
             print(", ".join(
                 f"{n} {v[n]['ms']:.3f} ms"
                 + (f" (ratio {v[n]['ratio']:.3f}, paired {v[n]['paired_ratio']:.3f})" if n != "ours" else "")
-                for n in variants if "error" not in v[n]) + f", ours MFU {v['ours']['mfu']:.3f} ({time.perf_counter() - t0:.0f} s)",
+                for n in variants if "error" not in v[n]) + f", ours MFU {v['ours']['mfu']:.3f}, "
+                f"ours attention {our_attention(v['ours'])} ({time.perf_counter() - t0:.0f} s)",
                 flush=True)
             save()
     if rows:

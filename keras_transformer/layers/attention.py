@@ -6,7 +6,9 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.initializers import clone_initializer
+from keras_transformer.layers.masks import MASKED_LOGIT
 from keras_transformer.layers.masks import attention_bias
+from keras_transformer.layers.masks import masked_value
 from keras_transformer.layers.masks import merge_masks
 
 # The pieces every attention computation of the project is made of: the
@@ -118,11 +120,24 @@ class MultiHeadAttention(keras.layers.Layer):
     bias), subclass and override `compute_attention_logits`; to change how
     scores become weights, `compute_attention_weights`. Every path of the
     project's blocks (the training call, the cached call and the one-token
-    `TransformerDecoderBlock.decode_token`) attends through
-    `compute_attention`, which calls both, so a subclass trains and decodes
-    alike. Blocks and models take the subclass as `attention_class`; register
-    it with `keras.saving.register_keras_serializable` so that saved models
-    find it again.
+    `TransformerDecoderBlock.decode_token`) attends through `attend`, which
+    calls `compute_attention` (and so both hooks), so a subclass trains and
+    decodes alike. Blocks and models take the subclass as `attention_class`;
+    register it with `keras.saving.register_keras_serializable` so that saved
+    models find it again.
+
+    Fused attention: on JAX with a GPU or TPU, when the caller asks for no
+    attention scores and the attention dropout is inactive (`dropout=0`, or
+    not training), `attend` computes through `keras.ops.dot_product_attention`
+    (cuDNN's flash attention where it applies, XLA otherwise) instead of
+    materializing the weights, with the same masks and results: same bias,
+    float32 softmax, and zero output for a query row that may attend nowhere.
+    On a CPU the op has no fused kernel and is slower, so the explicit path
+    stays. Only with the default
+    scoring: a subclass that overrides `compute_attention_logits`,
+    `compute_attention_weights` or `compute_attention` always gets the
+    explicit path, so its override runs. Overrides of the projections and of
+    `prepare_attention_mask` run on both paths.
 
     Args:
         num_heads: number of attention heads.
@@ -160,6 +175,12 @@ class MultiHeadAttention(keras.layers.Layer):
     References:
         Vaswani et al., "Attention Is All You Need", 2017.
     """
+
+    # Where `attend` may take the fused op. None: where the backend has a
+    # fused kernel (`_fused_kernel_expected`). True: wherever the other
+    # conditions hold, on a CPU too (tests compare the two paths with it).
+    # False: never.
+    _fused_attention = None
 
     def __init__(
         self,
@@ -374,6 +395,9 @@ class MultiHeadAttention(keras.layers.Layer):
         """Attends projected heads: `compute_attention_logits`, then
         `compute_attention_weights`, dropout, and the weighted sum of values.
 
+        The explicit path, with the weights; callers go through `attend`,
+        which calls this unless the fused op computes the same thing.
+
         Args:
             query_heads: `[B, heads, T, key_dim]`.
             key_heads: `[B, heads, S, key_dim]`.
@@ -391,11 +415,7 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             `(attended [B, heads, T, value_dim], weights [B, heads, T, S])`.
         """
-        if prepared_mask is None:
-            prepared_mask = self.prepare_attention_mask(attention_mask, query_mask)
-        elif attention_mask is not None or query_mask is not None:
-            raise ValueError("Pass either `prepared_mask` or `attention_mask` / `query_mask`, not both.")
-        bias, rows = prepared_mask
+        bias, rows = self._resolve_mask(attention_mask, query_mask, prepared_mask)
         logits = self.compute_attention_logits(query_heads, key_heads)
         weights = self.compute_attention_weights(logits, bias)
         # Dropout is the identity unless training: calling it anyway would put
@@ -410,6 +430,101 @@ class MultiHeadAttention(keras.layers.Layer):
         # zeroed weights are computed only if the caller uses them (graph
         # execution drops unused results).
         return attended * rows, weights * rows
+
+    def attend(
+        self,
+        query_heads,
+        key_heads,
+        value_heads,
+        attention_mask=None,
+        training=None,
+        query_mask=None,
+        prepared_mask=None,
+        return_attention_scores=False,
+    ):
+        """Attends projected heads, fused where allowed, else through `compute_attention`.
+
+        Every path of the layer and of the blocks calls this. It takes
+        `compute_attention`'s arguments, plus whether the caller needs the
+        weights. The fused path (`keras.ops.dot_product_attention`) is taken
+        on JAX with a GPU or TPU when no weights are asked for, dropout is
+        inactive, the value heads have the key heads' size, and the class
+        keeps the default `compute_attention_logits`,
+        `compute_attention_weights` and `compute_attention`; otherwise
+        `compute_attention` runs, as a subclass defines it.
+
+        Returns:
+            `(attended [B, heads, T, value_dim], weights)`: weights
+            `[B, heads, T, S]` as `compute_attention` gives them, or None when
+            the fused path computed none (only if `return_attention_scores`
+            is False).
+        """
+        if not self._can_fuse(training, return_attention_scores):
+            return self.compute_attention(
+                query_heads,
+                key_heads,
+                value_heads,
+                attention_mask=attention_mask,
+                training=training,
+                query_mask=query_mask,
+                prepared_mask=prepared_mask,
+            )
+        bias, rows = self._resolve_mask(attention_mask, query_mask, prepared_mask)
+        attended = self._attend_fused(query_heads, key_heads, value_heads, bias)
+        if rows is not None:
+            attended = attended * rows
+        return attended, None
+
+    def _can_fuse(self, training, return_attention_scores):
+        """Whether `attend` may skip the explicit weights (see its docstring).
+
+        Equal head sizes because JAX's fused op requires them.
+        """
+        wanted = _fused_kernel_expected() if self._fused_attention is None else self._fused_attention
+        return (
+            wanted
+            and not return_attention_scores
+            and not (self.dropout > 0 and training)
+            and self.value_dim == self.key_dim
+            and _keeps_default_scoring(type(self))
+        )
+
+    def _resolve_mask(self, attention_mask, query_mask, prepared_mask):
+        """The `(bias, rows)` pair from either form of the masks, as `compute_attention` takes them."""
+        if prepared_mask is None:
+            return self.prepare_attention_mask(attention_mask, query_mask)
+        if attention_mask is not None or query_mask is not None:
+            raise ValueError("Pass either `prepared_mask` or `attention_mask` / `query_mask`, not both.")
+        return prepared_mask
+
+    def _attend_fused(self, query_heads, key_heads, value_heads, bias):
+        """`keras.ops.dot_product_attention` on heads `[B, heads, length, dim]`.
+
+        The op takes `[B, length, heads, dim]` and casts `bias` to the compute
+        dtype: in float16 `MASKED_LOGIT` would become -inf, and a row of -inf
+        logits a NaN, so the bias is first clipped to what float16 holds. The
+        op's logits and softmax are float32, as in `compute_attention_weights`.
+        """
+        if bias is not None:
+            floor = masked_value(self.compute_dtype)
+            if floor != MASKED_LOGIT:
+                bias = ops.maximum(bias, floor)
+            # [B, T, S] or fewer axes -> [B, heads or 1, T, S], the rank the op requires.
+            for _ in range(4 - len(bias.shape)):
+                bias = ops.expand_dims(bias, 0)
+            # A padding bias is [B, 1, 1, S]; cuDNN's fused kernel takes a bias
+            # only with the query's length on its T axis (JAX falls back to
+            # XLA otherwise).
+            bias_shape = ops.shape(bias)
+            bias = ops.broadcast_to(bias, (bias_shape[0], bias_shape[1], ops.shape(query_heads)[2], bias_shape[3]))
+        attended = ops.dot_product_attention(
+            _swap_heads_and_length(query_heads),
+            _swap_heads_and_length(key_heads),
+            _swap_heads_and_length(value_heads),
+            bias=bias,
+            scale=1.0 / math.sqrt(query_heads.shape[-1]),
+        )
+        return _swap_heads_and_length(attended)
 
     def call(
         self,
@@ -437,13 +552,14 @@ class MultiHeadAttention(keras.layers.Layer):
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
         )
-        attended, weights = self.compute_attention(
+        attended, weights = self.attend(
             self.project_query(query),
             self.project_key(key),
             self.project_value(value),
             attention_mask=mask,
             training=training,
             query_mask=query_mask,
+            return_attention_scores=return_attention_scores,
         )
         output = self.project_output(attended)
         if return_attention_scores:
@@ -490,6 +606,33 @@ class MultiHeadAttention(keras.layers.Layer):
             }
         )
         return config
+
+
+def _swap_heads_and_length(tensor):
+    """`[B, heads, length, dim]` <-> `[B, length, heads, dim]`."""
+    return ops.transpose(tensor, (0, 2, 1, 3))
+
+
+def _fused_kernel_expected():
+    """Whether `keras.ops.dot_product_attention` can beat the explicit path
+    here: on JAX with a GPU or TPU (cuDNN's or Pallas' fused kernels). On a
+    CPU, both backends' op is the explicit arithmetic in another layout and
+    measured slower, on TensorFlow most (its einsums transpose the whole
+    decoding cache at every step)."""
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() != "cpu"
+
+
+# The hooks whose default arithmetic is what the fused op computes.
+_SCORING_HOOKS = ("compute_attention_logits", "compute_attention_weights", "compute_attention")
+
+
+def _keeps_default_scoring(attention_class):
+    """Whether `attention_class` overrides none of `_SCORING_HOOKS`."""
+    return all(getattr(attention_class, name) is getattr(MultiHeadAttention, name) for name in _SCORING_HOOKS)
 
 
 def get_attention_class(identifier):

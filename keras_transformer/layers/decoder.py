@@ -180,8 +180,8 @@ class TransformerDecoderBlock(TransformerBlock):
         `self_attention_cache` and `cross_attention_cache`, in fewer and
         smaller ops: `[B, d]` rows and 2-D matmuls for the projections, the
         loop-invariant work done beforehand by `prepare_token_decoding`, and
-        attention through the attention layers' own `compute_attention` with
-        one query per head. The projections are read as matrices
+        attention through the attention layers' own `attend` with one query
+        per head (fused unless the attention class overrides the scoring). The projections are read as matrices
         (`MultiHeadAttention.projection_matrix`), so a subclass that
         overrides `project_query` & co. (rather than the attention hooks)
         decodes with the plain projections here.
@@ -206,7 +206,7 @@ class TransformerDecoderBlock(TransformerBlock):
             # [B, 3 * d] -> [3 (query, key, value), B, heads, 1, head_dim]
             qkv = ops.moveaxis(ops.reshape(qkv, (-1, 3, heads, 1, head_dim)), 1, 0)
             cache = _write_cache(self_attention_cache, qkv[1:], index)
-            attended, _ = self.self_attention.compute_attention(
+            attended, _ = self.self_attention.attend(
                 qkv[0], cache[0], cache[1], training=False, prepared_mask=causal_mask
             )
             # [B, heads, 1, head_dim] -> [B, d]: with one position, no transpose.
@@ -217,7 +217,7 @@ class TransformerDecoderBlock(TransformerBlock):
         def cross_attention(y):
             query = _affine(y, constants["cross_query_kernel"], constants.get("cross_query_bias"))
             query = ops.reshape(query, (-1, heads, 1, head_dim))
-            attended, _ = self.cross_attention.compute_attention(
+            attended, _ = self.cross_attention.attend(
                 query, constants["cross_keys"], constants["cross_values"], training=False,
                 prepared_mask=(constants.get("cross_bias"), constants.get("cross_rows")),
             )
@@ -272,7 +272,7 @@ class TransformerDecoderBlock(TransformerBlock):
         def self_attention(x):
             output, scores["self_attention"], new_cache = self._self_attention(
                 x, decoder_padding_mask, use_causal_mask,
-                self_attention_cache, self_attention_cache_update_index, training,
+                self_attention_cache, self_attention_cache_update_index, training, return_attention_scores,
             )
             return self.sublayer_dropout(output, training=training), new_cache
 
@@ -286,8 +286,9 @@ class TransformerDecoderBlock(TransformerBlock):
             mask = merge_masks(
                 ops.shape(x)[1], ops.shape(key_heads)[2], key_mask=encoder_padding_mask
             )
-            attended, scores["cross_attention"] = attention.compute_attention(
-                attention.project_query(x), key_heads, value_heads, mask, training=training
+            attended, scores["cross_attention"] = attention.attend(
+                attention.project_query(x), key_heads, value_heads, mask, training=training,
+                return_attention_scores=return_attention_scores,
             )
             output = attention.project_output(attended)
             return self.sublayer_dropout(output, training=training), None
@@ -307,8 +308,9 @@ class TransformerDecoderBlock(TransformerBlock):
             outputs += (scores,)
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def _self_attention(self, x, padding_mask, use_causal_mask, cache, cache_index, training):
-        """Returns `(output, weights, new_cache)`; `new_cache` is None without a cache."""
+    def _self_attention(self, x, padding_mask, use_causal_mask, cache, cache_index, training, return_weights):
+        """Returns `(output, weights, new_cache)`; `new_cache` is None without a cache,
+        `weights` None when not `return_weights` and the attention ran fused."""
         attention = self.self_attention
         query_heads = attention.project_query(x)
         key_heads = attention.project_key(x)
@@ -331,8 +333,9 @@ class TransformerDecoderBlock(TransformerBlock):
                 use_causal_mask=True,
                 causal_offset=cache_index,
             )
-        attended, weights = attention.compute_attention(
-            query_heads, key_heads, value_heads, mask, training=training, query_mask=query_mask
+        attended, weights = attention.attend(
+            query_heads, key_heads, value_heads, mask, training=training, query_mask=query_mask,
+            return_attention_scores=return_weights,
         )
         return attention.project_output(attended), weights, cache
 

@@ -75,15 +75,17 @@ class TransformerEncoderBlock(TransformerBlock):
             padding_mask = mask if inputs_mask is None else inputs_mask
 
         def self_attention(x):
-            output, scores = self.self_attention(
+            # Scores only when asked: without them the attention may run fused.
+            attended = self.self_attention(
                 x,
                 x,
                 query_mask=padding_mask,
                 value_mask=padding_mask,
                 attention_mask=attention_mask,
-                return_attention_scores=True,
+                return_attention_scores=return_attention_scores,
                 training=training,
             )
+            output, scores = attended if return_attention_scores else (attended, None)
             return self.self_attention_dropout(output, training=training), scores
 
         def feed_forward(x):

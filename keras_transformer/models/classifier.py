@@ -92,7 +92,7 @@ class TransformerClassifier(EncoderStack, keras.Model):
         self.built = True
 
     def call(self, token_ids, training=None, return_attention_scores=False):
-        x, padding_mask, attention_scores = self._encode(token_ids, training, with_attention_scores=True)
+        x, padding_mask, attention_scores = self._encode(token_ids, training, with_attention_scores=return_attention_scores)
         pooled = self._pool(x, padding_mask)
         probabilities = self.head(self.head_dropout(pooled, training=training))
         if return_attention_scores:

@@ -165,8 +165,11 @@ class Seq2SeqTransformer(keras.Model):
         x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
         scores = []
         for block in self.encoder_blocks:
-            x, block_scores = block(x, padding_mask=source_mask, training=training, return_attention_scores=True)
-            scores.append(block_scores)
+            # Scores only when asked: without them the attention may run fused.
+            x = block(x, padding_mask=source_mask, training=training, return_attention_scores=return_attention_scores)
+            if return_attention_scores:
+                x, block_scores = x
+                scores.append(block_scores)
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return (x, source_mask, scores) if return_attention_scores else (x, source_mask)
@@ -177,11 +180,14 @@ class Seq2SeqTransformer(keras.Model):
         target_mask = make_padding_mask(target_ids)
         scores = []
         for block in self.decoder_blocks:
-            x, block_scores = block(
+            x = block(
                 x, encoder_sequence=encoder_output, decoder_padding_mask=target_mask,
-                encoder_padding_mask=source_mask, training=training, return_attention_scores=True,
+                encoder_padding_mask=source_mask, training=training,
+                return_attention_scores=return_attention_scores,
             )
-            scores.append(block_scores)
+            if return_attention_scores:
+                x, block_scores = x
+                scores.append(block_scores)
         logits = self._logits(x)
         return (logits, scores) if return_attention_scores else logits
 
