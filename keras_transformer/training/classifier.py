@@ -15,14 +15,10 @@ import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_transformer import plots
 from keras_transformer.models import TransformerClassifier
-from keras_transformer.text import WordPieceTokenizer
-from keras_transformer.text import build_vocabulary
-from keras_transformer.text import save_vocabulary
-from keras_transformer.text.padding import trim_shared_padding
+from keras_transformer.training.batching import ArrayBatches
 from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.callbacks import MacroF1
 from keras_transformer.training.callbacks import RunFolder
@@ -101,7 +97,7 @@ class ClassifierRun:
     """What `train_classifier` hands back."""
 
     model: TransformerClassifier
-    tokenizer: WordPieceTokenizer
+    tokenizer: object  # a `WordPieceTokenizer`
     class_names: list
     report: dict
     epochs_completed: int
@@ -141,6 +137,12 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
 
 def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minutes, verbose, strategy,
                       unlabeled_texts):
+    import tensorflow as tf
+
+    from keras_transformer.text.wordpiece import WordPieceTokenizer
+    from keras_transformer.text.wordpiece import build_vocabulary
+    from keras_transformer.text.wordpiece import save_vocabulary
+
     vocabulary_path = folder.file("vocabulary.txt")
     saved = saved_run_or_fresh_start(folder, run_dir, resume, METRICS_FILE, verbose,
                                      earlier_phase_started=pretraining_started(folder))
@@ -199,7 +201,11 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     if fitted is None:
         return None  # the chief evaluates and writes the results
 
-    probabilities = fitted.model.predict(_batches(test_ids, test_labels, settings.batch_size), verbose=0)
+    # Batch by batch: `predict` would wrap the batches with the first ones' widths (`as_tf_dataset`).
+    probabilities = np.concatenate([
+        fitted.model.predict_on_batch(token_ids)
+        for token_ids, _ in _batches(test_ids, test_labels, settings.batch_size)
+    ])
     report = classification_report(test_labels, np.argmax(probabilities, axis=-1), data.class_names)
     report.update(
         {
@@ -307,14 +313,8 @@ def learning_rate_schedule(model):
 
 
 def _batches(token_ids, labels, batch_size, shuffle_seed=None):
-    dataset = tf.data.Dataset.from_tensor_slices((token_ids, labels))
-    if shuffle_seed is not None:
-        dataset = dataset.shuffle(len(token_ids), seed=shuffle_seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size).map(_trim_padding).prefetch(tf.data.AUTOTUNE)
-
-
-def _trim_padding(token_ids, labels):
-    return trim_shared_padding(token_ids), labels
+    """`ArrayBatches` of `(token_ids, labels)`, padding trimmed; reshuffled every epoch with a seed."""
+    return ArrayBatches((token_ids, labels), batch_size, seed=shuffle_seed)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

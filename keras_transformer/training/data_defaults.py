@@ -28,10 +28,8 @@ import dataclasses
 import math
 
 import numpy as np
-import tensorflow as tf
 
-from keras_transformer.text import RESERVED_TOKENS
-from keras_transformer.text.wordpiece import count_words
+from keras_transformer.text.vocabulary import RESERVED_TOKENS
 
 FREQUENT_WORD_COUNT = 5
 VOCABULARY_SIZE_RANGE = (1000, 8000)
@@ -123,6 +121,8 @@ def classifier_settings_from_data(settings, texts, build_tokenizer):
     Returns:
         `(settings, choices)`: a filled copy and a `Choice` per filled field.
     """
+    from keras_transformer.text.wordpiece import count_words  # needs TensorFlow
+
     settings, choices = _fill(settings, [
         ("vocabulary_size", lambda current: _vocabulary_size(count_words(texts), f"{len(texts):,} training texts")),
     ])
@@ -157,6 +157,8 @@ def translator_settings_from_data(settings, sources, targets, build_tokenizers):
     Returns:
         `(settings, choices)`: a filled copy and a `Choice` per filled field.
     """
+    from keras_transformer.text.wordpiece import count_words  # needs TensorFlow
+
     target_counts = count_words(targets, lower_case=False)
     target_words = sum(target_counts.values())
     pairs = f"{len(sources):,} training pairs"
@@ -211,6 +213,8 @@ def _fill(settings, rules):
 
 def vocabulary_size_for(texts):
     """The WordPiece vocabulary size the rule above picks for `texts`, with its reason."""
+    from keras_transformer.text.wordpiece import count_words  # needs TensorFlow
+
     return _vocabulary_size(count_words(texts), f"{len(texts):,} texts")
 
 
@@ -228,6 +232,8 @@ def _vocabulary_size(word_counts, what):
 
 def _wordpiece_lengths(tokenizer, texts, max_length, chunk=1024):
     """Each text's number of WordPieces, counted up to `max_length` (no text costs more)."""
+    import tensorflow as tf
+
     lengths = [
         tokenizer.tokenize(tf.constant(texts[start:start + chunk]), max_tokens=max_length).row_lengths().numpy()
         for start in range(0, len(texts), chunk)

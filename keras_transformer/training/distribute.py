@@ -13,6 +13,9 @@
   `fit_multi_worker`, because Keras 3's `fit` fails under that strategy
   ("Attempt to convert a value (PerReplica...)", keras-team/keras#20585).
   In both, `--batch-size` is the global batch, split over all replicas.
+
+TensorFlow is imported where a strategy or `tf.data` needs it: without a
+strategy, on JAX, this module needs no TensorFlow.
 """
 
 import contextlib
@@ -22,7 +25,8 @@ import shutil
 import tempfile
 
 import keras
-import tensorflow as tf
+
+from keras_transformer.training.batching import as_tf_dataset
 
 # `--mixed-precision` value -> Keras dtype policy.
 MIXED_PRECISION_POLICIES = {"off": "float32", "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
@@ -118,6 +122,8 @@ def make_strategy(distribute):
         raise ValueError(f"`distribute` must be one of {', '.join(DISTRIBUTE_CHOICES)}, got {distribute!r}.")
     if distribute == "none":
         return None
+    import tensorflow as tf
+
     if distribute == "mirrored":
         return tf.distribute.MirroredStrategy()
     read_tf_config()
@@ -136,6 +142,10 @@ def make_strategy(distribute):
 
 
 def is_multi_worker(strategy):
+    if strategy is None:
+        return False
+    import tensorflow as tf
+
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
@@ -220,7 +230,10 @@ def fit(model, strategy, train_dataset, validation_dataset, epochs, steps_per_ep
     the model to evaluate and save (a local copy after multi-worker training).
 
     The datasets reshuffle themselves, seeded, so `fit` does not shuffle.
+    On TensorFlow, `ArrayBatches` go in as `tf.data` (`as_tf_dataset`).
     """
+    if keras.backend.backend() == "tensorflow":
+        train_dataset, validation_dataset = as_tf_dataset(train_dataset), as_tf_dataset(validation_dataset)
     if is_multi_worker(strategy):
         fit_multi_worker(model, strategy, train_dataset, validation_dataset, epochs=epochs,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
@@ -261,9 +274,12 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
 
     Returns the `keras.callbacks.History`.
     """
+    import tensorflow as tf
+
     if not model.compiled:
         raise ValueError("Compile the model (in `strategy.scope()`) before `fit_multi_worker`.")
     check_jit_compile("multi_worker", model.jit_compile)
+    train_dataset, validation_dataset = as_tf_dataset(train_dataset), as_tf_dataset(validation_dataset)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
 
@@ -352,6 +368,7 @@ def _agreed_initial_epoch(strategy, epoch):
     restored another backup (or none) would train different weights, and the
     run would end in a hang rather than an error.
     """
+    import tensorflow as tf
 
     @tf.function
     def chief_value_and_mismatch(value):

@@ -10,19 +10,19 @@ stands in for `fit`.
 
 import dataclasses
 import json
-import math
 import os
 
 import keras
-import tensorflow as tf
+import numpy as np
 
 from keras_transformer.decoding import greedy_decode
+from keras_transformer.decoding import greedy_decode_loop
 from keras_transformer.models import Seq2SeqTransformer
-from keras_transformer.text import WordPieceTokenizer
-from keras_transformer.text import build_vocabulary
-from keras_transformer.text import save_vocabulary
-from keras_transformer.text.padding import trim_shared_padding
-from keras_transformer.training.batching import length_bucketed_batches
+from keras_transformer.text.padding import trim_shared_padding_array
+from keras_transformer.text.vocabulary import END
+from keras_transformer.text.vocabulary import START
+from keras_transformer.text.vocabulary import detokenize
+from keras_transformer.training.batching import ArrayBatches
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.data_defaults import check_chosen
 from keras_transformer.training.data_defaults import choices_record
@@ -112,8 +112,8 @@ class TranslatorSettings:
 class TranslatorRun:
     model: Seq2SeqTransformer
     settings: TranslatorSettings  # with the values chosen from the data (or resumed)
-    source_tokenizer: WordPieceTokenizer
-    target_tokenizer: WordPieceTokenizer
+    source_tokenizer: object  # a `WordPieceTokenizer`
+    target_tokenizer: object
     samples: list
     epochs_completed: int
     stopped_by_time_budget: bool
@@ -170,24 +170,19 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
     keras.utils.set_random_seed(settings.seed)
     source_tokenizer, target_tokenizer = run_tokenizers(folder, settings)
 
-    def batches(split, shuffle):
-        sources = source_tokenizer.encode(tf.constant(split.sources), settings.sequence_length).numpy()
-        targets = target_tokenizer.encode(
-            tf.constant(split.targets), settings.sequence_length + 1, add_start_end=True
-        ).numpy()
-        dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
-        if shuffle:
-            # Repeated before bucketing: buckets then fill across epoch ends,
-            # and an epoch is a fixed number of steps (below), not "until the
-            # buckets run dry", which Keras would warn about every epoch.
-            dataset = dataset.shuffle(len(sources), seed=settings.seed, reshuffle_each_iteration=True).repeat()
-            dataset = length_bucketed_batches(dataset, settings.batch_size, settings.sequence_length + 1)
-        else:
-            dataset = dataset.batch(settings.batch_size)
-        return dataset.map(_teacher_forcing).prefetch(tf.data.AUTOTUNE)
+    def encode(sources, targets):
+        import tensorflow as tf
 
-    train_dataset = batches(data.train, shuffle=True)
-    validation_dataset = batches(data.validation, shuffle=False)
+        source_ids = source_tokenizer.encode(tf.constant(sources), settings.sequence_length).numpy()
+        target_ids = target_tokenizer.encode(
+            tf.constant(targets), settings.sequence_length + 1, add_start_end=True
+        ).numpy()
+        return source_ids, target_ids
+
+    train_source_ids, train_target_ids = encode(data.train.sources, data.train.targets)
+    validation_source_ids, validation_target_ids = encode(data.validation.sources, data.validation.targets)
+    train_dataset = _translation_batches(train_source_ids, train_target_ids, settings, shuffle=True)
+    validation_dataset = _translation_batches(validation_source_ids, validation_target_ids, settings, shuffle=False)
 
     with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
         model = build_translator_model(settings, source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
@@ -206,20 +201,16 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
         build_optimizer(model)
     fitted = fit_in_folder(
         model, strategy, folder, settings, train_dataset, validation_dataset,
-        time_budget_minutes=time_budget_minutes, verbose=verbose,
-        steps_per_epoch=math.ceil(len(data.train) / settings.batch_size), callbacks=callbacks,
-        epoch_metrics=_validation_chrf(data, settings, source_tokenizer, target_tokenizer),
+        time_budget_minutes=time_budget_minutes, verbose=verbose, callbacks=callbacks,
+        epoch_metrics=_validation_chrf(validation_source_ids, validation_target_ids, data.validation.targets,
+                                       settings, target_tokenizer.vocabulary),
     )
     if fitted is None:
         return None  # the chief translates the samples and writes the results
 
     sources = data.test.sources[:num_samples]
-    source_ids = source_tokenizer.encode(tf.constant(sources), settings.sequence_length)
-    generated = greedy_decode(
-        fitted.model, source_ids, settings.sequence_length,
-        target_tokenizer.token_id("[START]"), target_tokenizer.token_id("[END]"),
-    )
-    translations = [text.decode("utf-8") for text in target_tokenizer.detokenize(generated).numpy()]
+    source_ids, _ = encode(sources, data.test.targets[:num_samples])
+    translations = translate_ids(fitted.model, source_ids, settings, target_tokenizer.vocabulary)
     samples = [
         {"source": source, "reference": reference, "translation": translation}
         for source, reference, translation in zip(sources, data.test.targets, translations)
@@ -252,6 +243,9 @@ def saved_translator_settings(saved):
 
 def build_run_vocabularies(folder, data, settings):
     """Learns the run's vocabularies from the training pairs into `folder` (read by `run_tokenizers`)."""
+    from keras_transformer.text.wordpiece import build_vocabulary
+    from keras_transformer.text.wordpiece import save_vocabulary
+
     if settings.shared_vocabulary:
         # Cased, since its tokens are also the output.
         vocabulary = build_vocabulary(
@@ -268,6 +262,8 @@ def build_run_vocabularies(folder, data, settings):
 
 def run_tokenizers(folder, settings):
     """The run's `(source, target)` tokenizers: one object twice with `shared_vocabulary`."""
+    from keras_transformer.text.wordpiece import WordPieceTokenizer
+
     if settings.shared_vocabulary:
         tokenizer = WordPieceTokenizer(folder.file(SHARED_VOCABULARY_FILE), lower_case=False)
         return tokenizer, tokenizer
@@ -275,16 +271,34 @@ def run_tokenizers(folder, settings):
             WordPieceTokenizer(folder.file("target_vocabulary.txt"), lower_case=False))
 
 
-def _validation_chrf(data, settings, source_tokenizer, target_tokenizer):
-    """`[ValidationChrF]` on the run's seeded validation subset, or `[]` without `chrf_pairs`."""
-    if not settings.chrf_pairs or not len(data.validation):
+def _validation_chrf(source_ids, target_ids, references, settings, vocabulary):
+    """`[ValidationChrF]` on the run's seeded validation subset, or `[]` without `chrf_pairs`.
+
+    `source_ids` and `target_ids` are the validation pairs encoded as for
+    training, `references` their target texts, `vocabulary` the target's tokens.
+    """
+    if not settings.chrf_pairs or not len(references):
         return []
-    subset = chrf_subset(len(data.validation), settings.chrf_pairs, settings.seed)
+    subset = chrf_subset(len(references), settings.chrf_pairs, settings.seed)
     return [ValidationChrF(
-        [data.validation.sources[index] for index in subset], [data.validation.targets[index] for index in subset],
-        source_tokenizer, target_tokenizer, max_output_length=settings.sequence_length,
-        batch_size=settings.batch_size,
+        np.asarray(source_ids)[subset], np.asarray(target_ids)[subset], [references[index] for index in subset],
+        vocabulary, max_output_length=settings.sequence_length, batch_size=settings.batch_size,
     )]
+
+
+def translate_ids(model, source_ids, settings, vocabulary):
+    """Greedy translations of encoded sources (`[N, sequence_length]`) as text, on any backend.
+
+    What the end-of-run samples show: `greedy_decode` on TensorFlow,
+    `greedy_decode_loop` (the same tokens) elsewhere, detokenized with the
+    target `vocabulary` (a list of tokens) as the export detokenizes.
+    """
+    start_id, end_id = vocabulary.index(START), vocabulary.index(END)
+    if keras.backend.backend() == "tensorflow":
+        token_ids = greedy_decode(model, source_ids, settings.sequence_length, start_id, end_id).numpy()
+    else:
+        token_ids = greedy_decode_loop(model, source_ids, settings.sequence_length, start_id, end_id)
+    return detokenize(token_ids, vocabulary)
 
 
 def build_translator_model(settings, source_vocabulary_size, target_vocabulary_size):
@@ -307,10 +321,22 @@ def build_translator_model(settings, source_vocabulary_size, target_vocabulary_s
     return model
 
 
+def _translation_batches(source_ids, target_ids, settings, shuffle):
+    """`ArrayBatches` of encoded pairs for `fit`, teacher-forced (`_teacher_forcing`).
+
+    Training batches (`shuffle`) are reshuffled every epoch and grouped by
+    length in bands of 8 tokens; validation batches keep the pairs' order.
+    Either way an epoch is `ceil(N / batch_size)` batches, every pair once.
+    """
+    return ArrayBatches(
+        (source_ids, target_ids), settings.batch_size, make_batch=_teacher_forcing,
+        seed=settings.seed if shuffle else None, bucket_width=8 if shuffle else None,
+    )
+
+
 def _teacher_forcing(source_ids, target_ids):
     """`[START] y1 .. yn [END]` -> inputs `[START] y1 .. yn`, labels `y1 .. yn [END]`,
-    without the padding columns the whole batch shares."""
-    source_ids = trim_shared_padding(source_ids)
-    target_ids = trim_shared_padding(target_ids, min_length=2)
+    without the padding columns the whole batch shares (NumPy batches)."""
+    source_ids = trim_shared_padding_array(source_ids)
+    target_ids = trim_shared_padding_array(target_ids, min_length=2)
     return {"source_ids": source_ids, "target_ids": target_ids[:, :-1]}, target_ids[:, 1:]
-
