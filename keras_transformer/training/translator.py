@@ -184,21 +184,8 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
     train_dataset = _translation_batches(train_source_ids, train_target_ids, settings, shuffle=True)
     validation_dataset = _translation_batches(validation_source_ids, validation_target_ids, settings, shuffle=False)
 
-    with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
-        model = build_translator_model(settings, source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
-        # Under mixed_float16, compile wraps the optimizer in a LossScaleOptimizer.
-        model.compile(
-            optimizer=keras.optimizers.Adam(
-                TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale),
-                beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=settings.clip_norm,
-            ),
-            loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
-            # An object, not the bare function: Keras wraps a function into a
-            # metric inside the first traced train step, which then traces twice.
-            metrics=[keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")],
-            jit_compile=settings.jit_compile,
-        )
-        build_optimizer(model)
+    model = build_compiled_translator(settings, source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size,
+                                      strategy)
     fitted = fit_in_folder(
         model, strategy, folder, settings, train_dataset, validation_dataset,
         time_budget_minutes=time_budget_minutes, verbose=verbose, callbacks=callbacks,
@@ -299,6 +286,27 @@ def translate_ids(model, source_ids, settings, vocabulary):
     else:
         token_ids = greedy_decode_loop(model, source_ids, settings.sequence_length, start_id, end_id)
     return detokenize(token_ids, vocabulary)
+
+
+def build_compiled_translator(settings, source_vocabulary_size, target_vocabulary_size, strategy=None):
+    """`build_translator_model`, compiled for `fit` (Adam on a `TransformerSchedule`, masked loss
+    and accuracy) in `strategy`'s scope under `settings.mixed_precision`."""
+    with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
+        model = build_translator_model(settings, source_vocabulary_size, target_vocabulary_size)
+        # Under mixed_float16, compile wraps the optimizer in a LossScaleOptimizer.
+        model.compile(
+            optimizer=keras.optimizers.Adam(
+                TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale),
+                beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=settings.clip_norm,
+            ),
+            loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
+            # An object, not the bare function: Keras wraps a function into a
+            # metric inside the first traced train step, which then traces twice.
+            metrics=[keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")],
+            jit_compile=settings.jit_compile,
+        )
+        build_optimizer(model)
+    return model
 
 
 def build_translator_model(settings, source_vocabulary_size, target_vocabulary_size):

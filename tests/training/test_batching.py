@@ -1,10 +1,12 @@
-"""Batch shaping: shared-padding trimming and length buckets."""
+"""Batch shaping: shared-padding trimming and length buckets (`ArrayBatches`)."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
-from keras_transformer.training.batching import length_bucketed_batches
 from keras_transformer.text.padding import trim_shared_padding
+from keras_transformer.text.padding import trim_shared_padding_array
+from keras_transformer.training.batching import ArrayBatches
 
 
 def padded_rows(lengths, width):
@@ -21,19 +23,60 @@ def test_trim_shared_padding_keeps_the_longest_row():
     assert trim_shared_padding(tf.zeros([2, 6], tf.int32), min_length=2).shape == (2, 2)
 
 
+def test_trim_shared_padding_array_is_the_tensorflow_trim():
+    rng = np.random.default_rng(1)
+    for lengths in ([3, 5, 1], [0, 0], [7, 7], list(rng.integers(0, 10, size=6))):
+        rows = padded_rows(lengths, 10)
+        for min_length in (1, 2):
+            np.testing.assert_array_equal(trim_shared_padding_array(rows, min_length),
+                                          trim_shared_padding(tf.constant(rows), min_length).numpy())
+
+
 def test_length_buckets_group_similar_lengths_and_keep_every_row():
     rng = np.random.default_rng(0)
     width = 40
     source_lengths = rng.integers(1, width, size=300)
     target_lengths = rng.integers(1, width, size=300)
     sources, targets = padded_rows(source_lengths, width), padded_rows(target_lengths, width)
-    dataset = tf.data.Dataset.from_tensor_slices((sources, targets)).shuffle(300, seed=1)
-    seen = []
-    for source_batch, target_batch in length_bucketed_batches(dataset, 16, width, bucket_width=8):
-        source_batch, target_batch = source_batch.numpy(), target_batch.numpy()
+    batches = ArrayBatches((sources, targets), 16, seed=1, bucket_width=8)
+    assert len(batches) == 19  # ceil(300 / 16): an epoch is as long as without buckets
+    seen, mixed = [], 0
+    for source_batch, target_batch in batches:
         assert len(source_batch) <= 16
         longest = np.maximum((source_batch != 0).sum(1), (target_batch != 0).sum(1))
-        # One band of 8 lengths per batch: (0, 8], (8, 16], ...
-        assert len(set((longest - 1) // 8)) == 1
+        # One band of 8 lengths per batch, (0, 8], (8, 16], ..., but for the
+        # batches of what the bands leave over (fewer than one per band).
+        mixed += len(set((longest - 1) // 8)) > 1
+        assert source_batch.shape[1] == (source_batch != 0).sum(1).max()  # trimmed
         seen.extend(source_batch[:, 0].tolist())
+    assert mixed <= 4
     assert sorted(seen) == sorted(sources[:, 0].tolist())
+
+
+def test_order_is_a_function_of_seed_and_epoch():
+    rows = padded_rows(np.arange(1, 101) % 30 + 1, 32)
+
+    def first_ids(batches, epoch):
+        batches.epoch = epoch
+        return [batch[0][:, 0].tolist() for batch in batches]
+
+    for bucket_width in (None, 8):
+        batches = ArrayBatches((rows,), 8, seed=4, bucket_width=bucket_width)
+        epoch_2 = first_ids(batches, 2)
+        assert first_ids(batches, 0) != epoch_2 != first_ids(batches, 1)
+        # A fresh object (a resumed run) at epoch 2 reads the same batches.
+        assert first_ids(ArrayBatches((rows,), 8, seed=4, bucket_width=bucket_width), 2) == epoch_2
+        assert first_ids(ArrayBatches((rows,), 8, seed=5, bucket_width=bucket_width), 2) != epoch_2
+    unshuffled = ArrayBatches((rows,), 8)
+    assert first_ids(unshuffled, 0) == first_ids(unshuffled, 3) == [rows[i:i + 8, 0].tolist()
+                                                                    for i in range(0, 100, 8)]
+
+
+def test_bad_batches_are_refused_with_their_reason():
+    rows = padded_rows([1, 2, 3], 4)
+    with pytest.raises(ValueError, match="one length"):
+        ArrayBatches((rows, np.zeros(2)), 2)
+    with pytest.raises(ValueError, match="batch_size"):
+        ArrayBatches((rows,), 0)
+    with pytest.raises(ValueError, match="seed"):
+        ArrayBatches((rows,), 2, bucket_width=8)
