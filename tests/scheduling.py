@@ -60,6 +60,7 @@ LONGEST_FIRST = [
     "trained_classifier",
     "tiny_translator",
     "tests/apps/test_multi_worker.py",
+    "tests/training/test_without_tensorflow.py",
     "tests/layers/test_crosscheck.py",
     "tests/apps/test_train_translator.py",
     "tests/training/test_shared_vocabulary.py",

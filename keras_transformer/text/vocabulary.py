@@ -68,7 +68,8 @@ def detokenize(token_ids, vocabulary):
     for row in token_ids:
         tokens = [vocabulary[token_id] if token_id < len(vocabulary) else UNK
                   for token_id in map(int, row) if token_id >= reserved]
-        text = re.sub("^ +| +$", "", " ".join(tokens).replace(" ##", ""))
+        # tensorflow-text also strips spaces at the ends: none, as no token is empty.
+        text = " ".join(tokens).replace(" ##", "")
         texts.append(join_punctuation_text(text))
     return texts
 
