@@ -7,6 +7,7 @@ import tensorflow as tf
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.text.padding import trim_shared_padding_array
 from keras_transformer.training.batching import ArrayBatches
+from keras_transformer.training.batching import as_tf_dataset
 
 
 def padded_rows(lengths, width):
@@ -80,3 +81,19 @@ def test_bad_batches_are_refused_with_their_reason():
         ArrayBatches((rows,), 0)
     with pytest.raises(ValueError, match="seed"):
         ArrayBatches((rows,), 2, bucket_width=8)
+
+
+def test_as_tf_dataset_reads_each_epochs_batches_of_any_width():
+    """Keras would fix the width the first two batches share; trimmed widths vary after."""
+    rows = padded_rows([4, 4, 4, 4, 2, 2, 9, 9], 12)
+    batches = ArrayBatches((rows, np.arange(8)), 2)
+    dataset = as_tf_dataset(batches)
+    widths = [ids.shape[1] for ids, _ in dataset]
+    assert widths == [4, 4, 2, 9]
+    shuffled = ArrayBatches((rows, np.arange(8)), 2, seed=3)
+    dataset = as_tf_dataset(shuffled)
+    for epoch in (0, 1):
+        shuffled.epoch = epoch
+        read = [labels.numpy().tolist() for _, labels in dataset]
+        assert read == [labels.tolist() for _, labels in shuffled]
+    assert as_tf_dataset(dataset) is dataset  # other data passes through
