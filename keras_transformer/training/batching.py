@@ -101,9 +101,17 @@ class ArrayBatches(keras.utils.PyDataset):
         return np.max([(array != 0).sum(axis=1) for array in self.arrays if array.ndim == 2], axis=0)
 
 
+def batch_width_multiple():
+    """What trimmed batch widths are rounded up to: JAX compiles the train step
+    for every new shape, TensorFlow traces one step for all (and PyTorch runs eagerly)."""
+    return 8 if keras.backend.backend() == "jax" else 1
+
+
 def trim_id_rows(*arrays):
     """The batch `(arrays...)` with each 2-D id array's shared padding columns trimmed."""
-    return tuple(trim_shared_padding_array(array) if array.ndim == 2 else array for array in arrays)
+    multiple = batch_width_multiple()
+    return tuple(trim_shared_padding_array(array, multiple=multiple) if array.ndim == 2 else array
+                 for array in arrays)
 
 
 class FollowEpochs(keras.callbacks.Callback):

@@ -23,6 +23,7 @@ from keras_transformer.text.vocabulary import END
 from keras_transformer.text.vocabulary import START
 from keras_transformer.text.vocabulary import detokenize
 from keras_transformer.training.batching import ArrayBatches
+from keras_transformer.training.batching import batch_width_multiple
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.data_defaults import check_chosen
 from keras_transformer.training.data_defaults import choices_record
@@ -345,6 +346,7 @@ def _translation_batches(source_ids, target_ids, settings, shuffle):
 def _teacher_forcing(source_ids, target_ids):
     """`[START] y1 .. yn [END]` -> inputs `[START] y1 .. yn`, labels `y1 .. yn [END]`,
     without the padding columns the whole batch shares (NumPy batches)."""
-    source_ids = trim_shared_padding_array(source_ids)
-    target_ids = trim_shared_padding_array(target_ids, min_length=2)
-    return {"source_ids": source_ids, "target_ids": target_ids[:, :-1]}, target_ids[:, 1:]
+    multiple = batch_width_multiple()
+    labels = trim_shared_padding_array(target_ids[:, 1:], multiple=multiple)
+    inputs = target_ids[:, : labels.shape[1]]
+    return {"source_ids": trim_shared_padding_array(source_ids, multiple=multiple), "target_ids": inputs}, labels

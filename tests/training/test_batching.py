@@ -97,3 +97,34 @@ def test_as_tf_dataset_reads_each_epochs_batches_of_any_width():
         read = [labels.numpy().tolist() for _, labels in dataset]
         assert read == [labels.tolist() for _, labels in shuffled]
     assert as_tf_dataset(dataset) is dataset  # other data passes through
+
+
+def test_trimmed_widths_round_up_to_a_multiple_within_the_rows():
+    rows = padded_rows([3, 5, 1], 20)
+    assert trim_shared_padding_array(rows, multiple=8).shape == (3, 8)
+    np.testing.assert_array_equal(trim_shared_padding_array(rows, multiple=8), rows[:, :8])
+    assert trim_shared_padding_array(padded_rows([9], 20), multiple=8).shape == (1, 16)
+    assert trim_shared_padding_array(padded_rows([9], 12), multiple=8).shape == (1, 12)  # never past L
+    assert trim_shared_padding_array(padded_rows([0], 12), multiple=8).shape == (1, 8)
+
+
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_teacher_forcing_splits_targets_as_the_tensorflow_pipeline_did(multiple, monkeypatch):
+    from keras_transformer.training import translator
+
+    monkeypatch.setattr(translator, "batch_width_multiple", lambda: multiple)
+    sources = padded_rows([3, 6, 2], 12)
+    targets = padded_rows([4, 9, 2], 13)
+    inputs, labels = translator._teacher_forcing(sources, targets)
+    # Before ArrayBatches: trimmed to the longest row (at least 2), then split.
+    trimmed = trim_shared_padding(tf.constant(targets), min_length=2).numpy()
+    width = trimmed.shape[1] - 1
+    if multiple == 1:
+        np.testing.assert_array_equal(inputs["source_ids"], sources[:, :6])
+        np.testing.assert_array_equal(inputs["target_ids"], trimmed[:, :-1])
+        np.testing.assert_array_equal(labels, trimmed[:, 1:])
+    else:
+        assert inputs["source_ids"].shape[1] == 8 and labels.shape[1] == inputs["target_ids"].shape[1] == 8
+        np.testing.assert_array_equal(labels[:, :width], trimmed[:, 1:])
+        assert not labels[:, width:].any()
+        np.testing.assert_array_equal(inputs["target_ids"], targets[:, :8])
