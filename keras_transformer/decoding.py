@@ -1,6 +1,6 @@
-"""Greedy and beam search over a cached decoder, in TensorFlow ops only.
+"""Greedy and beam search over a cached decoder.
 
-Both run the encoder once per batch and then one decoder position per step
+`greedy_decode` and `beam_search` are TensorFlow ops only: both run the encoder once per batch and then one decoder position per step
 (`model.decode_step` with each block's key/value cache), inside one
 `tf.while_loop` with fixed-shape state, so they trace into a SavedModel and
 stop as soon as every sequence has produced `[END]`.
@@ -10,9 +10,13 @@ stop as soon as every sequence has produced `[END]`.
 and `decode_step(token_ids, index, self_cache, step_constants)`,
 where `step_constants` is what every step reads unchanged (computed once,
 outside the loop).
+
+`greedy_decode_loop` gives `greedy_decode`'s tokens on any Keras backend (a
+Python loop over `keras.ops`), for training where TensorFlow is not.
 """
 
-import tensorflow as tf
+import keras
+import numpy as np
 
 from keras_transformer.layers.masks import MASKED_LOGIT
 
@@ -29,6 +33,8 @@ def greedy_decode(model, source_ids, max_length, start_id, end_id):
     Returns:
         int32 `[B, max_length]`: generated ids, `[END]` included, 0 after it.
     """
+    import tensorflow as tf
+
     encoder_output, source_mask = model.encode(source_ids, training=False)
     self_cache, step_constants = model.initialize_cache(encoder_output, source_mask, max_length)
     batch_size = tf.shape(source_ids)[0]
@@ -55,6 +61,31 @@ def greedy_decode(model, source_ids, max_length, start_id, end_id):
     return tf.transpose(outputs)
 
 
+def greedy_decode_loop(model, source_ids, max_length, start_id, end_id):
+    """`greedy_decode` on any Keras backend: the same tokens, one Python step at a time.
+
+    Takes and returns what `greedy_decode` does, the ids as a NumPy int32
+    `[B, max_length]` array. Stops once every row has produced `[END]`.
+    """
+    ops = keras.ops
+    encoder_output, source_mask = model.encode(ops.convert_to_tensor(source_ids, "int32"), training=False)
+    self_cache, step_constants = model.initialize_cache(encoder_output, source_mask, max_length)
+    batch_size = int(ops.shape(encoder_output)[0])
+    tokens = np.full([batch_size], start_id, np.int32)
+    finished = np.zeros([batch_size], bool)
+    outputs = np.zeros([batch_size, max_length], np.int32)
+    for index in range(max_length):
+        if finished.all():
+            break
+        logits, self_cache = model.decode_step(
+            ops.convert_to_tensor(tokens[:, None]), index, self_cache, step_constants
+        )
+        tokens = np.where(finished, 0, ops.convert_to_numpy(ops.argmax(logits, axis=-1))).astype(np.int32)
+        outputs[:, index] = tokens
+        finished |= tokens == end_id
+    return outputs
+
+
 def beam_search(
     model, source_ids, max_length, start_id, end_id, beam_width=4, length_penalty=0.6,
     return_all_beams=False,
@@ -78,6 +109,8 @@ def beam_search(
         its length-normalized score); with `return_all_beams`,
         `[B, beam_width, max_length]` and `[B, beam_width]`.
     """
+    import tensorflow as tf
+
     encoder_output, source_mask = model.encode(source_ids, training=False)
     batch_size = tf.shape(source_ids)[0]
     flat_size = batch_size * beam_width
@@ -143,5 +176,7 @@ def beam_search(
 
 def length_normalized(log_probs, lengths, length_penalty):
     """GNMT's `log P / ((5 + length) / 6) ** alpha`."""
+    import tensorflow as tf
+
     penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, length_penalty)
     return log_probs / penalty

@@ -62,6 +62,7 @@ LONGEST_FIRST = [
     "tiny_translator",
     "tests/apps/test_multi_worker.py",
     "tests/apps/test_export_jax_runs.py",
+    "tests/training/test_without_tensorflow.py",
     "tests/layers/test_crosscheck.py",
     "tests/apps/test_train_translator.py",
     "tests/apps/test_tokenize_app.py",

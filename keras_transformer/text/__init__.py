@@ -1,9 +1,24 @@
-"""Text to token ids and back, with tensorflow-text ops that export with the model."""
+"""Text to token ids and back.
+
+The tokenizer and the vocabulary learner are tensorflow-text ops that export
+with the model; they are imported on first use, so that what needs no
+TensorFlow (`vocabulary`: reading vocabularies, ids back to text; `padding`)
+imports where TensorFlow is not installed.
+"""
+
+import importlib
 
 from keras_transformer.text.padding import trim_shared_padding
-from keras_transformer.text.wordpiece import RESERVED_TOKENS
-from keras_transformer.text.wordpiece import WordPieceTokenizer
-from keras_transformer.text.wordpiece import build_vocabulary
-from keras_transformer.text.wordpiece import save_vocabulary
+from keras_transformer.text.vocabulary import RESERVED_TOKENS
+
+# Name -> the module that defines it, imported when the name is first read.
+_FROM_WORDPIECE = ("WordPieceTokenizer", "build_vocabulary", "save_vocabulary")
+
+
+def __getattr__(name):
+    if name in _FROM_WORDPIECE:
+        return getattr(importlib.import_module(f"{__name__}.wordpiece"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["RESERVED_TOKENS", "WordPieceTokenizer", "build_vocabulary", "save_vocabulary", "trim_shared_padding"]

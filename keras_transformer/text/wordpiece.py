@@ -16,15 +16,15 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
-PAD = "[PAD]"
-UNK = "[UNK]"
-CLS = "[CLS]"
-SEP = "[SEP]"
-START = "[START]"
-END = "[END]"
-MASK = "[MASK]"
-# Order fixes the ids: [PAD] must be 0 so that `mask_zero=True` embeddings mask it.
-RESERVED_TOKENS = (PAD, UNK, CLS, SEP, START, END, MASK)
+from keras_transformer.text.vocabulary import CLS
+from keras_transformer.text.vocabulary import END
+from keras_transformer.text.vocabulary import MASK
+from keras_transformer.text.vocabulary import PAD
+from keras_transformer.text.vocabulary import PUNCTUATION_SPACING
+from keras_transformer.text.vocabulary import RESERVED_TOKENS
+from keras_transformer.text.vocabulary import SEP
+from keras_transformer.text.vocabulary import START
+from keras_transformer.text.vocabulary import UNK
 
 # Bytes kept per text before tokenizing: enough for every token of a full
 # sequence (WordPiece tokens average well under 16 bytes), and it keeps a
@@ -265,18 +265,6 @@ class WordPieceTokenizer(tf.Module):
         return join_punctuation(tf.strings.reduce_join(words, separator=" ", axis=-1))
 
 
-# (pattern, replacement) pairs, in order. Digits first, so "3 : 16" stays one
-# verse reference; apostrophes only between letters, so a closing quote keeps
-# its space after.
-_PUNCTUATION_SPACING = (
-    (r"(\d) ([:.,]) (\d)", r"\1\2\3"),
-    (r"(\pL) ?(['’]) ?(\pL)", r"\1\2\3"),
-    (r"(\pL) - (\pL)", r"\1-\2"),
-    (r" ([.,;:!?%)\]}»”’…])", r"\1"),
-    (r"([(\[{¿¡«“‘]) ", r"\1"),
-)
-
-
 def join_punctuation(texts):
     """Undoes the BERT splitter's spaces around punctuation in strings `[B]`.
 
@@ -284,7 +272,7 @@ def join_punctuation(texts):
     SavedModel. Straight double quotes are left alone: whether one opens or
     closes is not decidable locally.
     """
-    for pattern, replacement in _PUNCTUATION_SPACING:
+    for pattern, replacement in PUNCTUATION_SPACING:
         texts = tf.strings.regex_replace(texts, pattern, replacement)
     return texts
 

@@ -1,6 +1,7 @@
 """Callbacks and the run folder layout shared by the training applications."""
 
 import csv
+import importlib.util
 import json
 import os
 import time
@@ -210,6 +211,22 @@ def read_best_epoch(record_path):
         return json.load(record_file)
 
 
+TENSORBOARD_NOTICE = "TensorBoard logs need TensorFlow; not written (history.csv and learning_curves.png are)."
+_tensorboard_notice_said = False
+
+
+def tensorboard(log_dir, verbose=1):
+    """`[keras.callbacks.TensorBoard(log_dir)]`, or `[]` where TensorFlow is not installed
+    (Keras writes the logs with it on every backend); then says so, once per process."""
+    global _tensorboard_notice_said
+    if importlib.util.find_spec("tensorflow") is not None:
+        return [keras.callbacks.TensorBoard(log_dir)]
+    if verbose and not _tensorboard_notice_said:
+        print(TENSORBOARD_NOTICE, flush=True)
+    _tensorboard_notice_said = True
+    return []
+
+
 def describe_best_epoch(best):
     return (f"{best['epoch']} ({best['monitor']} {best['value']:.4f}, "
             f"val_loss {best['val_loss']:.4f})")
@@ -274,7 +291,7 @@ class RunFolder:
             keras.callbacks.ModelCheckpoint(self.file("checkpoints", "last.keras")),
             BestEpoch(self.file("checkpoints", "best.keras"), self.best_epoch_path, monitor=monitor,
                       patience=patience or 0, verbose=verbose),
-            keras.callbacks.TensorBoard(self.file("logs")),
+            *tensorboard(self.file("logs"), verbose),
             keras.callbacks.BackupAndRestore(self.backup_dir, save_freq="epoch"),
         ]
         return callbacks

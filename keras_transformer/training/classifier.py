@@ -15,7 +15,6 @@ import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_transformer import plots
 from keras_transformer.data.tokens import CLASSIFIER_TOKEN_SETTINGS
@@ -25,10 +24,8 @@ from keras_transformer.data.tokens import TokenizedClassificationData
 from keras_transformer.data.tokens import copy_vocabularies
 from keras_transformer.data.tokens import settings_from_tokens
 from keras_transformer.models import TransformerClassifier
-from keras_transformer.text import WordPieceTokenizer
-from keras_transformer.text import build_vocabulary
-from keras_transformer.text import save_vocabulary
-from keras_transformer.text.padding import trim_shared_padding
+from keras_transformer.text.vocabulary import read_vocabulary
+from keras_transformer.training.batching import ArrayBatches
 from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.callbacks import MacroF1
 from keras_transformer.training.callbacks import RunFolder
@@ -109,7 +106,6 @@ class ClassifierRun:
     """What `train_classifier` hands back."""
 
     model: TransformerClassifier
-    tokenizer: WordPieceTokenizer
     class_names: list
     report: dict
     epochs_completed: int
@@ -167,6 +163,10 @@ def tokenize_classification_data(data, settings, vocabulary_dir, verbose=1, unla
     Returns:
         A `TokenizedClassificationData` named as `data`.
     """
+    from keras_transformer.text.wordpiece import WordPieceTokenizer
+    from keras_transformer.text.wordpiece import build_vocabulary
+    from keras_transformer.text.wordpiece import save_vocabulary
+
     unlabeled_texts = list(unlabeled_texts)
     vocabulary_path = os.path.join(vocabulary_dir, CLASSIFIER_VOCABULARY)
 
@@ -184,6 +184,10 @@ def encode_classification_data(data, settings, vocabulary_path, chosen_from_data
     """`data` encoded with the vocabulary at `vocabulary_path` and the
     `sequence_length` and pooling of `settings` (all chosen), as a
     `TokenizedClassificationData` named as `data`."""
+    import tensorflow as tf
+
+    from keras_transformer.text.wordpiece import WordPieceTokenizer
+
     tokenizer = WordPieceTokenizer(vocabulary_path)
     add_cls = settings.pooling == "cls"
 
@@ -241,18 +245,19 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
         save_settings(folder, settings.validate(), class_names=tokens.class_names, data=tokens.name,
                       chosen_from_data=choices_record(chosen))
     keras.utils.set_random_seed(settings.seed)
-    tokenizer = WordPieceTokenizer(vocabulary_path)
     train_ids, train_labels = tokens.train.token_ids, tokens.train.labels
     validation_ids, validation_labels = tokens.validation.token_ids, tokens.validation.labels
     test_ids, test_labels = tokens.test.token_ids, tokens.test.labels
 
     steps_per_epoch = math.ceil(len(train_ids) / settings.batch_size)
     model = build_classifier_model(
-        settings, tokenizer.vocabulary_size, len(data.class_names), steps_per_epoch, strategy
+        settings, len(read_vocabulary(vocabulary_path)), len(data.class_names), steps_per_epoch, strategy
     )
     if settings.pretrain_epochs:
+        from keras_transformer.text.wordpiece import WordPieceTokenizer  # pretraining masks raw texts
+
         time_budget_minutes = pretrain_encoder(
-            model, settings, tokenizer, [*data.train.texts, *unlabeled_texts], data.validation.texts, folder,
+            model, settings, WordPieceTokenizer(vocabulary_path), [*data.train.texts, *unlabeled_texts], data.validation.texts, folder,
             strategy, time_budget_minutes, verbose,
         )
     fitted = fit_in_folder(
@@ -265,7 +270,11 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     if fitted is None:
         return None  # the chief evaluates and writes the results
 
-    probabilities = fitted.model.predict(_batches(test_ids, test_labels, settings.batch_size), verbose=0)
+    # Batch by batch: `predict` would wrap the batches with the first ones' widths (`as_tf_dataset`).
+    probabilities = np.concatenate([
+        fitted.model.predict_on_batch(token_ids)
+        for token_ids, _ in _batches(test_ids, test_labels, settings.batch_size)
+    ])
     report = classification_report(test_labels, np.argmax(probabilities, axis=-1), data.class_names)
     report.update(
         {
@@ -287,7 +296,6 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     say(verbose, format_classification_report(report))
     return ClassifierRun(
         model=fitted.model,
-        tokenizer=tokenizer,
         class_names=list(data.class_names),
         report=report,
         epochs_completed=report["epochs_completed"],
@@ -373,14 +381,8 @@ def learning_rate_schedule(model):
 
 
 def _batches(token_ids, labels, batch_size, shuffle_seed=None):
-    dataset = tf.data.Dataset.from_tensor_slices((token_ids, labels))
-    if shuffle_seed is not None:
-        dataset = dataset.shuffle(len(token_ids), seed=shuffle_seed, reshuffle_each_iteration=True)
-    return dataset.batch(batch_size).map(_trim_padding).prefetch(tf.data.AUTOTUNE)
-
-
-def _trim_padding(token_ids, labels):
-    return trim_shared_padding(token_ids), labels
+    """`ArrayBatches` of `(token_ids, labels)`, padding trimmed; reshuffled every epoch with a seed."""
+    return ArrayBatches((token_ids, labels), batch_size, seed=shuffle_seed)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

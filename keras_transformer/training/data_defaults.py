@@ -28,10 +28,8 @@ import dataclasses
 import math
 
 import numpy as np
-import tensorflow as tf
 
-from keras_transformer.text import RESERVED_TOKENS
-from keras_transformer.text.wordpiece import count_words
+from keras_transformer.text.vocabulary import RESERVED_TOKENS
 
 FREQUENT_WORD_COUNT = 5
 VOCABULARY_SIZE_RANGE = (1000, 8000)
@@ -131,6 +129,8 @@ def classifier_settings_from_data(settings, texts, build_tokenizer):
 def classifier_tokenization_from_data(settings, texts, build_tokenizer):
     """`classifier_settings_from_data` for the fields tokenization fixes
     (`vocabulary_size`, `sequence_length`) alone."""
+    from keras_transformer.text.wordpiece import count_words  # needs TensorFlow
+
     settings, choices = _fill(settings, [
         ("vocabulary_size", lambda current: _vocabulary_size(count_words(texts), f"{len(texts):,} training texts")),
     ])
@@ -178,12 +178,16 @@ def translator_settings_from_data(settings, sources, targets, build_tokenizers):
 
 def target_word_count(targets):
     """The number of words in `targets`, which chooses the translator's size tier."""
+    from keras_transformer.text.wordpiece import count_words  # needs TensorFlow
+
     return sum(count_words(targets, lower_case=False).values())
 
 
 def translator_tokenization_from_data(settings, sources, targets, build_tokenizers):
     """`translator_settings_from_data` for the fields tokenization fixes
     (the vocabulary sizes, `sequence_length`) alone."""
+    from keras_transformer.text.wordpiece import count_words  # needs TensorFlow
+
     pairs = f"{len(sources):,} training pairs"
 
     def target_vocabulary_size(current):
@@ -248,6 +252,8 @@ def _fill(settings, rules):
 
 def vocabulary_size_for(texts):
     """The WordPiece vocabulary size the rule above picks for `texts`, with its reason."""
+    from keras_transformer.text.wordpiece import count_words  # needs TensorFlow
+
     return _vocabulary_size(count_words(texts), f"{len(texts):,} texts")
 
 
@@ -265,6 +271,8 @@ def _vocabulary_size(word_counts, what):
 
 def _wordpiece_lengths(tokenizer, texts, max_length, chunk=1024):
     """Each text's number of WordPieces, counted up to `max_length` (no text costs more)."""
+    import tensorflow as tf
+
     lengths = [
         tokenizer.tokenize(tf.constant(texts[start:start + chunk]), max_tokens=max_length).row_lengths().numpy()
         for start in range(0, len(texts), chunk)

@@ -19,6 +19,9 @@
   fitted, and the previous global distribution is restored after each.
   Training batches are cut to a multiple of the devices, validation runs
   outside the distribution (`_data_parallel_inputs`).
+
+TensorFlow is imported where a strategy or `tf.data` needs it: without a
+strategy, on JAX, this module needs no TensorFlow.
 """
 
 import contextlib
@@ -29,7 +32,8 @@ import tempfile
 
 import keras
 import numpy as np
-import tensorflow as tf
+
+from keras_transformer.training.batching import as_tf_dataset
 
 # `--mixed-precision` value -> Keras dtype policy.
 MIXED_PRECISION_POLICIES = {"off": "float32", "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
@@ -128,6 +132,8 @@ def make_strategy(distribute):
         return None
     if distribute == "data_parallel":
         return data_parallel_distribution()
+    import tensorflow as tf
+
     if distribute == "mirrored":
         return tf.distribute.MirroredStrategy()
     read_tf_config()
@@ -182,6 +188,10 @@ def check_batch_size(strategy, batch_size):
 
 
 def is_multi_worker(strategy):
+    if strategy is None or is_data_parallel(strategy):
+        return False
+    import tensorflow as tf
+
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
@@ -275,7 +285,10 @@ def fit(model, strategy, train_dataset, validation_dataset, epochs, steps_per_ep
     the model to evaluate and save (a local copy after multi-worker training).
 
     The datasets reshuffle themselves, seeded, so `fit` does not shuffle.
+    On TensorFlow, `ArrayBatches` go in as `tf.data` (`as_tf_dataset`).
     """
+    if keras.backend.backend() == "tensorflow":
+        train_dataset, validation_dataset = as_tf_dataset(train_dataset), as_tf_dataset(validation_dataset)
     if is_multi_worker(strategy):
         fit_multi_worker(model, strategy, train_dataset, validation_dataset, epochs=epochs,
                          steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
@@ -426,9 +439,12 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
 
     Returns the `keras.callbacks.History`.
     """
+    import tensorflow as tf
+
     if not model.compiled:
         raise ValueError("Compile the model (in `strategy.scope()`) before `fit_multi_worker`.")
     check_jit_compile("multi_worker", model.jit_compile)
+    train_dataset, validation_dataset = as_tf_dataset(train_dataset), as_tf_dataset(validation_dataset)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
 
@@ -517,6 +533,7 @@ def _agreed_initial_epoch(strategy, epoch):
     restored another backup (or none) would train different weights, and the
     run would end in a hang rather than an error.
     """
+    import tensorflow as tf
 
     @tf.function
     def chief_value_and_mismatch(value):

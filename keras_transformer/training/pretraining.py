@@ -8,6 +8,7 @@ embedding and blocks to the classifier. Pretraining keeps its own run folder,
 `RUN_DIR/pretraining/` (backup, checkpoints, logs, history.csv), and leaves
 its weights in `RUN_DIR/pretraining/pretrained_encoder.weights.h5` once done,
 so `--resume` continues pretraining if it was cut short and skips it after.
+Masking runs in `tf.data`: pretraining needs TensorFlow (imported where used).
 """
 
 import dataclasses
@@ -17,13 +18,12 @@ import shutil
 import time
 
 import keras
-import tensorflow as tf
 
 from keras_transformer.data.errors import DataError
 from keras_transformer.models import MaskedLanguageModel
 from keras_transformer.text.padding import trim_shared_padding
-from keras_transformer.text.wordpiece import MASK
-from keras_transformer.text.wordpiece import RESERVED_TOKENS
+from keras_transformer.text.vocabulary import MASK
+from keras_transformer.text.vocabulary import RESERVED_TOKENS
 from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
@@ -89,6 +89,8 @@ def mask_tokens(token_ids, seed, vocabulary_size):
         and 0 elsewhere, so a loss that skips id 0 counts only them. Reserved
         tokens (`[PAD]`, `[CLS]`, ...) are never chosen.
     """
+    import tensorflow as tf
+
     token_ids = tf.cast(token_ids, tf.int32)
     choose_seed, how_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     shape = tf.shape(token_ids)
@@ -111,6 +113,8 @@ def masked_batches(token_ids, batch_size, vocabulary_size, seed, training):
     (dynamic masking, as RoBERTa); otherwise every pass gives the same
     batches and masks, so the validation loss compares across epochs.
     """
+    import tensorflow as tf
+
     dataset = tf.data.Dataset.from_tensor_slices(token_ids)
     if training:
         dataset = dataset.shuffle(len(token_ids), seed=seed, reshuffle_each_iteration=True)
@@ -184,6 +188,8 @@ def pretrain_encoder(classifier, settings, tokenizer, texts, validation_texts, f
     add_cls = settings.pooling == "cls"
 
     def encode(split_texts):
+        import tensorflow as tf
+
         return tokenizer.encode(tf.constant(split_texts, tf.string), settings.sequence_length,
                                 add_cls=add_cls).numpy()
 

@@ -8,6 +8,8 @@ import os
 import time
 
 from keras_transformer import plots
+from keras_transformer.training.batching import ArrayBatches
+from keras_transformer.training.batching import FollowEpochs
 from keras_transformer.training.callbacks import TimeBudget
 from keras_transformer.training.distribute import fit
 from keras_transformer.training.distribute import is_chief
@@ -87,15 +89,18 @@ def fit_in_folder(model, strategy, folder, settings, train_dataset, validation_d
 
     `epoch_metrics` are callbacks that add validation metrics to each epoch's
     logs (e.g. `val_chrf`); they run first, so the time budget counts them
-    and the history and the best epoch see what they add.
+    and the history and the best epoch see what they add. Training batches
+    given as `ArrayBatches` are told each epoch `fit` begins (`FollowEpochs`),
+    so their order after a resume is the uninterrupted run's.
 
     Returns:
         A `FitResult` on the chief; None on the other workers of a
         multi-worker strategy (the chief writes the results).
     """
     time_budget = TimeBudget(time_budget_minutes)
-    callbacks = [*epoch_metrics, time_budget, *folder.callbacks(settings.monitor, settings.patience, verbose),
-                 *callbacks]
+    follow_epochs = [FollowEpochs(train_dataset)] if isinstance(train_dataset, ArrayBatches) else []
+    callbacks = [*follow_epochs, *epoch_metrics, time_budget,
+                 *folder.callbacks(settings.monitor, settings.patience, verbose), *callbacks]
     started = time.monotonic()
     model = fit(model, strategy, train_dataset, validation_dataset, settings.epochs,
                 steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)

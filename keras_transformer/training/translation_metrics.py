@@ -10,19 +10,22 @@ weighted `beta` = 2 times as much as precision, scaled to 0-100.
 `ValidationChrF` is the Keras callback that greedy-decodes a fixed, seeded
 subset of the validation pairs at the end of every epoch, detokenizes the
 output as the export's `greedy` signature does, and logs the corpus chrF as
-`val_chrf`, where the history, the time budget and `BestEpoch` read it.
+`val_chrf`, where the history, the time budget and `BestEpoch` read it. It
+needs TensorFlow on no backend.
 """
 
 from collections import Counter
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_transformer.decoding import greedy_decode
+from keras_transformer.decoding import greedy_decode_loop
 from keras_transformer.text.padding import trim_shared_padding
-from keras_transformer.text.wordpiece import END
-from keras_transformer.text.wordpiece import START
+from keras_transformer.text.padding import trim_shared_padding_array
+from keras_transformer.text.vocabulary import END
+from keras_transformer.text.vocabulary import START
+from keras_transformer.text.vocabulary import detokenize
 
 CHAR_ORDER = 6
 BETA = 2
@@ -89,66 +92,73 @@ def chrf_subset(num_pairs, size, seed):
 class ValidationChrF(keras.callbacks.Callback):
     """Logs `val_chrf`: corpus chrF of the greedy translations of fixed validation pairs.
 
-    Sources are encoded as the export encodes them, decoded with
-    `greedy_decode` and its key/value caches in batches of similar source
-    length, and detokenized with the target tokenizer, so the score is that
-    of what a user of the export's `greedy` signature reads. Outputs are cut
-    at `max_output_length` tokens and at twice the longest reference (plus
-    `[END]`): an untrained model that never says `[END]` then costs a short
-    decode, and an output twice too long scores poorly either way. The
-    decode runs inside the epoch, so it counts against `--time-budget` like
-    validation does.
+    Sources, encoded as for training, are decoded greedily with the model's
+    key/value caches in batches of similar source length, and detokenized
+    as the export detokenizes (`keras_transformer.text.vocabulary.detokenize`),
+    so the score is that of what a user of the export's `greedy` signature
+    reads. Outputs are cut at `max_output_length` tokens and at twice the
+    longest reference (plus `[END]`): an untrained model that never says
+    `[END]` then costs a short decode, and an output twice too long scores
+    poorly either way. The decode runs inside the epoch, so it counts against
+    `--time-budget` like validation does.
+
+    On TensorFlow, `greedy_decode` runs as one traced `tf.function`; on other
+    backends `greedy_decode_loop` gives the same tokens.
 
     Args:
-        sources, references: the validation pairs to score (already the subset).
-        source_tokenizer, target_tokenizer: the run's `WordPieceTokenizer`s.
+        source_ids: int `[N, L]` encoded sources, 0-padded (already the subset).
+        reference_ids: int `[N, L']` the references encoded as training
+            targets (`[START]`, `[END]` and padding are not counted).
+        references: the `N` reference texts.
+        vocabulary: the target vocabulary, a list of tokens in id order.
         max_output_length: most target tokens generated, `[END]` included.
         batch_size: sources decoded at once.
     """
 
-    def __init__(self, sources, references, source_tokenizer, target_tokenizer, max_output_length,
-                 batch_size=64):
+    def __init__(self, source_ids, reference_ids, references, vocabulary, max_output_length, batch_size=64):
         super().__init__()
-        if not sources or len(sources) != len(references):
-            raise ValueError(f"ValidationChrF needs pairs: got {len(sources)} sources and "
-                             f"{len(references)} references.")
-        self.sources, self.references = list(sources), list(references)
-        self.source_tokenizer = source_tokenizer
-        self.target_tokenizer = target_tokenizer
-        reference_lengths = target_tokenizer.tokenize(tf.constant(self.references)).row_lengths()
-        self.max_output_length = min(int(max_output_length), 2 * int(tf.reduce_max(reference_lengths)) + 1)
+        source_ids, reference_ids = np.asarray(source_ids, np.int32), np.asarray(reference_ids)
+        if not len(references) or not len(source_ids) == len(reference_ids) == len(references):
+            raise ValueError(f"ValidationChrF needs pairs: got {len(source_ids)} sources, {len(reference_ids)} "
+                             f"encoded references and {len(references)} references.")
+        self.references = list(references)
+        self.vocabulary = list(vocabulary)
+        self.start_id, self.end_id = self.vocabulary.index(START), self.vocabulary.index(END)
+        reference_lengths = np.isin(reference_ids, [0, self.start_id, self.end_id], invert=True).sum(axis=1)
+        self.max_output_length = min(int(max_output_length), 2 * int(reference_lengths.max()) + 1)
         self.batch_size = int(batch_size)
-        self._batches = None
-        self._source_ids = None
-        self._translate = None
-
-    def on_train_begin(self, logs=None):
-        # Encoded once the model is known (its `sequence_length` bounds the
-        # sources, as in the export); sorted by length so a batch of short
-        # sentences does not wait on one long one.
-        source_ids = self.source_tokenizer.encode(tf.constant(self.sources), self.model.sequence_length).numpy()
+        # Sorted by length so a batch of short sentences does not wait on one long one.
         order = np.argsort((source_ids > 0).sum(axis=1), kind="stable")
         self._batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
         self._source_ids = source_ids
-        model, start_id, end_id = self.model, self.target_tokenizer.token_id(START), self.target_tokenizer.token_id(END)
+        self._decode = None
+
+    def on_train_begin(self, logs=None):
+        model = self.model
         max_length = min(self.max_output_length, model.sequence_length)
+        start_id, end_id = self.start_id, self.end_id
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
 
-        # One trace for every batch: the signature leaves both dimensions open.
-        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-        def translate(source_ids):
-            token_ids = greedy_decode(model, trim_shared_padding(source_ids), max_length, start_id, end_id)
-            return self.target_tokenizer.detokenize(token_ids)
+            # One trace for every batch: the signature leaves both dimensions open.
+            @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+            def traced(source_ids):
+                return greedy_decode(model, trim_shared_padding(source_ids), max_length, start_id, end_id)
 
-        self._translate = translate
+            self._decode = lambda source_ids: traced(tf.constant(source_ids)).numpy()
+        else:
+            self._decode = lambda source_ids: greedy_decode_loop(
+                model, trim_shared_padding_array(source_ids), max_length, start_id, end_id
+            )
 
     def translations(self):
-        """The current model's translations of `sources`, in their order."""
-        if self._translate is None:
+        """The current model's translations of the sources, in their order."""
+        if self._decode is None:
             raise RuntimeError("ValidationChrF translates once training has begun (on_train_begin).")
-        translations = [None] * len(self.sources)
+        translations = [None] * len(self.references)
         for indices in self._batches:
-            for index, text in zip(indices, self._translate(tf.constant(self._source_ids[indices])).numpy()):
-                translations[index] = text.decode("utf-8", errors="replace")
+            for index, text in zip(indices, detokenize(self._decode(self._source_ids[indices]), self.vocabulary)):
+                translations[index] = text
         return translations
 
     def on_epoch_end(self, epoch, logs=None):

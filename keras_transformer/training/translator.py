@@ -10,11 +10,10 @@ stands in for `fit`.
 
 import dataclasses
 import json
-import math
 import os
 
 import keras
-import tensorflow as tf
+import numpy as np
 
 from keras_transformer.data.tokens import SHARED_VOCABULARY
 from keras_transformer.data.tokens import SOURCE_VOCABULARY
@@ -25,12 +24,15 @@ from keras_transformer.data.tokens import TranslationTokens
 from keras_transformer.data.tokens import copy_vocabularies
 from keras_transformer.data.tokens import settings_from_tokens
 from keras_transformer.decoding import greedy_decode
+from keras_transformer.decoding import greedy_decode_loop
 from keras_transformer.models import Seq2SeqTransformer
-from keras_transformer.text import WordPieceTokenizer
-from keras_transformer.text import build_vocabulary
-from keras_transformer.text import save_vocabulary
-from keras_transformer.text.padding import trim_shared_padding
-from keras_transformer.training.batching import length_bucketed_batches
+from keras_transformer.text.padding import trim_shared_padding_array
+from keras_transformer.text.vocabulary import END
+from keras_transformer.text.vocabulary import START
+from keras_transformer.text.vocabulary import detokenize
+from keras_transformer.text.vocabulary import read_vocabulary
+from keras_transformer.training.batching import ArrayBatches
+from keras_transformer.training.batching import batch_width_multiple
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.data_defaults import check_chosen
 from keras_transformer.training.data_defaults import choices_record
@@ -122,13 +124,20 @@ class TranslatorSettings:
 class TranslatorRun:
     model: Seq2SeqTransformer
     settings: TranslatorSettings  # with the values chosen from the data (or resumed)
-    source_tokenizer: WordPieceTokenizer
-    target_tokenizer: WordPieceTokenizer
     samples: list
     epochs_completed: int
     stopped_by_time_budget: bool
     training_seconds: float
     run_dir: str
+
+    # Made from the run folder when asked for: they need TensorFlow, which training from tokens does not.
+    @property
+    def source_tokenizer(self):
+        return run_tokenizers(RunFolder(self.run_dir), self.settings)[0]
+
+    @property
+    def target_tokenizer(self):
+        return run_tokenizers(RunFolder(self.run_dir), self.settings)[1]
 
 
 def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=None, verbose=1,
@@ -192,6 +201,8 @@ def tokenize_translation_data(data, settings, vocabulary_dir, verbose=1):
 def encode_translation_data(data, settings, vocabulary_folder, chosen_from_data=None):
     """`data` encoded with the vocabularies in `vocabulary_folder` (a `RunFolder`)
     at `settings.sequence_length`, as a `TokenizedTranslationData` named as `data`."""
+    import tensorflow as tf
+
     source_tokenizer, target_tokenizer = run_tokenizers(vocabulary_folder, settings)
 
     def encode(split, keep_texts):
@@ -242,46 +253,25 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
         save_settings(folder, settings.validate(), data=tokens.name, source_language=tokens.source_language,
                       target_language=tokens.target_language, chosen_from_data=choices_record(chosen))
     keras.utils.set_random_seed(settings.seed)
-    source_tokenizer, target_tokenizer = run_tokenizers(folder, settings)
+    source_vocabulary, target_vocabulary = run_vocabularies(folder, settings)
 
     train_dataset = _translation_batches(tokens.train.source_ids, tokens.train.target_ids, settings, shuffle=True)
     validation_dataset = _translation_batches(
         tokens.validation.source_ids, tokens.validation.target_ids, settings, shuffle=False
     )
 
-    with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
-        model = build_translator_model(settings, source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size)
-        # Under mixed_float16, compile wraps the optimizer in a LossScaleOptimizer.
-        model.compile(
-            optimizer=keras.optimizers.Adam(
-                TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale),
-                beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=settings.clip_norm,
-            ),
-            loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
-            # An object, not the bare function: Keras wraps a function into a
-            # metric inside the first traced train step, which then traces twice.
-            metrics=[keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")],
-            jit_compile=settings.jit_compile,
-        )
-        build_optimizer(model)
+    model = build_compiled_translator(settings, len(source_vocabulary), len(target_vocabulary), strategy)
     fitted = fit_in_folder(
         model, strategy, folder, settings, train_dataset, validation_dataset,
-        time_budget_minutes=time_budget_minutes, verbose=verbose,
-        steps_per_epoch=math.ceil(len(tokens.train) / settings.batch_size), callbacks=callbacks,
-        # lead: switch to _validation_chrf(source_ids, references, settings, vocabulary) (the notf slice)
-        epoch_metrics=_validation_chrf(tokens, settings, source_tokenizer, target_tokenizer),
+        time_budget_minutes=time_budget_minutes, verbose=verbose, callbacks=callbacks,
+        epoch_metrics=_validation_chrf(tokens.validation.source_ids, tokens.validation.target_ids,
+                                       tokens.validation.targets, settings, target_vocabulary),
     )
     if fitted is None:
         return None  # the chief translates the samples and writes the results
 
     sources = tokens.test.sources[:num_samples]
-    # lead: switch to translate_ids(fitted.model, source_ids, settings, vocabulary) (the notf slice)
-    source_ids = tf.constant(tokens.test.source_ids[:num_samples])
-    generated = greedy_decode(
-        fitted.model, source_ids, settings.sequence_length,
-        target_tokenizer.token_id("[START]"), target_tokenizer.token_id("[END]"),
-    )
-    translations = [text.decode("utf-8") for text in target_tokenizer.detokenize(generated).numpy()]
+    translations = translate_ids(fitted.model, tokens.test.source_ids[:num_samples], settings, target_vocabulary)
     samples = [
         {"source": source, "reference": reference, "translation": translation}
         for source, reference, translation in zip(sources, tokens.test.targets, translations)
@@ -295,8 +285,6 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
     return TranslatorRun(
         model=fitted.model,
         settings=settings,
-        source_tokenizer=source_tokenizer,
-        target_tokenizer=target_tokenizer,
         samples=samples,
         epochs_completed=len(fitted.history.get("loss", [])),
         stopped_by_time_budget=fitted.stopped_by_time_budget,
@@ -314,6 +302,9 @@ def saved_translator_settings(saved):
 
 def build_run_vocabularies(folder, data, settings):
     """Learns the run's vocabularies from the training pairs into `folder` (read by `run_tokenizers`)."""
+    from keras_transformer.text.wordpiece import build_vocabulary
+    from keras_transformer.text.wordpiece import save_vocabulary
+
     if settings.shared_vocabulary:
         # Cased, since its tokens are also the output.
         vocabulary = build_vocabulary(
@@ -330,6 +321,8 @@ def build_run_vocabularies(folder, data, settings):
 
 def run_tokenizers(folder, settings):
     """The run's `(source, target)` tokenizers: one object twice with `shared_vocabulary`."""
+    from keras_transformer.text.wordpiece import WordPieceTokenizer
+
     if settings.shared_vocabulary:
         tokenizer = WordPieceTokenizer(folder.file(SHARED_VOCABULARY), lower_case=False)
         return tokenizer, tokenizer
@@ -337,16 +330,63 @@ def run_tokenizers(folder, settings):
             WordPieceTokenizer(folder.file(TARGET_VOCABULARY), lower_case=False))
 
 
-def _validation_chrf(data, settings, source_tokenizer, target_tokenizer):
-    """`[ValidationChrF]` on the run's seeded validation subset, or `[]` without `chrf_pairs`."""
-    if not settings.chrf_pairs or not len(data.validation):
+def run_vocabularies(folder, settings):
+    """The run's `(source, target)` vocabularies as lists of tokens (no TensorFlow needed)."""
+    if settings.shared_vocabulary:
+        vocabulary = read_vocabulary(folder.file(SHARED_VOCABULARY))
+        return vocabulary, vocabulary
+    return read_vocabulary(folder.file(SOURCE_VOCABULARY)), read_vocabulary(folder.file(TARGET_VOCABULARY))
+
+
+def _validation_chrf(source_ids, target_ids, references, settings, vocabulary):
+    """`[ValidationChrF]` on the run's seeded validation subset, or `[]` without `chrf_pairs`.
+
+    `source_ids` and `target_ids` are the validation pairs encoded as for
+    training, `references` their target texts, `vocabulary` the target's tokens.
+    """
+    if not settings.chrf_pairs or not len(references):
         return []
-    subset = chrf_subset(len(data.validation), settings.chrf_pairs, settings.seed)
+    subset = chrf_subset(len(references), settings.chrf_pairs, settings.seed)
     return [ValidationChrF(
-        [data.validation.sources[index] for index in subset], [data.validation.targets[index] for index in subset],
-        source_tokenizer, target_tokenizer, max_output_length=settings.sequence_length,
-        batch_size=settings.batch_size,
+        np.asarray(source_ids)[subset], np.asarray(target_ids)[subset], [references[index] for index in subset],
+        vocabulary, max_output_length=settings.sequence_length, batch_size=settings.batch_size,
     )]
+
+
+def translate_ids(model, source_ids, settings, vocabulary):
+    """Greedy translations of encoded sources (`[N, sequence_length]`) as text, on any backend.
+
+    What the end-of-run samples show: `greedy_decode` on TensorFlow,
+    `greedy_decode_loop` (the same tokens) elsewhere, detokenized with the
+    target `vocabulary` (a list of tokens) as the export detokenizes.
+    """
+    start_id, end_id = vocabulary.index(START), vocabulary.index(END)
+    if keras.backend.backend() == "tensorflow":
+        token_ids = greedy_decode(model, source_ids, settings.sequence_length, start_id, end_id).numpy()
+    else:
+        token_ids = greedy_decode_loop(model, source_ids, settings.sequence_length, start_id, end_id)
+    return detokenize(token_ids, vocabulary)
+
+
+def build_compiled_translator(settings, source_vocabulary_size, target_vocabulary_size, strategy=None):
+    """`build_translator_model`, compiled for `fit` (Adam on a `TransformerSchedule`, masked loss
+    and accuracy) in `strategy`'s scope under `settings.mixed_precision`."""
+    with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
+        model = build_translator_model(settings, source_vocabulary_size, target_vocabulary_size)
+        # Under mixed_float16, compile wraps the optimizer in a LossScaleOptimizer.
+        model.compile(
+            optimizer=keras.optimizers.Adam(
+                TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale),
+                beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=settings.clip_norm,
+            ),
+            loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
+            # An object, not the bare function: Keras wraps a function into a
+            # metric inside the first traced train step, which then traces twice.
+            metrics=[keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")],
+            jit_compile=settings.jit_compile,
+        )
+        build_optimizer(model)
+    return model
 
 
 def build_translator_model(settings, source_vocabulary_size, target_vocabulary_size):
@@ -370,22 +410,22 @@ def build_translator_model(settings, source_vocabulary_size, target_vocabulary_s
 
 
 def _translation_batches(source_ids, target_ids, settings, shuffle):
-    dataset = tf.data.Dataset.from_tensor_slices((source_ids, target_ids))
-    if shuffle:
-        # Repeated before bucketing: buckets then fill across epoch ends,
-        # and an epoch is a fixed number of steps (`_train_translator`), not "until the
-        # buckets run dry", which Keras would warn about every epoch.
-        dataset = dataset.shuffle(len(source_ids), seed=settings.seed, reshuffle_each_iteration=True).repeat()
-        dataset = length_bucketed_batches(dataset, settings.batch_size, settings.sequence_length + 1)
-    else:
-        dataset = dataset.batch(settings.batch_size)
-    return dataset.map(_teacher_forcing).prefetch(tf.data.AUTOTUNE)
+    """`ArrayBatches` of encoded pairs for `fit`, teacher-forced (`_teacher_forcing`).
+
+    Training batches (`shuffle`) are reshuffled every epoch and grouped by
+    length in bands of 8 tokens; validation batches keep the pairs' order.
+    Either way an epoch is `ceil(N / batch_size)` batches, every pair once.
+    """
+    return ArrayBatches(
+        (source_ids, target_ids), settings.batch_size, make_batch=_teacher_forcing,
+        seed=settings.seed if shuffle else None, bucket_width=8 if shuffle else None,
+    )
 
 
 def _teacher_forcing(source_ids, target_ids):
     """`[START] y1 .. yn [END]` -> inputs `[START] y1 .. yn`, labels `y1 .. yn [END]`,
-    without the padding columns the whole batch shares."""
-    source_ids = trim_shared_padding(source_ids)
-    target_ids = trim_shared_padding(target_ids, min_length=2)
-    return {"source_ids": source_ids, "target_ids": target_ids[:, :-1]}, target_ids[:, 1:]
-
+    without the padding columns the whole batch shares (NumPy batches)."""
+    multiple = batch_width_multiple()
+    labels = trim_shared_padding_array(target_ids[:, 1:], multiple=multiple)
+    inputs = target_ids[:, : labels.shape[1]]
+    return {"source_ids": trim_shared_padding_array(source_ids, multiple=multiple), "target_ids": inputs}, labels

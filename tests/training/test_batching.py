@@ -1,10 +1,13 @@
-"""Batch shaping: shared-padding trimming and length buckets."""
+"""Batch shaping: shared-padding trimming and length buckets (`ArrayBatches`)."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
-from keras_transformer.training.batching import length_bucketed_batches
 from keras_transformer.text.padding import trim_shared_padding
+from keras_transformer.text.padding import trim_shared_padding_array
+from keras_transformer.training.batching import ArrayBatches
+from keras_transformer.training.batching import as_tf_dataset
 
 
 def padded_rows(lengths, width):
@@ -21,19 +24,107 @@ def test_trim_shared_padding_keeps_the_longest_row():
     assert trim_shared_padding(tf.zeros([2, 6], tf.int32), min_length=2).shape == (2, 2)
 
 
+def test_trim_shared_padding_array_is_the_tensorflow_trim():
+    rng = np.random.default_rng(1)
+    for lengths in ([3, 5, 1], [0, 0], [7, 7], list(rng.integers(0, 10, size=6))):
+        rows = padded_rows(lengths, 10)
+        for min_length in (1, 2):
+            np.testing.assert_array_equal(trim_shared_padding_array(rows, min_length),
+                                          trim_shared_padding(tf.constant(rows), min_length).numpy())
+
+
 def test_length_buckets_group_similar_lengths_and_keep_every_row():
     rng = np.random.default_rng(0)
     width = 40
     source_lengths = rng.integers(1, width, size=300)
     target_lengths = rng.integers(1, width, size=300)
     sources, targets = padded_rows(source_lengths, width), padded_rows(target_lengths, width)
-    dataset = tf.data.Dataset.from_tensor_slices((sources, targets)).shuffle(300, seed=1)
-    seen = []
-    for source_batch, target_batch in length_bucketed_batches(dataset, 16, width, bucket_width=8):
-        source_batch, target_batch = source_batch.numpy(), target_batch.numpy()
+    batches = ArrayBatches((sources, targets), 16, seed=1, bucket_width=8)
+    assert len(batches) == 19  # ceil(300 / 16): an epoch is as long as without buckets
+    seen, mixed = [], 0
+    for source_batch, target_batch in batches:
         assert len(source_batch) <= 16
         longest = np.maximum((source_batch != 0).sum(1), (target_batch != 0).sum(1))
-        # One band of 8 lengths per batch: (0, 8], (8, 16], ...
-        assert len(set((longest - 1) // 8)) == 1
+        # One band of 8 lengths per batch, (0, 8], (8, 16], ..., but for the
+        # batches of what the bands leave over (fewer than one per band).
+        mixed += len(set((longest - 1) // 8)) > 1
+        assert source_batch.shape[1] == (source_batch != 0).sum(1).max()  # trimmed
         seen.extend(source_batch[:, 0].tolist())
+    assert mixed <= 4
     assert sorted(seen) == sorted(sources[:, 0].tolist())
+
+
+def test_order_is_a_function_of_seed_and_epoch():
+    rows = padded_rows(np.arange(1, 101) % 30 + 1, 32)
+
+    def first_ids(batches, epoch):
+        batches.epoch = epoch
+        return [batch[0][:, 0].tolist() for batch in batches]
+
+    for bucket_width in (None, 8):
+        batches = ArrayBatches((rows,), 8, seed=4, bucket_width=bucket_width)
+        epoch_2 = first_ids(batches, 2)
+        assert first_ids(batches, 0) != epoch_2 != first_ids(batches, 1)
+        # A fresh object (a resumed run) at epoch 2 reads the same batches.
+        assert first_ids(ArrayBatches((rows,), 8, seed=4, bucket_width=bucket_width), 2) == epoch_2
+        assert first_ids(ArrayBatches((rows,), 8, seed=5, bucket_width=bucket_width), 2) != epoch_2
+    unshuffled = ArrayBatches((rows,), 8)
+    assert first_ids(unshuffled, 0) == first_ids(unshuffled, 3) == [rows[i:i + 8, 0].tolist()
+                                                                    for i in range(0, 100, 8)]
+
+
+def test_bad_batches_are_refused_with_their_reason():
+    rows = padded_rows([1, 2, 3], 4)
+    with pytest.raises(ValueError, match="one length"):
+        ArrayBatches((rows, np.zeros(2)), 2)
+    with pytest.raises(ValueError, match="batch_size"):
+        ArrayBatches((rows,), 0)
+    with pytest.raises(ValueError, match="seed"):
+        ArrayBatches((rows,), 2, bucket_width=8)
+
+
+def test_as_tf_dataset_reads_each_epochs_batches_of_any_width():
+    """Keras would fix the width the first two batches share; trimmed widths vary after."""
+    rows = padded_rows([4, 4, 4, 4, 2, 2, 9, 9], 12)
+    batches = ArrayBatches((rows, np.arange(8)), 2)
+    dataset = as_tf_dataset(batches)
+    widths = [ids.shape[1] for ids, _ in dataset]
+    assert widths == [4, 4, 2, 9]
+    shuffled = ArrayBatches((rows, np.arange(8)), 2, seed=3)
+    dataset = as_tf_dataset(shuffled)
+    for epoch in (0, 1):
+        shuffled.epoch = epoch
+        read = [labels.numpy().tolist() for _, labels in dataset]
+        assert read == [labels.tolist() for _, labels in shuffled]
+    assert as_tf_dataset(dataset) is dataset  # other data passes through
+
+
+def test_trimmed_widths_round_up_to_a_multiple_within_the_rows():
+    rows = padded_rows([3, 5, 1], 20)
+    assert trim_shared_padding_array(rows, multiple=8).shape == (3, 8)
+    np.testing.assert_array_equal(trim_shared_padding_array(rows, multiple=8), rows[:, :8])
+    assert trim_shared_padding_array(padded_rows([9], 20), multiple=8).shape == (1, 16)
+    assert trim_shared_padding_array(padded_rows([9], 12), multiple=8).shape == (1, 12)  # never past L
+    assert trim_shared_padding_array(padded_rows([0], 12), multiple=8).shape == (1, 8)
+
+
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_teacher_forcing_splits_targets_as_the_tensorflow_pipeline_did(multiple, monkeypatch):
+    from keras_transformer.training import translator
+
+    monkeypatch.setattr(translator, "batch_width_multiple", lambda: multiple)
+    sources = padded_rows([3, 6, 2], 12)
+    targets = padded_rows([4, 9, 2], 13)
+    inputs, labels = translator._teacher_forcing(sources, targets)
+    # Before ArrayBatches: trimmed to the longest row (at least 2), then split.
+    trimmed = trim_shared_padding(tf.constant(targets), min_length=2).numpy()
+    width = trimmed.shape[1] - 1
+    if multiple == 1:
+        np.testing.assert_array_equal(inputs["source_ids"], sources[:, :6])
+        np.testing.assert_array_equal(inputs["target_ids"], trimmed[:, :-1])
+        np.testing.assert_array_equal(labels, trimmed[:, 1:])
+    else:
+        assert inputs["source_ids"].shape[1] == 8 and labels.shape[1] == inputs["target_ids"].shape[1] == 8
+        np.testing.assert_array_equal(labels[:, :width], trimmed[:, 1:])
+        assert not labels[:, width:].any()
+        np.testing.assert_array_equal(inputs["target_ids"], targets[:, :8])

@@ -1,4 +1,4 @@
-"""The translator's length-bucketed batches keep every target with its own source.
+"""The translator's length-bucketed batches (`ArrayBatches`) keep every target with its own source.
 
 Each source row carries its example's number, and its target is derived from
 that number (a different length, a different token pattern), so any batch
@@ -8,9 +8,8 @@ position it lands in.
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from keras_transformer.training.batching import length_bucketed_batches
+from keras_transformer.training.batching import ArrayBatches
 
 WIDTH = 33  # the translator buckets rows of sequence_length + 1 tokens
 NUM_PAIRS = 400
@@ -53,7 +52,6 @@ def check_pairs(batches, sources, targets, batch_size=BATCH_SIZE):
     """Every (source, target) row of every batch is one of the examples, whole; returns their numbers."""
     seen = []
     for source_batch, target_batch in batches:
-        source_batch, target_batch = source_batch.numpy(), target_batch.numpy()
         assert source_batch.shape[0] == target_batch.shape[0] <= batch_size
         for source, target in zip(source_batch, target_batch):
             number = source_number(source)
@@ -64,13 +62,20 @@ def check_pairs(batches, sources, targets, batch_size=BATCH_SIZE):
     return seen
 
 
+def untrimmed(sources, targets):
+    return sources, targets
+
+
+def bucketed(sources, targets, batch_size=BATCH_SIZE, bucket_width=8, seed=3):
+    """Whole rows (untrimmed), so a row is compared with its example as it was."""
+    return ArrayBatches((sources, targets), batch_size, make_batch=untrimmed, seed=seed, bucket_width=bucket_width)
+
+
 def test_bucketed_batches_keep_each_target_with_its_source():
     sources, targets = example_pairs()
-    dataset = tf.data.Dataset.from_tensor_slices((sources, targets)).shuffle(NUM_PAIRS, seed=3)
-    batches = list(length_bucketed_batches(dataset, BATCH_SIZE, WIDTH, bucket_width=8))
+    batches = list(bucketed(sources, targets))
     # More than one bucket (so rows were regrouped), and every example comes out once.
-    bands = {int((max((s.numpy() != 0).sum(1).max(), (t.numpy() != 0).sum(1).max()) - 1) // 8)
-             for s, t in batches}
+    bands = {int((max((s != 0).sum(1).max(), (t != 0).sum(1).max()) - 1) // 8) for s, t in batches}
     assert len(bands) > 2, bands
     seen = check_pairs(batches, sources, targets)
     assert sorted(seen) == list(range(1, NUM_PAIRS + 1))
@@ -79,17 +84,19 @@ def test_bucketed_batches_keep_each_target_with_its_source():
 @pytest.mark.parametrize("batch_size, bucket_width", [(1, 8), (5, 4), (64, 33)])
 def test_pairs_survive_other_bucket_shapes(batch_size, bucket_width):
     sources, targets = example_pairs(seed=batch_size)
-    dataset = tf.data.Dataset.from_tensor_slices((sources, targets)).shuffle(NUM_PAIRS, seed=batch_size)
-    seen = check_pairs(length_bucketed_batches(dataset, batch_size, WIDTH, bucket_width=bucket_width),
+    seen = check_pairs(bucketed(sources, targets, batch_size, bucket_width, seed=batch_size),
                        sources, targets, batch_size)
     assert sorted(seen) == list(range(1, NUM_PAIRS + 1))
 
 
-def test_pairs_survive_the_translators_shuffle_repeat_then_bucket():
-    """As the translator's training pipeline feeds it: reshuffled, repeated, then bucketed."""
+def test_pairs_survive_the_translators_epochs():
+    """As the translator's training feeds `fit`: reshuffled and rebucketed every epoch."""
     sources, targets = example_pairs(seed=5)
-    dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
-    dataset = dataset.shuffle(NUM_PAIRS, seed=5, reshuffle_each_iteration=True).repeat()
-    batches = length_bucketed_batches(dataset, BATCH_SIZE, WIDTH).take(3 * NUM_PAIRS // BATCH_SIZE)
-    seen = check_pairs(batches, sources, targets)
-    assert len(seen) == 3 * NUM_PAIRS
+    batches = bucketed(sources, targets, seed=5)
+    orders = []
+    for epoch in range(3):
+        batches.epoch = epoch
+        seen = check_pairs(batches, sources, targets)
+        assert sorted(seen) == list(range(1, NUM_PAIRS + 1))
+        orders.append(seen)
+    assert orders[0] != orders[1] != orders[2]

@@ -134,11 +134,18 @@ def shared_tokenizer(tmp_path_factory):
     return WordPieceTokenizer(path, lower_case=False)
 
 
+def chrf_callback(tokenizer, sources, references, **options):
+    """`ValidationChrF` on the pairs encoded as the translator encodes them (16 source tokens)."""
+    source_ids = tokenizer.encode(tf.constant(sources), 16).numpy()
+    reference_ids = tokenizer.encode(tf.constant(references), 17, add_start_end=True).numpy()
+    return ValidationChrF(source_ids, reference_ids, references, tokenizer.vocabulary, max_output_length=16,
+                          **options)
+
+
 def test_validation_chrf_scores_the_detokenized_greedy_output(shared_tokenizer):
     sources = ["the blue dog sleeps", "red cat", "the green hat runs", "dog", "the cat runs"]
     decoder = CopyingDecoder(shared_tokenizer.vocabulary_size, shared_tokenizer.token_id("[END]"))
-    callback = ValidationChrF(sources, sources, shared_tokenizer, shared_tokenizer, max_output_length=16,
-                              batch_size=2)
+    callback = chrf_callback(shared_tokenizer, sources, sources, batch_size=2)
     callback.set_model(decoder)
     callback.on_train_begin()
     logs = {"val_loss": 1.0}
@@ -156,7 +163,7 @@ def test_validation_chrf_scores_the_detokenized_greedy_output(shared_tokenizer):
 def test_validation_chrf_cuts_outputs_at_twice_the_longest_reference(shared_tokenizer):
     source = " ".join(["dog"] * 12)
     decoder = CopyingDecoder(shared_tokenizer.vocabulary_size, shared_tokenizer.token_id("[END]"))
-    callback = ValidationChrF([source], ["dog dog"], shared_tokenizer, shared_tokenizer, max_output_length=16)
+    callback = chrf_callback(shared_tokenizer, [source], ["dog dog"])
     callback.set_model(decoder)
     callback.on_train_begin()
     # The reference has 2 tokens: at most 2 * 2 + 1 generated, the last not [END].

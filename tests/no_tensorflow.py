@@ -1,0 +1,49 @@
+"""Runs Python code in a subprocess where TensorFlow cannot be imported, on JAX.
+
+As on the lent GPU machines: `KERAS_BACKEND=jax`, and `import tensorflow`
+(or `tensorflow_text`, `tensorflow_datasets`) raises ImportError. The code
+fails the run if TensorFlow got into `sys.modules` anyway.
+
+    result = run_without_tensorflow("import keras_transformer.training.runs")
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HIDDEN_MODULES = ("tensorflow", "tensorflow_text", "tensorflow_datasets")
+
+# None in sys.modules makes `import NAME` raise ImportError (ModuleNotFoundError),
+# and `importlib.util.find_spec(NAME)` answer None, as where it is not installed.
+PRELUDE = f"""
+import sys
+for _name in {HIDDEN_MODULES!r}:
+    sys.modules[_name] = None
+"""
+
+POSTLUDE = f"""
+_imported = [name for name in {HIDDEN_MODULES!r} if sys.modules.get(name) is not None]
+assert not _imported, f"TensorFlow was imported: {{_imported}}"
+import keras
+assert keras.backend.backend() == "jax", keras.backend.backend()
+"""
+
+
+def run_without_tensorflow(code, timeout=300, env=None, cwd=REPOSITORY):
+    """Runs `code` (a string of Python) without TensorFlow, on JAX; returns the `CompletedProcess`.
+
+    Raises AssertionError with the subprocess's output when it fails or
+    imported TensorFlow; `subprocess.TimeoutExpired` after `timeout` seconds.
+    """
+    environment = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+                   "PYTHONPATH": REPOSITORY, **(env or {})}
+    program = PRELUDE + textwrap.dedent(code) + POSTLUDE
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=timeout,
+                            env=environment, cwd=cwd)
+    assert result.returncode == 0, (
+        f"exit status {result.returncode} without TensorFlow\n--- stdout\n{result.stdout[-6000:]}"
+        f"\n--- stderr\n{result.stderr[-6000:]}"
+    )
+    return result
