@@ -13,7 +13,9 @@ version there.
 """
 
 import argparse
+import importlib.util
 import os
+import subprocess
 import sys
 
 DEFAULT_BEAM_WIDTH = 4
@@ -36,7 +38,19 @@ def check_translator_export_flags(args):
 
 
 def export_run_and_say(run_dir, export_dir, **options):
-    """`export_run`, then the lines every app prints about the new version; returns its folder."""
+    """`export_run`, then the lines every app prints about the new version; returns its folder.
+
+    A run trained under another Keras backend (JAX) exports in a TensorFlow
+    process of `apps.export` (a SavedModel is traced by TensorFlow; a backend
+    is fixed for a process once Keras is imported), or, where TensorFlow is
+    not installed, not at all: the run folder exports later, elsewhere.
+    Returns None then.
+    """
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        _export_in_tensorflow_process(run_dir, export_dir, **options)
+        return None
     from keras_transformer.training.run_export import CLASSIFIER
     from keras_transformer.training.run_export import export_run
 
@@ -47,6 +61,24 @@ def export_run_and_say(run_dir, export_dir, **options):
     else:
         print(f'Try it: python -m apps.translate {export_dir} "your sentence here"')
     return exported.version_dir
+
+
+def _export_in_tensorflow_process(run_dir, export_dir, model_file=None, beam_width=DEFAULT_BEAM_WIDTH,
+                                  length_penalty=DEFAULT_LENGTH_PENALTY):
+    command = f"python -m apps.export {run_dir} --export-dir {export_dir}"
+    if importlib.util.find_spec("tensorflow") is None:
+        print(f"TensorFlow is not installed here, so the run is not exported. Where it is: {command}", flush=True)
+        return
+    argv = [sys.executable, "-m", "apps.export", os.fspath(run_dir), "--export-dir", os.fspath(export_dir),
+            "--beam-width", str(beam_width), "--length-penalty", str(length_penalty)]
+    if model_file is not None:
+        argv += ["--model-file", os.fspath(model_file)]
+    print(f"Exporting under TensorFlow: {command}", flush=True)
+    sys.stdout.flush()
+    exported = subprocess.run(argv, env={**os.environ, "KERAS_BACKEND": "tensorflow"}, check=False)
+    if exported.returncode:
+        raise SystemExit(f"error: the export failed (exit status {exported.returncode}); the run folder is "
+                         f"complete, so {command} can try again.")
 
 
 def build_parser():
@@ -68,6 +100,9 @@ def build_parser():
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    if "keras" not in sys.modules:
+        # SavedModels are TensorFlow graphs, whichever backend trained the run.
+        os.environ["KERAS_BACKEND"] = "tensorflow"
     try:
         check_translator_export_flags(args)
     except ValueError as error:

@@ -187,7 +187,7 @@ def add_hardware_flags(parser):
              "saved with the run, which --resume keeps",
     )
     hardware.add_argument("--jit-compile", action="store_true",
-                          help="compile the training step with XLA; saved with the run")
+                          help="compile the training step with XLA on TensorFlow (always on JAX); saved with the run")
     hardware.add_argument(
         "--distribute", choices=DISTRIBUTE_CHOICES, default="none",
         help="mirrored: this machine's GPUs; multi_worker: the machines in TF_CONFIG, one process "

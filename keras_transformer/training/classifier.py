@@ -34,6 +34,7 @@ from keras_transformer.training.data_defaults import choices_record
 from keras_transformer.training.data_defaults import choices_from_record
 from keras_transformer.training.data_defaults import classifier_settings_from_counts
 from keras_transformer.training.data_defaults import classifier_tokenization_from_data
+from keras_transformer.training.distribute import compile_with_xla
 from keras_transformer.training.distribute import dtype_policy
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
@@ -357,7 +358,7 @@ def build_compiled_model(settings, model_class, total_steps, loss, make_metrics,
             optimizer=build_adamw(settings, total_steps),
             loss=loss,
             metrics=make_metrics(),
-            jit_compile=settings.jit_compile,
+            jit_compile=compile_with_xla(settings.jit_compile),
         )
         build_optimizer(model)
     return model

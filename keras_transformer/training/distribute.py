@@ -5,7 +5,8 @@
   layers compute in the low precision (softmax, layer norm and the classifier's
   head in float32). Under `mixed_float16`, `model.compile` wraps the optimizer
   in a `keras.optimizers.LossScaleOptimizer` itself.
-* XLA: `jit_compile=True` in `model.compile`.
+* XLA: `jit_compile=True` in `model.compile` (`compile_with_xla`); always on JAX,
+  whose op-by-op execution is several times slower than its compiled step.
 * Distribution (`make_strategy`): `"mirrored"` is `tf.distribute.MirroredStrategy`
   over this machine's GPUs (one replica on a CPU-only machine), trained with
   `model.fit`; `"multi_worker"` is `tf.distribute.MultiWorkerMirroredStrategy`
@@ -70,6 +71,12 @@ def dtype_policy(mixed_precision):
         yield
     finally:
         keras.config.set_dtype_policy(previous)
+
+
+def compile_with_xla(jit_compile):
+    """`model.compile`'s `jit_compile` for the `--jit-compile` setting: as set on
+    TensorFlow, always on JAX (Keras' own default there)."""
+    return bool(jit_compile) or keras.backend.backend() == "jax"
 
 
 def check_jit_compile(distribute, jit_compile):

@@ -40,6 +40,7 @@ from keras_transformer.training.data_defaults import choices_from_record
 from keras_transformer.training.data_defaults import target_word_count
 from keras_transformer.training.data_defaults import translator_settings_from_counts
 from keras_transformer.training.data_defaults import translator_tokenization_from_data
+from keras_transformer.training.distribute import compile_with_xla
 from keras_transformer.training.distribute import dtype_policy
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
@@ -383,7 +384,7 @@ def build_compiled_translator(settings, source_vocabulary_size, target_vocabular
             # An object, not the bare function: Keras wraps a function into a
             # metric inside the first traced train step, which then traces twice.
             metrics=[keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")],
-            jit_compile=settings.jit_compile,
+            jit_compile=compile_with_xla(settings.jit_compile),
         )
         build_optimizer(model)
     return model
