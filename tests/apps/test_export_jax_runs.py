@@ -1,12 +1,14 @@
-"""Runs trained on JAX export under TensorFlow with `python -m apps.export`, and
-the SavedModels answer raw strings as the JAX models do.
+"""Tokenize here, train on JAX where TensorFlow is not, export here: the
+SavedModels answer raw strings as the JAX models do (issue 17's path).
 
-A subprocess with `KERAS_BACKEND=jax` trains a tiny classifier and a tiny
-translator with the training apps (`--no-export`; tokenization still uses
-tensorflow-text there) and computes the JAX models' own answers from their
-`model.keras`. This process exports both run folders with `apps.export`; a
-fresh process that cannot import the project loads the exports with
-`tf.saved_model.load` and answers the same texts.
+`apps.tokenize` writes a classifier's and a translator's token folders. A
+subprocess with `KERAS_BACKEND=jax`, where `import tensorflow` fails
+(`tests/no_tensorflow.py`), trains both with the training apps from
+`--data tokens:DIR` and computes the models' own answers from their
+`model.keras`: probabilities, and greedy translations by the library's
+TensorFlow-free decode loop and detokenizer. This process exports both run
+folders with `apps.export`; a fresh process that cannot import the project
+loads the exports with `tf.saved_model.load` and answers the raw strings.
 """
 
 import json
@@ -17,8 +19,12 @@ import textwrap
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from apps import export as export_app
+from apps import tokenize as tokenize_app
+from keras_transformer.data.tokens import read_token_folder
+from keras_transformer.text.wordpiece import WordPieceTokenizer
 from tests.apps.test_train_translator import FLAGS as TRANSLATOR_FLAGS
 from tests.apps.test_train_translator import write_pairs
 from tests.classifier_fixtures import CLASS_NAMES
@@ -26,8 +32,7 @@ from tests.classifier_fixtures import MODEL_FLAGS as CLASSIFIER_FLAGS
 from tests.classifier_fixtures import write_keyword_csv
 from tests.export.fresh_loader import LOADER_HEADER
 from tests.export.test_translator_export import fresh_environment
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.no_tensorflow import run_without_tensorflow
 
 # Raw strings for both models: keyword texts and number words, seen and unseen
 # combinations, and words neither vocabulary has.
@@ -41,73 +46,47 @@ TEXTS = [
     "zebra quantum xylophone",
 ]
 
-# The JAX side. The translator's end-of-run samples are greedy translations;
-# the library's greedy decoder is a TensorFlow while loop, which cannot run a
-# JAX model, so the app is given `cached_greedy` below instead: the same
-# algorithm (the model's own `encode`, `initialize_cache` and `decode_step`,
-# argmax, zeros after [END]) stepped in Python. It is also what the JAX
-# model's translations are computed with: the fair comparison for the export's
-# `greedy` signature, which runs the same steps in a `tf.while_loop`.
-JAX_SIDE = textwrap.dedent(
-    """
-    import json, os, sys
-    import numpy as np
-    import keras
-    assert keras.backend.backend() == "jax", keras.backend.backend()
-    import tensorflow as tf
+# What shapes the tokens: given to apps.tokenize, not to training (which takes them from the folder).
+TRANSLATOR_TOKEN_FLAGS = ["--max-length", "12", "--vocab-size", "120", "--validation-size", "8", "--test-size", "8"]
+TRANSLATOR_TRAINING_FLAGS = [flag for index, flag in enumerate(TRANSLATOR_FLAGS)
+                             if flag not in TRANSLATOR_TOKEN_FLAGS[::2]
+                             and TRANSLATOR_FLAGS[index - 1] not in TRANSLATOR_TOKEN_FLAGS[::2]]
 
-    from apps import train_classifier, train_translator
-    from keras_transformer.training.run_export import read_run
-    from keras_transformer.text.wordpiece import WordPieceTokenizer
-    from keras_transformer.training.callbacks import RunFolder
-    import keras_transformer.training.translator as translator_training
+# The JAX side, without TensorFlow: train from the token folders, then answer
+# `TEXTS` (encoded here, with the folders' vocabularies) with each model.
+JAX_SIDE = """
+import json, os
+import numpy as np
+import keras
 
-    def cached_greedy(model, source_ids, max_length, start_id, end_id):
-        source_ids = np.asarray(source_ids)
-        encoder_output, source_mask = model.encode(source_ids, training=False)
-        cache, constants = model.initialize_cache(encoder_output, source_mask, max_length)
-        batch_size = len(source_ids)
-        tokens = np.full([batch_size], start_id, np.int32)
-        finished = np.zeros([batch_size], bool)
-        outputs = np.zeros([batch_size, max_length], np.int32)
-        for index in range(max_length):
-            if finished.all():
-                break
-            logits, cache = model.decode_step(tokens[:, None], index, cache, constants)
-            tokens = np.where(finished, 0, np.argmax(np.asarray(logits), axis=-1)).astype(np.int32)
-            outputs[:, index] = tokens
-            finished |= tokens == end_id
-        return outputs
+from apps import train_classifier, train_translator
+from keras_transformer.decoding import greedy_decode_loop
+from keras_transformer.text.vocabulary import END, START, detokenize
+from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.translator import run_vocabularies, saved_translator_settings
 
-    translator_training.greedy_decode = cached_greedy
+request = json.loads(os.environ["JAX_REQUEST"])
+answers = {}
 
-    request = json.loads(sys.argv[1])
-    texts = request["texts"]
-    answers = {}
+assert train_classifier.main(request["classifier_argv"]) == 0
+model = keras.models.load_model(os.path.join(request["classifier_run"], "model.keras"), compile=False)
+answers["probabilities"] = np.asarray(
+    model.predict(np.asarray(request["classifier_ids"], np.int32), verbose=0)).tolist()
 
-    run_dir = request["classifier_run"]
-    status = train_classifier.main(request["classifier_argv"])
-    assert status == 0, status
-    model = keras.models.load_model(os.path.join(run_dir, "model.keras"), compile=False)
-    settings = read_run(run_dir).settings
-    tokenizer = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt"))
-    token_ids = tokenizer.encode(tf.constant(texts), model.sequence_length, add_cls=settings.pooling == "cls")
-    answers["probabilities"] = np.asarray(model.predict(token_ids.numpy(), verbose=0)).tolist()
-
-    run_dir = request["translator_run"]
-    status = train_translator.main(request["translator_argv"])
-    assert status == 0, status
-    model = keras.models.load_model(os.path.join(run_dir, "model.keras"), compile=False)
-    settings = read_run(run_dir).settings
-    source, target = translator_training.run_tokenizers(RunFolder(run_dir), settings)
-    source_ids = source.encode(tf.constant(texts), settings.sequence_length).numpy()
-    generated = cached_greedy(model, source_ids, settings.sequence_length,
-                              target.token_id("[START]"), target.token_id("[END]"))
-    answers["translations"] = [text.decode() for text in target.detokenize(generated).numpy()]
-    answers["backend"] = keras.backend.backend()
-    print("ANSWERS " + json.dumps(answers))
-    """
-)
+run_dir = request["translator_run"]
+assert train_translator.main(request["translator_argv"]) == 0
+model = keras.models.load_model(os.path.join(run_dir, "model.keras"), compile=False)
+with open(os.path.join(run_dir, "settings.json")) as settings_file:
+    settings = saved_translator_settings(json.load(settings_file))
+_, target_vocabulary = run_vocabularies(RunFolder(run_dir), settings)
+generated = greedy_decode_loop(model, np.asarray(request["translator_ids"], np.int32), settings.sequence_length,
+                               target_vocabulary.index(START), target_vocabulary.index(END))
+answers["translations"] = detokenize(generated, target_vocabulary)
+answers["backend"] = keras.backend.backend()
+with open(os.path.join(run_dir, "samples.json")) as samples_file:
+    answers["samples"] = json.load(samples_file)
+print("ANSWERS " + json.dumps(answers))
+"""
 
 # The TensorFlow side: LOADER_HEADER's fresh process (the project unimportable,
 # `saved_model_cli` on the classifier) loads both exports.
@@ -134,38 +113,63 @@ def last_json_line(stdout, prefix):
 
 
 @pytest.fixture(scope="module")
-def jax_runs(tmp_path_factory):
-    """The two run folders trained on JAX, and the JAX models' answers to `TEXTS`."""
+def token_folders(tmp_path_factory):
+    """`(classifier, translator)` token folders written by `apps.tokenize` here, under TensorFlow."""
+    folder = tmp_path_factory.mktemp("tokens")
+    classifier_tokens, translator_tokens = str(folder / "classifier"), str(folder / "translator")
+    assert tokenize_app.main([
+        "classifier", "--data", f"csv:{write_keyword_csv(folder / 'keywords.csv')}",
+        "--sequence-length", "32", "--vocab-size", "200", "--out", classifier_tokens,
+    ]) == 0
+    assert tokenize_app.main([
+        "translator", "--data", f"tsv:{write_pairs(folder / 'pairs.tsv', count=200)}", *TRANSLATOR_TOKEN_FLAGS,
+        "--out", translator_tokens,
+    ]) == 0
+    return classifier_tokens, translator_tokens
+
+
+def encode_texts(token_folder, task):
+    """`TEXTS` as the token folder's vocabulary and settings encode them (the model inputs the export makes)."""
+    tokens = read_token_folder(token_folder, task)
+    if task == "classifier":
+        tokenizer = WordPieceTokenizer(tokens.vocabulary_files["vocabulary.txt"])
+        add_cls = tokens.settings["pooling"] == "cls"
+        return tokenizer.encode(tf.constant(TEXTS), tokens.settings["sequence_length"], add_cls=add_cls).numpy()
+    tokenizer = WordPieceTokenizer(tokens.vocabulary_files["source_vocabulary.txt"])
+    # The export encodes sources at the model's `sequence_length`, one above the
+    # tokens' (which leaves room for [START] / [END] on targets).
+    return tokenizer.encode(tf.constant(TEXTS), tokens.settings["sequence_length"] + 1).numpy()
+
+
+@pytest.fixture(scope="module")
+def jax_runs(token_folders, tmp_path_factory):
+    """The two run folders trained on JAX without TensorFlow, and the JAX models' answers to `TEXTS`."""
+    classifier_tokens, translator_tokens = token_folders
     folder = tmp_path_factory.mktemp("jax_runs")
     classifier_run, translator_run = str(folder / "classifier_run"), str(folder / "translator_run")
     request = {
-        "texts": TEXTS,
         "classifier_run": classifier_run,
-        # XLA: on JAX, every new batch shape is compiled, and one compiled step
-        # costs less than the same step run op by op.
+        "classifier_ids": encode_texts(classifier_tokens, "classifier").tolist(),
         "classifier_argv": [
-            "--data", f"csv:{write_keyword_csv(folder / 'keywords.csv')}", *CLASSIFIER_FLAGS,
-            "--epochs", "3", "--batch-size", "16", "--learning-rate", "0.005", "--verbose", "0", "--jit-compile",
-            "--run-dir", classifier_run, "--no-export",
+            "--data", f"tokens:{classifier_tokens}", *CLASSIFIER_FLAGS,
+            "--epochs", "3", "--batch-size", "16", "--learning-rate", "0.005", "--verbose", "0",
+            # No TensorFlow to export with: the app says so and leaves the folder alone.
+            "--run-dir", classifier_run, "--export-dir", str(folder / "not_exported"),
         ],
         "translator_run": translator_run,
-        # No val_chrf: its greedy decoding is TensorFlow's, like the samples'.
+        "translator_ids": encode_texts(translator_tokens, "translator").tolist(),
         # Steps enough that the greedy translations differ from text to text.
         "translator_argv": [
-            "--data", f"tsv:{write_pairs(folder / 'pairs.tsv', count=200)}", *TRANSLATOR_FLAGS,
+            "--data", f"tokens:{translator_tokens}", *TRANSLATOR_TRAINING_FLAGS,
             "--epochs", "15", "--dropout", "0", "--label-smoothing", "0", "--learning-rate-scale", "2",
-            "--patience", "0", "--chrf-pairs", "0", "--monitor", "val_loss", "--jit-compile",
-            "--run-dir", translator_run, "--no-export",
+            "--patience", "0", "--run-dir", translator_run, "--no-export",
         ],
     }
-    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONPATH": ROOT}
-    done = subprocess.run(
-        [sys.executable, "-c", JAX_SIDE, json.dumps(request)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=420,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
+    done = run_without_tensorflow(JAX_SIDE, timeout=420, env={"JAX_REQUEST": json.dumps(request)})
     answers = last_json_line(done.stdout, "ANSWERS ")
     assert answers["backend"] == "jax"
+    answers["stdout"] = done.stdout
+    answers["not_exported"] = str(folder / "not_exported")
     return classifier_run, translator_run, answers
 
 
@@ -215,3 +219,29 @@ def test_jax_translator_exports_to_the_same_greedy_translations(jax_runs, loaded
 def test_the_exports_list_their_string_signatures(loaded_fresh):
     assert loaded_fresh["cli"]["status"] == 0
     assert "serving_default" in loaded_fresh["cli"]["stdout"] and "DT_STRING" in loaded_fresh["cli"]["stdout"]
+
+
+def test_the_samples_of_the_run_without_tensorflow_are_the_exports_greedy_translations(jax_runs, exported):
+    # The run's end-of-run samples come from the TensorFlow-free decode loop and
+    # detokenizer; the export's `greedy` signature decodes in a tf.while_loop.
+    import tensorflow_text  # noqa: F401  registers the tokenizer ops
+
+    samples = jax_runs[2]["samples"]
+    assert len(samples) == 5
+    greedy = tf.saved_model.load(exported[1]).signatures["greedy"]
+    answered = greedy(text=tf.constant([sample["source"] for sample in samples]))["translation"].numpy()
+    assert [text.decode() for text in answered] == [sample["translation"] for sample in samples]
+
+
+def test_a_training_app_without_tensorflow_says_how_to_export_instead(jax_runs):
+    answers = jax_runs[2]
+    assert "TensorFlow is not installed here, so the run is not exported" in answers["stdout"]
+    assert f"python -m apps.export {jax_runs[0]} --export-dir {answers['not_exported']}" in answers["stdout"]
+    assert not os.path.exists(answers["not_exported"])
+
+
+def test_a_training_app_on_another_backend_exports_in_a_tensorflow_process(jax_runs, tmp_path, capfd):
+    # What a JAX training app with TensorFlow installed does after training.
+    export_app._export_in_tensorflow_process(jax_runs[0], str(tmp_path / "classifier"))
+    assert "Exporting under TensorFlow" in capfd.readouterr().out
+    assert os.path.isfile(tmp_path / "classifier" / "1" / "saved_model.pb")
