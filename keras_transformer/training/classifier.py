@@ -16,7 +16,6 @@ import os
 import keras
 import numpy as np
 
-from keras_transformer import plots
 from keras_transformer.data.tokens import CLASSIFIER_TOKEN_SETTINGS
 from keras_transformer.data.tokens import CLASSIFIER_VOCABULARY
 from keras_transformer.data.tokens import ClassificationTokens
@@ -44,6 +43,7 @@ from keras_transformer.training.fitting import build_optimizer
 from keras_transformer.training.pretraining import clear_pretraining
 from keras_transformer.training.pretraining import pretrain_encoder
 from keras_transformer.training.pretraining import pretraining_started
+from keras_transformer.training.runs import draw_plot
 from keras_transformer.training.runs import fit_in_folder
 from keras_transformer.training.runs import save_model_and_curves
 from keras_transformer.training.runs import save_settings
@@ -290,9 +290,8 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     )
     with open(folder.file(METRICS_FILE), "w") as metrics_file:
         json.dump(report, metrics_file, indent=2)
-    plots.plot_confusion_matrix(
-        np.asarray(report["confusion_matrix"]), data.class_names, folder.file("confusion_matrix.png")
-    )
+    draw_plot("plot_confusion_matrix", np.asarray(report["confusion_matrix"]), data.class_names,
+              folder.file("confusion_matrix.png"))
     save_model_and_curves(folder, fitted)
     say(verbose, format_classification_report(report))
     return ClassifierRun(

@@ -7,7 +7,6 @@ import json
 import os
 import time
 
-from keras_transformer import plots
 from keras_transformer.training.batching import ArrayBatches
 from keras_transformer.training.batching import FollowEpochs
 from keras_transformer.training.callbacks import TimeBudget
@@ -113,5 +112,23 @@ def fit_in_folder(model, strategy, folder, settings, train_dataset, validation_d
 def save_model_and_curves(folder, fitted):
     """`model.keras` and, when epochs were logged, `learning_curves.png`."""
     if fitted.history:
-        plots.plot_learning_curves(fitted.history, folder.file("learning_curves.png"))
+        draw_plot("plot_learning_curves", fitted.history, folder.file("learning_curves.png"))
     fitted.model.save(folder.file("model.keras"))
+
+
+PLOTS_NOTICE = "Plots need matplotlib (pip install matplotlib); not drawn (history.csv and metrics are written)."
+_plots_notice_said = False
+
+
+def draw_plot(name, *arguments):
+    """`keras_transformer.plots.<name>(*arguments)`, or, where matplotlib is not
+    installed (a training machine with the core install), a notice once per process."""
+    global _plots_notice_said
+    try:
+        from keras_transformer import plots
+    except ImportError:
+        if not _plots_notice_said:
+            print(PLOTS_NOTICE, flush=True)
+        _plots_notice_said = True
+        return
+    getattr(plots, name)(*arguments)

@@ -25,6 +25,7 @@ from apps import export as export_app
 from apps import tokenize as tokenize_app
 from keras_transformer.data.tokens import read_token_folder
 from keras_transformer.text.wordpiece import WordPieceTokenizer
+from keras_transformer.training.runs import PLOTS_NOTICE
 from tests.apps.test_train_translator import FLAGS as TRANSLATOR_FLAGS
 from tests.apps.test_train_translator import write_pairs
 from tests.classifier_fixtures import CLASS_NAMES
@@ -52,9 +53,12 @@ TRANSLATOR_TRAINING_FLAGS = [flag for index, flag in enumerate(TRANSLATOR_FLAGS)
                              if flag not in TRANSLATOR_TOKEN_FLAGS[::2]
                              and TRANSLATOR_FLAGS[index - 1] not in TRANSLATOR_TOKEN_FLAGS[::2]]
 
-# The JAX side, without TensorFlow: train from the token folders, then answer
-# `TEXTS` (encoded here, with the folders' vocabularies) with each model.
+# The JAX side, without TensorFlow or matplotlib: train from the token folders,
+# then answer `TEXTS` (encoded here, with the folders' vocabularies) with each model.
 JAX_SIDE = """
+import sys
+sys.modules["matplotlib"] = None  # the core install, as on a GPU machine: no plots
+
 import json, os
 import numpy as np
 import keras
@@ -83,6 +87,8 @@ generated = greedy_decode_loop(model, np.asarray(request["translator_ids"], np.i
                                target_vocabulary.index(START), target_vocabulary.index(END))
 answers["translations"] = detokenize(generated, target_vocabulary)
 answers["backend"] = keras.backend.backend()
+from keras_transformer.training.distribute import compile_with_xla
+answers["xla_without_the_flag"] = compile_with_xla(False)
 with open(os.path.join(run_dir, "samples.json")) as samples_file:
     answers["samples"] = json.load(samples_file)
 print("ANSWERS " + json.dumps(answers))
@@ -245,3 +251,20 @@ def test_a_training_app_on_another_backend_exports_in_a_tensorflow_process(jax_r
     export_app._export_in_tensorflow_process(jax_runs[0], str(tmp_path / "classifier"))
     assert "Exporting under TensorFlow" in capfd.readouterr().out
     assert os.path.isfile(tmp_path / "classifier" / "1" / "saved_model.pb")
+
+
+def test_runs_without_matplotlib_skip_the_plots_and_say_so_once(jax_runs):
+    classifier_run, translator_run, answers = jax_runs
+    assert answers["stdout"].count(PLOTS_NOTICE) == 1
+    for run_dir in (classifier_run, translator_run):
+        assert os.path.isfile(os.path.join(run_dir, "history.csv"))
+        assert not os.path.exists(os.path.join(run_dir, "learning_curves.png"))
+    assert not os.path.exists(os.path.join(classifier_run, "confusion_matrix.png"))
+
+
+def test_jax_compiles_the_training_step_with_xla_without_the_flag(jax_runs):
+    # Op by op, JAX runs a training step several times slower; TensorFlow keeps --jit-compile's choice.
+    from keras_transformer.training.distribute import compile_with_xla
+
+    assert jax_runs[2]["xla_without_the_flag"] is True
+    assert compile_with_xla(False) is False and compile_with_xla(True) is True
