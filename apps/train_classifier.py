@@ -57,6 +57,12 @@ def build_parser():
 
     model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers)
     add_model_size_flags(model, DEFAULTS)
+    model.add_argument("--bag-of-ngrams", action=argparse.BooleanOptionalAction, default=DEFAULTS.bag_of_ngrams,
+                       help="add to the Transformer's logits those of a linear model on the TF-IDF of the "
+                            "texts' WordPiece unigrams and bigrams (default: "
+                            f"{'on' if DEFAULTS.bag_of_ngrams else 'off'})")
+    model.add_argument("--ngram-l2", type=float, default=DEFAULTS.ngram_l2,
+                       help=default_help(DEFAULTS.ngram_l2, "L2 penalty of the bag of n-grams"))
 
     training = parser.add_argument_group("training")
     training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
@@ -105,6 +111,8 @@ def settings_from(args):
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
         pretrain_epochs=args.pretrain_epochs,
+        bag_of_ngrams=args.bag_of_ngrams,
+        ngram_l2=args.ngram_l2,
     )
 
 

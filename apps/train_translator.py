@@ -34,6 +34,7 @@ from apps.training_flags import token_data_and_settings
 from apps.training_flags import train_on_chief
 from apps.training_flags import translation_data_from_flags
 from keras_transformer.training.translator import MONITORS
+from keras_transformer.training.translator import SCHEDULES
 from keras_transformer.training.translator import TranslatorSettings
 
 DEFAULTS = TranslatorSettings()
@@ -64,7 +65,11 @@ def build_parser():
     training.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps,
                           help=default_help(DEFAULTS.warmup_steps))
     training.add_argument("--learning-rate-scale", type=float, default=DEFAULTS.learning_rate_scale,
-                          help="multiplies the paper's warmup schedule")
+                          help="multiplies the paper's warmup schedule (the peak of both schedules)")
+    training.add_argument("--schedule", choices=SCHEDULES, default=DEFAULTS.schedule,
+                          help="after the warmup: inverse_sqrt (the paper's 1/sqrt(step)) or cosine (to 0 "
+                               "at the last planned step, or where --time-budget ends; default "
+                               f"{DEFAULTS.schedule})")
     add_run_flags(training, DEFAULTS, run_dir="runs/translator")
     add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
     training.add_argument("--chrf-pairs", type=int, default=DEFAULTS.chrf_pairs, metavar="N",
@@ -98,6 +103,7 @@ def main(argv=None):
         learning_rate_scale=args.learning_rate_scale, patience=args.patience, seed=args.seed,
         mixed_precision=args.mixed_precision, jit_compile=args.jit_compile,
         monitor=args.monitor, chrf_pairs=args.chrf_pairs, shared_vocabulary=args.shared_vocabulary,
+        schedule=args.schedule,
     )
 
     def load_data():

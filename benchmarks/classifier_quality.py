@@ -5,6 +5,8 @@
     .venv/bin/python benchmarks/classifier_quality.py bbc              # one corpus (a suite name or any source)
     .venv/bin/python benchmarks/classifier_quality.py csv:my.csv --text-column t --label-column y
     .venv/bin/python benchmarks/classifier_quality.py --corpora fortunes,bbc --arms ours,tfidf
+    .venv/bin/python benchmarks/classifier_quality.py --suite --seeds 1,2 --arms ours,tfidf   # more splits
+    .venv/bin/python benchmarks/classifier_quality.py --report --seeds 1337,1,2   # their means
 
 The suite's corpora (every one offline; the three files are written on first
 use by their neighbouring scripts, from installed packages):
@@ -13,6 +15,10 @@ use by their neighbouring scripts, from installed packages):
 * bible-sections: Bible verses by section, 6 classes (bible_sections_csv.py).
 * rotten-tomatoes: critics' review snippets, fresh or rotten (rotten_tomatoes_csv.py).
 * fortunes: fortune-cookie quotes by topic, 6 classes (fortunes_csv.py).
+
+`--seeds A,B,...` runs everything once per seed (the split and the arms'
+seeds; results of a seed other than 1337 go to results/classifier_quality/seed-N/),
+and the report then gives each arm's mean and standard deviation over them.
 
 The arms, all on the same seeded split (one `--seed`), scored by accuracy
 and macro-F1 on its test split. They run one after the other, each with the
@@ -64,6 +70,7 @@ from bench_common import write_json  # noqa: E402
 from bench_common import written_once  # noqa: E402
 
 RESULTS_DIR = os.path.join("benchmarks", "results", "classifier_quality")
+DEFAULT_SEED = 1337  # its results lie in RESULTS_DIR itself, another seed's in RESULTS_DIR/seed-N
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +124,13 @@ def corpus_source(name):
     return name if corpus is None else corpus.source
 
 
-def result_path(corpus_name, arm):
+def results_dir(seed=DEFAULT_SEED):
+    return RESULTS_DIR if seed == DEFAULT_SEED else os.path.join(RESULTS_DIR, f"seed-{seed}")
+
+
+def result_path(corpus_name, arm, seed=DEFAULT_SEED):
     slug = re.sub(r"[^A-Za-z0-9-]+", "_", corpus_name).strip("_")
-    return os.path.join(RESULTS_DIR, f"{slug}-{arm}.json")
+    return os.path.join(results_dir(seed), f"{slug}-{arm}.json")
 
 
 # --- the arms ----------------------------------------------------------------------
@@ -151,7 +162,8 @@ def run_ours(data, args, corpus_name):
 
     settings = ClassifierSettings(seed=args.seed, **json.loads(args.settings))
     arm_name = saved_arm_name(args, "ours")
-    run_dir = os.path.join(RESULTS_DIR, "runs", os.path.basename(result_path(corpus_name, arm_name))[: -len(".json")])
+    run_dir = os.path.join(results_dir(args.seed), "runs",
+                           os.path.basename(result_path(corpus_name, arm_name))[: -len(".json")])
     run = train_classifier(data, settings, run_dir, time_budget_minutes=args.minutes, verbose=2)
     return run.report, {
         "training_seconds": round(run.training_seconds, 1),
@@ -293,7 +305,7 @@ def run_corpus(corpus_name, args):
         report, details = run_arm(arm, data, args, corpus_name)
         print(f"{corpus_name}, {arm_title(arm_name)}: accuracy {report['accuracy']:.4f}, "
               f"macro-F1 {report['macro_f1']:.4f} ({details['training_seconds']:.0f} s)", flush=True)
-        write_json(result_path(corpus_name, arm_name), {
+        write_json(result_path(corpus_name, arm_name, args.seed), {
             "corpus": corpus_name,
             "source": data.name,
             "arm": arm_name,
@@ -308,27 +320,54 @@ def arm_title(arm_name):
     return ARMS.get(arm_name) or f"ours {arm_name[len('ours-'):]}"
 
 
-def load_results(corpus_names):
-    """{corpus: {arm: result}} of the saved results of `corpus_names`, in that
-    order, the variants of ours (`ours-NAME`) included."""
+def load_results(corpus_names, seed=DEFAULT_SEED):
+    """{corpus: {arm: result}} of the saved results of `corpus_names` with
+    `seed`, in that order, the variants of ours (`ours-NAME`) included."""
     results = {}
+    directory = results_dir(seed)
     for corpus_name in corpus_names:
         prefix = os.path.basename(result_path(corpus_name, "ours-"))[: -len(".json")]
         variants = sorted(
             name[len(prefix) - len("ours-"): -len(".json")]
-            for name in (os.listdir(RESULTS_DIR) if os.path.isdir(RESULTS_DIR) else ())
+            for name in (os.listdir(directory) if os.path.isdir(directory) else ())
             if name.startswith(prefix) and name.endswith(".json")
         )
         for arm in (*ARMS, *variants):
-            path = result_path(corpus_name, arm)
+            path = result_path(corpus_name, arm, seed)
             if os.path.exists(path):
                 with open(path) as result_file:
                     results.setdefault(corpus_name, {})[arm] = json.load(result_file)
     return results
 
 
+def mean_results(results_by_seed):
+    """{corpus: {arm: result}} whose accuracy and macro-F1 are the means over
+    the seeds of `results_by_seed` ({seed: load_results(...)}), with their
+    standard deviations (`accuracy_sd`, `macro_f1_sd`) and `seeds`; only the
+    corpus+arm pairs every seed has."""
+    seeds = list(results_by_seed)
+    means = {}
+    first = results_by_seed[seeds[0]]
+    for corpus_name, by_arm in first.items():
+        for arm in by_arm:
+            runs = [results_by_seed[seed].get(corpus_name, {}).get(arm) for seed in seeds]
+            if any(run is None for run in runs):
+                continue
+            mean = {"split": {**runs[0]["split"], "seed": f"{len(seeds)} seeds"}, "seeds": seeds}
+            for metric in ("accuracy", "macro_f1"):
+                values = [run[metric] for run in runs]
+                mean[metric] = sum(values) / len(values)
+                mean[f"{metric}_sd"] = (sum((value - mean[metric]) ** 2 for value in values)
+                                        / max(1, len(values) - 1)) ** 0.5
+            means.setdefault(corpus_name, {})[arm] = mean
+    return means
+
+
 def _cell(result, metric, marks=""):
-    return "–" if result is None else f"{result[metric]:.4f}{marks}"
+    if result is None:
+        return "–"
+    spread = f" ±{result[metric + '_sd']:.3f}" if metric + "_sd" in result else ""
+    return f"{result[metric]:.4f}{spread}{marks}"
 
 
 def markdown_table(results):
@@ -400,10 +439,19 @@ def details_lines(results):
     return "\n".join(lines)
 
 
-def report(corpus_names):
-    results = load_results(corpus_names)
+def report(corpus_names, seeds=(DEFAULT_SEED,)):
+    if len(seeds) > 1:
+        results = mean_results({seed: load_results(corpus_names, seed) for seed in seeds})
+        if not results:
+            sys.exit(f"No results of every seed {', '.join(map(str, seeds))} for {', '.join(corpus_names)}.")
+        print()
+        print(markdown_table(results))
+        print(f"Means over the seeds {', '.join(map(str, seeds))} (split and training), ± the standard "
+              "deviation between seeds; marks compare the means.")
+        return
+    results = load_results(corpus_names, seeds[0])
     if not results:
-        sys.exit(f"No saved results for {', '.join(corpus_names)} in {RESULTS_DIR}.")
+        sys.exit(f"No saved results for {', '.join(corpus_names)} in {results_dir(seeds[0])}.")
     print()
     print(markdown_table(results))
     print()
@@ -421,7 +469,10 @@ def parse_args(argv):
     parser.add_argument("--text-column", default=None, help="csv:/tsv: column of the texts (default text)")
     parser.add_argument("--label-column", default=None, help="csv:/tsv: column of the labels (default label)")
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget for ours")
-    parser.add_argument("--seed", type=int, default=1337, help="seed of the split and of every arm")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the split and of every arm")
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated seeds: each corpus and arm once per seed (its own split), "
+                             "and a report of the means over them")
     parser.add_argument("--max-examples", type=int, default=None,
                         help="keep this many training texts (quick tries; the table says so)")
     parser.add_argument("--settings", default="{}",
@@ -430,6 +481,15 @@ def parse_args(argv):
     parser.add_argument("--variant", default=None,
                         help="name under which ours with --settings is saved (arm ours-NAME, its own column)")
     args = parser.parse_args(argv)
+    if args.seeds is None:
+        args.seeds = [args.seed]
+    else:
+        try:
+            args.seeds = list(dict.fromkeys(int(seed) for seed in args.seeds.split(",") if seed.strip()))
+        except ValueError:
+            args.seeds = []
+        if not args.seeds:
+            parser.error("--seeds takes comma-separated integers, e.g. 1337,1,2")
 
     chosen = [bool(args.data), args.suite, args.corpora is not None]
     if sum(chosen) > 1:
@@ -467,12 +527,14 @@ def main(argv=None):
     from keras_transformer.data.errors import DataError
 
     if not args.report:
-        for corpus_name in args.corpus_names:
-            try:
-                run_corpus(corpus_name, args)
-            except DataError as error:
-                sys.exit(f"{corpus_name}: {error}")
-    report(args.corpus_names)
+        for seed in args.seeds:
+            args.seed = seed
+            for corpus_name in args.corpus_names:
+                try:
+                    run_corpus(corpus_name, args)
+                except DataError as error:
+                    sys.exit(f"{corpus_name}: {error}")
+    report(args.corpus_names, args.seeds)
     return 0
 
 

@@ -41,6 +41,10 @@ arm and `--report` prints the saved results; `--threads N` limits TensorFlow to
 N threads (e.g. both arms side by side on one core each, which halves the
 wall-clock time but gives each arm half the machine).
 
+`--arm ours --variant NAME --settings JSON` trains ours with other
+`TranslatorSettings` (e.g. `'{"schedule": "cosine"}'`) and keeps its results
+as arm `ours-NAME`, reported beside the defaults'.
+
 The curve of BLEU against training time: `--snapshots 5,10,20,30,45,60
 --minutes 60` saves weights at those minutes and scores each. Results go to
 `benchmarks/results/translation_quality/`.
@@ -50,6 +54,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -81,6 +86,11 @@ def main():
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--layers", default=None, metavar="ENC+DEC",
                         help="ours with other block counts, e.g. 5+1 (results kept as arm 'ours-5+1')")
+    parser.add_argument("--variant", default=None,
+                        help="ours with --settings, results kept as arm 'ours-NAME' beside the defaults'")
+    parser.add_argument("--settings", default="{}",
+                        help='JSON of TranslatorSettings fields for ours, e.g. \'{"shared_vocabulary": true}\'; '
+                             "needs --variant")
     parser.add_argument("--report", action="store_true", help="only print the saved results")
     args = parser.parse_args()
     snapshots = sorted({float(value) for value in args.snapshots.split(",") if value.strip()})
@@ -92,6 +102,16 @@ def main():
         parser.error("--layers takes two positive block counts, e.g. 5+1")
     if args.layers and args.arm != "ours":
         parser.error("--layers changes our arm only: add --arm ours")
+    try:
+        args.settings = json.loads(args.settings)
+    except json.JSONDecodeError as error:
+        parser.error(f"--settings is not JSON: {error}")
+    if not isinstance(args.settings, dict):
+        parser.error("--settings must be a JSON object of TranslatorSettings fields")
+    if args.settings and not args.variant:
+        parser.error("--settings needs --variant NAME, so that its results do not replace the defaults' ones")
+    if args.variant is not None and (args.layers or args.arm != "ours" or not re.fullmatch(r"[A-Za-z0-9_.]+", args.variant)):
+        parser.error("--variant takes letters, digits, '_' and '.', with --arm ours and without --layers")
     if any(minute > args.minutes for minute in snapshots):
         parser.error("--snapshots must not exceed --minutes")
     os.makedirs(RESULTS_DIR, exist_ok=True)
@@ -125,6 +145,8 @@ def _result_path(args, arm):
 
 
 def _arm_name(args, arm):
+    if arm == "ours" and args.variant:
+        return f"ours-{args.variant}"
     return f"{arm}-{args.layers[0]}+{args.layers[1]}" if arm == "ours" and args.layers else arm
 
 
@@ -196,7 +218,7 @@ def run_ours(data, args, snapshots):
     from keras_transformer.training.translator import TranslatorSettings
     from keras_transformer.training.translator import train_translator
 
-    settings = TranslatorSettings(epochs=10_000, seed=args.seed)
+    settings = TranslatorSettings(**{"epochs": 10_000, "seed": args.seed, **args.settings})
     if args.layers:
         settings.num_layers, settings.num_decoder_layers = args.layers
     run_dir = _run_dir(args, _arm_name(args, "ours"))

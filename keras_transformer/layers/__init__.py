@@ -9,12 +9,14 @@ from keras_transformer.layers.masks import MASKED_LOGIT
 from keras_transformer.layers.masks import causal_mask
 from keras_transformer.layers.masks import merge_masks
 from keras_transformer.layers.masks import padding_mask
+from keras_transformer.layers.ngrams import BagOfNgrams
 from keras_transformer.layers.position import PositionEmbedding
 from keras_transformer.layers.position import SinusoidalPositionEncoding
 from keras_transformer.layers.position import TokenAndPositionEmbedding
 
 __all__ = [
     "MASKED_LOGIT",
+    "BagOfNgrams",
     "FeedForward",
     "MultiHeadAttention",
     "PositionEmbedding",

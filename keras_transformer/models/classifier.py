@@ -5,6 +5,7 @@ import numbers
 import keras
 from keras import ops
 
+from keras_transformer.layers import BagOfNgrams
 from keras_transformer.layers import MultiHeadAttention
 from keras_transformer.layers.masks import masked_value
 from keras_transformer.models.encoder_stack import EncoderStack
@@ -71,6 +72,7 @@ class TransformerClassifier(EncoderStack, keras.Model):
         positional="learned",
         normalize_first=False,
         attention_class=MultiHeadAttention,
+        bag_of_ngrams=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -83,18 +85,29 @@ class TransformerClassifier(EncoderStack, keras.Model):
         self._create_encoder_stack(vocabulary_size, sequence_length, num_layers, d_model, num_heads,
                                    intermediate_dim, dropout, positional, normalize_first, attention_class)
         self.head_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-        # float32 probabilities even under mixed precision.
-        self.head = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="head")
+        # float32 logits and probabilities even under mixed precision.
+        self.head = keras.layers.Dense(num_classes, dtype="float32", name="head")
+        if bag_of_ngrams is not None and not isinstance(bag_of_ngrams, dict):
+            raise ValueError(f"`bag_of_ngrams` must be None or a dict of BagOfNgrams arguments, got {bag_of_ngrams!r}.")
+        self.bag_of_ngrams = None if bag_of_ngrams is None else dict(bag_of_ngrams)
+        self.ngrams = None
+        if self.bag_of_ngrams is not None:
+            self.ngrams = BagOfNgrams(vocabulary_size, num_classes, dtype="float32", name="ngrams", **self.bag_of_ngrams)
 
     def build(self, token_ids_shape):
         self._build_encoder_stack(token_ids_shape)
         self.head.build((token_ids_shape[0], self.d_model))
+        if self.ngrams is not None:
+            self.ngrams.build(token_ids_shape)
         self.built = True
 
     def call(self, token_ids, training=None, return_attention_scores=False):
         x, padding_mask, attention_scores = self._encode(token_ids, training, with_attention_scores=return_attention_scores)
         pooled = self._pool(x, padding_mask)
-        probabilities = self.head(self.head_dropout(pooled, training=training))
+        logits = self.head(self.head_dropout(pooled, training=training))
+        if self.ngrams is not None:
+            logits = logits + self.ngrams(token_ids)
+        probabilities = ops.softmax(logits, axis=-1)
         if return_attention_scores:
             return probabilities, attention_scores
         return probabilities
@@ -116,5 +129,5 @@ class TransformerClassifier(EncoderStack, keras.Model):
     def get_config(self):
         config = super().get_config()
         config.update(self._encoder_config())
-        config.update({"num_classes": self.num_classes, "pooling": self.pooling})
+        config.update({"num_classes": self.num_classes, "pooling": self.pooling, "bag_of_ngrams": self.bag_of_ngrams})
         return config

@@ -40,6 +40,8 @@ from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.evaluation import classification_report
 from keras_transformer.training.evaluation import format_classification_report
 from keras_transformer.training.fitting import build_optimizer
+from keras_transformer.training.fitting import learning_rate_schedule
+from keras_transformer.training.losses import WarmupCosine
 from keras_transformer.training.pretraining import clear_pretraining
 from keras_transformer.training.pretraining import pretrain_encoder
 from keras_transformer.training.pretraining import pretraining_started
@@ -65,7 +67,7 @@ class ClassifierSettings:
     chosen `sequence_length`.
     """
 
-    FROM_DATA = ("vocabulary_size", "sequence_length", "batch_size", "warmup_fraction")
+    FROM_DATA = ("vocabulary_size", "sequence_length", "batch_size", "warmup_fraction", "ngram_l2")
 
     epochs: int = 12
     batch_size: int = None
@@ -88,6 +90,11 @@ class ClassifierSettings:
     mixed_precision: str = "off"  # "off", "float16" or "bfloat16"
     jit_compile: bool = False  # XLA
     pretrain_epochs: int = 0  # masked-token pretraining of the encoder before fine-tuning (0 = none)
+    # A linear model on the TF-IDF of WordPiece unigrams and bigrams, its
+    # logits added to the Transformer's (`BagOfNgrams`): True, False, or a
+    # dict of `BagOfNgrams` arguments.
+    bag_of_ngrams: object = True
+    ngram_l2: float = None  # the bag of n-grams' L2 penalty (`BagOfNgrams`' l2)
 
     def validate(self):
         check_settings(self)
@@ -97,6 +104,11 @@ class ClassifierSettings:
             raise ValueError(f"`learning_rate` must be positive, got {self.learning_rate}.")
         if self.warmup_fraction is not None and not 0.0 <= self.warmup_fraction < 1.0:
             raise ValueError(f"`warmup_fraction` must be in [0, 1), got {self.warmup_fraction}.")
+        if not isinstance(self.bag_of_ngrams, (bool, dict)):
+            raise ValueError(f"`bag_of_ngrams` must be True, False or a dict of BagOfNgrams arguments, "
+                             f"got {self.bag_of_ngrams!r}.")
+        if self.ngram_l2 is not None and not (isinstance(self.ngram_l2, (int, float)) and self.ngram_l2 >= 0):
+            raise ValueError(f"`ngram_l2` must be a number of at least 0, got {self.ngram_l2!r}.")
         if not isinstance(self.pretrain_epochs, int) or self.pretrain_epochs < 0:
             raise ValueError(f"`pretrain_epochs` must be an integer of at least 0, got {self.pretrain_epochs!r}.")
         return self
@@ -226,7 +238,7 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
                 f"Cannot resume {run_dir}: it was trained on classes {saved['class_names']}, "
                 f"the data now has {data.class_names}."
             )
-        settings = ClassifierSettings(**saved["settings"])
+        settings = saved_classifier_settings(saved)
         if tokens is None:
             tokens = encode_classification_data(data, settings, vocabulary_path)
         else:
@@ -254,6 +266,8 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     model = build_classifier_model(
         settings, len(read_vocabulary(vocabulary_path)), len(data.class_names), steps_per_epoch, strategy
     )
+    if model.ngrams is not None:
+        model.ngrams.adapt(train_ids)
     if settings.pretrain_epochs:
         from keras_transformer.text.wordpiece import WordPieceTokenizer  # pretraining masks raw texts
 
@@ -330,7 +344,26 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
         vocabulary_size=vocabulary_size,
         num_classes=num_classes,
         pooling=settings.pooling,
+        bag_of_ngrams=bag_of_ngrams_arguments(settings),
     )
+
+
+def saved_classifier_settings(saved):
+    """The `ClassifierSettings` in a run's `settings.json` (as `saved_run_or_fresh_start` reads it)."""
+    # A run saved before the bag of n-grams existed has none: its checkpoints lack its weights.
+    return ClassifierSettings(**{"bag_of_ngrams": False, **saved["settings"]})
+
+
+def bag_of_ngrams_arguments(settings):
+    """The `bag_of_ngrams` argument of `TransformerClassifier` for `settings`:
+    None, or `BagOfNgrams` arguments (`ngram_l2` as `l2` unless the dict has one)."""
+    if settings.bag_of_ngrams is False:
+        return None
+    given = {} if settings.bag_of_ngrams is True else dict(settings.bag_of_ngrams)
+    if "l2" not in given:
+        check_chosen(settings, "ngram_l2")
+        given["l2"] = settings.ngram_l2
+    return given
 
 
 def build_compiled_model(settings, model_class, total_steps, loss, make_metrics, strategy=None, **model_arguments):
@@ -373,41 +406,6 @@ def build_adamw(settings, total_steps):
     )
 
 
-def learning_rate_schedule(model):
-    """The `WarmupCosine` that `build_classifier_model` gave `model`'s optimizer."""
-    # Under mixed_float16, compile wrapped the AdamW in a LossScaleOptimizer.
-    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
-    return optimizer._learning_rate
-
-
 def _batches(token_ids, labels, batch_size, shuffle_seed=None):
     """`ArrayBatches` of `(token_ids, labels)`, padding trimmed; reshuffled every epoch with a seed."""
     return ArrayBatches((token_ids, labels), batch_size, seed=shuffle_seed)
-
-
-@keras.saving.register_keras_serializable(package="keras_transformer")
-class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
-    """A linear warmup over `warmup_fraction` of the steps to `peak`, then a cosine to 0.
-
-    The number of steps is a variable, so `FitScheduleToBudget` can shorten
-    the cosine to the steps a time budget leaves; sized by the epochs alone, a
-    run cut short would stop with its learning rate still high.
-    """
-
-    def __init__(self, peak, total_steps, warmup_fraction):
-        self.peak = peak
-        self.warmup_fraction = warmup_fraction
-        self.total_steps = keras.Variable(float(max(1, total_steps)), trainable=False, name="total_steps")
-
-    def __call__(self, step):
-        ops = keras.ops
-        step = ops.cast(step, "float32")
-        total = ops.convert_to_tensor(self.total_steps)
-        warmup = ops.maximum(1.0, ops.floor(self.warmup_fraction * total))
-        progress = ops.clip((step - warmup) / ops.maximum(1.0, total - warmup), 0.0, 1.0)
-        cosine = 0.5 * self.peak * (1.0 + ops.cos(np.pi * progress))
-        return ops.where(step < warmup, self.peak * step / warmup, cosine)
-
-    def get_config(self):
-        return {"peak": self.peak, "total_steps": float(self.total_steps.numpy()),
-                "warmup_fraction": self.warmup_fraction}

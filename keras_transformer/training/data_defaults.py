@@ -20,6 +20,7 @@ The rules, and why:
   a truncated pair teaches the model to end a sentence early (its target
   still ends with `[END]`) or to translate words it never saw.
 * Classifier batch size and warmup: see `_batch_size` and `_warmup_fraction`.
+* The bag of n-grams' L2 penalty: see `_ngram_l2`.
 * Translator size and regularization: by the number of target-side words
   (a pair of 5 words teaches less than a verse of 25), from `TRANSLATOR_TIERS`.
 """
@@ -40,6 +41,7 @@ CLASSIFIER_BATCH_SIZES = (32, 16, 8)  # the first that gives an epoch enough ste
 MIN_STEPS_PER_EPOCH = 50
 MIN_WARMUP_STEPS = 50
 WARMUP_FRACTION_RANGE = (0.1, 0.3)
+NGRAM_INVERSE_REGULARIZATION = 10.0  # the C of scikit-learn's LogisticRegression that `_ngram_l2` matches
 TRANSLATOR_WARMUP_FRACTION = 0.1
 TRANSLATOR_WARMUP_RANGE = (100, 500)
 
@@ -65,6 +67,7 @@ LARGE_CORPUS = {
     "target_vocabulary_size": VOCABULARY_SIZE_RANGE[1],
     "batch_size": CLASSIFIER_BATCH_SIZES[0],
     "warmup_fraction": WARMUP_FRACTION_RANGE[0],
+    "ngram_l2": 1.0 / (2 * NGRAM_INVERSE_REGULARIZATION * 2000),  # BBC News' number of texts
     "warmup_steps": TRANSLATOR_WARMUP_RANGE[1],
     **TRANSLATOR_TIERS[0][2],
 }
@@ -150,11 +153,12 @@ def classifier_tokenization_from_data(settings, texts, build_tokenizer):
 
 def classifier_settings_from_counts(settings, num_examples):
     """`classifier_settings_from_data` for the fields chosen from the number
-    of training texts alone (`batch_size`, `warmup_fraction`): what training
-    from a token folder still chooses."""
+    of training texts alone (`batch_size`, `warmup_fraction`, and `ngram_l2`
+    with `bag_of_ngrams`): what training from a token folder still chooses."""
     return _fill(settings, [
         ("batch_size", lambda current: _batch_size(num_examples)),
         ("warmup_fraction", lambda current: _warmup_fraction(num_examples, current.batch_size, current.epochs)),
+        *([("ngram_l2", lambda current: _ngram_l2(num_examples))] if settings.bag_of_ngrams is not False else []),
     ])
 
 
@@ -191,12 +195,20 @@ def translator_tokenization_from_data(settings, sources, targets, build_tokenize
     pairs = f"{len(sources):,} training pairs"
 
     def target_vocabulary_size(current):
+        if current.shared_vocabulary:
+            return current.vocabulary_size, "the shared vocabulary's size"
         if settings.vocabulary_size is not None:
             return current.vocabulary_size, "the same as the vocabulary_size that was set, for both sides"
         return _vocabulary_size(count_words(targets, lower_case=False), f"the targets of the {pairs}")
 
+    def vocabulary_size(current):
+        if current.shared_vocabulary:
+            # One cased vocabulary spells both sides.
+            return _vocabulary_size(count_words([*sources, *targets], lower_case=False), f"both sides of the {pairs}")
+        return _vocabulary_size(count_words(sources), f"the sources of the {pairs}")
+
     settings, choices = _fill(settings, [
-        ("vocabulary_size", lambda current: _vocabulary_size(count_words(sources), f"the sources of the {pairs}")),
+        ("vocabulary_size", vocabulary_size),
         ("target_vocabulary_size", target_vocabulary_size),
     ])
     source_tokenizer, target_tokenizer = build_tokenizers(settings.vocabulary_size, settings.target_vocabulary_size)
@@ -315,6 +327,18 @@ def _warmup_fraction(num_examples, batch_size, epochs):
     return value, (
         f"{math.floor(value * planned)} warmup steps of the {planned} planned ({epochs} epochs of "
         f"{math.ceil(num_examples / batch_size)}): at least {MIN_WARMUP_STEPS} steps, within {low:.0%}-{high:.0%}"
+    )
+
+
+def _ngram_l2(num_examples):
+    """The penalty of scikit-learn's `LogisticRegression(C)` on `n` texts,
+    `||w||**2 / (2 C n)` against the mean loss, which Keras' per-batch mean
+    loss plus `l2 * ||w||**2` equals at `l2 = 1 / (2 C n)`: a bag of n-grams
+    regularized as the TF-IDF baseline it competes with."""
+    value = float(f"{1.0 / (2 * NGRAM_INVERSE_REGULARIZATION * num_examples):.3g}")
+    return value, (
+        f"1 / (2 C n) for the {num_examples:,} training texts: the penalty of a logistic regression "
+        f"with C = {NGRAM_INVERSE_REGULARIZATION:g}"
     )
 
 

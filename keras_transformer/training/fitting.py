@@ -13,3 +13,11 @@ def build_optimizer(model):
     same double trace).
     """
     model.optimizer.build(model.trainable_variables)
+
+
+def learning_rate_schedule(model):
+    """The learning-rate schedule of `model`'s optimizer (e.g. the `WarmupCosine` that
+    `FitScheduleToBudget` shortens)."""
+    # Under mixed_float16, compile wrapped the AdamW in a LossScaleOptimizer.
+    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+    return optimizer._learning_rate

@@ -1,5 +1,7 @@
 """Losses, metrics and schedules for sequence outputs where id 0 is padding."""
 
+import math
+
 import keras
 from keras import ops
 
@@ -81,3 +83,36 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """A linear warmup to `peak`, then a cosine to 0 at `total_steps`.
+
+    The warmup lasts `warmup_steps` steps, or when that is None
+    `warmup_fraction` of `total_steps`. The number of steps is a variable, so
+    `FitScheduleToBudget` can shorten the cosine to the steps a time budget
+    leaves; sized by the epochs alone, a run cut short would stop with its
+    learning rate still high.
+    """
+
+    def __init__(self, peak, total_steps, warmup_fraction=0.0, warmup_steps=None):
+        self.peak = peak
+        self.warmup_fraction = warmup_fraction
+        self.warmup_steps = warmup_steps
+        self.total_steps = keras.Variable(float(max(1, total_steps)), trainable=False, name="total_steps")
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        total = ops.convert_to_tensor(self.total_steps)
+        if self.warmup_steps is None:
+            warmup = ops.maximum(1.0, ops.floor(self.warmup_fraction * total))
+        else:
+            warmup = ops.cast(max(1, self.warmup_steps), "float32")
+        progress = ops.clip((step - warmup) / ops.maximum(1.0, total - warmup), 0.0, 1.0)
+        cosine = 0.5 * self.peak * (1.0 + ops.cos(math.pi * progress))
+        return ops.where(step < warmup, self.peak * step / warmup, cosine)
+
+    def get_config(self):
+        return {"peak": self.peak, "total_steps": float(self.total_steps.numpy()),
+                "warmup_fraction": self.warmup_fraction, "warmup_steps": self.warmup_steps}

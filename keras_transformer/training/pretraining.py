@@ -24,6 +24,7 @@ from keras_transformer.models import MaskedLanguageModel
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.text.vocabulary import MASK
 from keras_transformer.text.vocabulary import RESERVED_TOKENS
+from keras_transformer.training.fitting import learning_rate_schedule
 from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
@@ -180,8 +181,6 @@ def pretrain_encoder(classifier, settings, tokenizer, texts, validation_texts, f
     Returns:
         The minutes of `time_budget_minutes` left for fine-tuning (None without a budget).
     """
-    from keras_transformer.training.classifier import learning_rate_schedule  # see build_masked_lm
-
     started = time.monotonic()
     pretraining = pretraining_folder(folder)
     weights_path = pretraining.file(PRETRAINED_WEIGHTS_FILE)

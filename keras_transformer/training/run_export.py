@@ -17,6 +17,7 @@ import zipfile
 from keras_transformer.data.sources import one_line
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.classifier import ClassifierSettings
+from keras_transformer.training.classifier import saved_classifier_settings
 from keras_transformer.training.runs import SETTINGS_FILE
 from keras_transformer.training.translator import TranslatorSettings
 from keras_transformer.training.translator import run_tokenizers
@@ -92,7 +93,7 @@ def read_run(run_dir):
     names = saved["class_names"]
     if not isinstance(names, list) or len(names) < 2 or not all(isinstance(name, str) for name in names):
         raise RunFolderError(f"{settings_path}: class_names must be a list of at least two names, got {names!r}.")
-    return SavedRun(run_dir, task, ClassifierSettings(**saved["settings"]), saved)
+    return SavedRun(run_dir, task, saved_classifier_settings(saved), saved)
 
 
 def export_run(run_dir, export_dir, model_file=None, beam_width=4, length_penalty=0.6):

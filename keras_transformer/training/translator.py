@@ -33,6 +33,7 @@ from keras_transformer.text.vocabulary import detokenize
 from keras_transformer.text.vocabulary import read_vocabulary
 from keras_transformer.training.batching import ArrayBatches
 from keras_transformer.training.batching import batch_width_multiple
+from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.data_defaults import check_chosen
 from keras_transformer.training.data_defaults import choices_record
@@ -45,8 +46,10 @@ from keras_transformer.training.distribute import dtype_policy
 from keras_transformer.training.distribute import strategy_scope
 from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.fitting import build_optimizer
+from keras_transformer.training.fitting import learning_rate_schedule
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.losses import TransformerSchedule
+from keras_transformer.training.losses import WarmupCosine
 from keras_transformer.training.losses import masked_accuracy
 from keras_transformer.training.runs import fit_in_folder
 from keras_transformer.training.runs import save_model_and_curves
@@ -60,6 +63,7 @@ from keras_transformer.training.translation_metrics import chrf_subset
 
 SAMPLES_FILE = "samples.json"  # written once a run finished
 MONITORS = ("val_chrf", "val_masked_accuracy", "val_loss")  # what `--monitor` selects the epoch on
+SCHEDULES = ("inverse_sqrt", "cosine")
 
 
 @dataclasses.dataclass
@@ -105,6 +109,10 @@ class TranslatorSettings:
     jit_compile: bool = False  # XLA
     chrf_pairs: int = 200  # validation pairs translated each epoch for `val_chrf` (0: none)
     shared_vocabulary: bool = False  # one cased vocabulary for both sides, one tied embedding
+    # "inverse_sqrt": the paper's warmup then 1/sqrt(step) (TransformerSchedule).
+    # "cosine": the same warmup to the same peak, then a cosine that reaches 0
+    # at the planned steps, or where a time budget ends (FitScheduleToBudget).
+    schedule: str = "inverse_sqrt"
 
     def validate(self):
         extra = ("warmup_steps", "target_vocabulary_size", *(() if self.num_decoder_layers is None
@@ -116,6 +124,8 @@ class TranslatorSettings:
             raise ValueError(f"`chrf_pairs` must be a non-negative integer, got {self.chrf_pairs!r}.")
         if self.monitor == "val_chrf" and self.chrf_pairs == 0:
             raise ValueError("`monitor` val_chrf needs validation pairs to translate: `chrf_pairs` is 0.")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"`schedule` must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}.")
         if not isinstance(self.shared_vocabulary, bool):
             raise ValueError(f"`shared_vocabulary` must be True or False, got {self.shared_vocabulary!r}.")
         return self
@@ -261,10 +271,13 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
         tokens.validation.source_ids, tokens.validation.target_ids, settings, shuffle=False
     )
 
-    model = build_compiled_translator(settings, len(source_vocabulary), len(target_vocabulary), strategy)
+    model = build_compiled_translator(settings, len(source_vocabulary), len(target_vocabulary), strategy,
+                                      total_steps=settings.epochs * len(train_dataset))
+    schedule = learning_rate_schedule(model)
+    fit_schedule = [FitScheduleToBudget(schedule, time_budget_minutes)] if isinstance(schedule, WarmupCosine) else []
     fitted = fit_in_folder(
         model, strategy, folder, settings, train_dataset, validation_dataset,
-        time_budget_minutes=time_budget_minutes, verbose=verbose, callbacks=callbacks,
+        time_budget_minutes=time_budget_minutes, verbose=verbose, callbacks=[*fit_schedule, *callbacks],
         epoch_metrics=_validation_chrf(tokens.validation.source_ids, tokens.validation.target_ids,
                                        tokens.validation.targets, settings, target_vocabulary),
     )
@@ -369,15 +382,17 @@ def translate_ids(model, source_ids, settings, vocabulary):
     return detokenize(token_ids, vocabulary)
 
 
-def build_compiled_translator(settings, source_vocabulary_size, target_vocabulary_size, strategy=None):
-    """`build_translator_model`, compiled for `fit` (Adam on a `TransformerSchedule`, masked loss
-    and accuracy) in `strategy`'s scope under `settings.mixed_precision`."""
+def build_compiled_translator(settings, source_vocabulary_size, target_vocabulary_size, strategy=None,
+                              total_steps=None):
+    """`build_translator_model`, compiled for `fit` (Adam on `settings.schedule`, masked loss
+    and accuracy) in `strategy`'s scope under `settings.mixed_precision`. The cosine
+    schedule reaches 0 after `total_steps` (needed for it)."""
     with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
         model = build_translator_model(settings, source_vocabulary_size, target_vocabulary_size)
         # Under mixed_float16, compile wraps the optimizer in a LossScaleOptimizer.
         model.compile(
             optimizer=keras.optimizers.Adam(
-                TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale),
+                learning_rate_schedule_of(settings, total_steps),
                 beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=settings.clip_norm,
             ),
             loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
@@ -388,6 +403,18 @@ def build_compiled_translator(settings, source_vocabulary_size, target_vocabular
         )
         build_optimizer(model)
     return model
+
+
+def learning_rate_schedule_of(settings, total_steps=None):
+    """The `TransformerSchedule` of `settings`, or with `schedule` "cosine" a
+    `WarmupCosine` over `total_steps` with the same warmup and peak."""
+    inverse_sqrt = TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale)
+    if settings.schedule == "inverse_sqrt":
+        return inverse_sqrt
+    if total_steps is None:
+        raise ValueError("The cosine schedule needs `total_steps`.")
+    peak = float(keras.ops.convert_to_numpy(inverse_sqrt(settings.warmup_steps - 1)))
+    return WarmupCosine(peak, total_steps, warmup_steps=settings.warmup_steps)
 
 
 def build_translator_model(settings, source_vocabulary_size, target_vocabulary_size):

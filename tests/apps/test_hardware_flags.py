@@ -94,7 +94,7 @@ def test_float16_classifier_is_wired_for_loss_scaling():
     from keras_transformer.training.classifier import build_classifier_model
 
     settings = ClassifierSettings(sequence_length=16, d_model=8, num_heads=2, intermediate_dim=16,
-                                  warmup_fraction=0.1, mixed_precision="float16")
+                                  warmup_fraction=0.1, ngram_l2=1e-4, mixed_precision="float16")
     model = build_classifier_model(settings.validate(), vocabulary_size=50, num_classes=3, steps_per_epoch=4)
     assert keras.config.dtype_policy().name == "float32"  # set only while the model was built
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)

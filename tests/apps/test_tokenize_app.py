@@ -161,7 +161,7 @@ def test_classifier_from_tokens_is_the_raw_run(classifier_runs):
     saved = read_json(os.path.join(classifier_runs["tokens_run"], "settings.json"))
     assert saved["settings"]["pooling"] == "cls"
     # Chosen at tokenize time (the length) and at training time (the rest), all recorded.
-    assert set(saved["chosen_from_data"]) == {"sequence_length", "batch_size", "warmup_fraction"}
+    assert set(saved["chosen_from_data"]) == {"sequence_length", "batch_size", "warmup_fraction", "ngram_l2"}
     # The same choices, printed the same way.
     raw_lines = choice_lines(classifier_runs["outputs"]["raw"][1])
     assert "batch_size" in " ".join(raw_lines)

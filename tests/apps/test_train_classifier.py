@@ -2,6 +2,7 @@
 new export versions, and `--resume` after the process is killed."""
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -351,3 +352,59 @@ def test_a_kill_between_the_backup_and_the_history_row_loses_no_epoch(tmp_path, 
     # An epoch logged but not backed up may repeat (read_history keeps the last row).
     assert sorted({int(row["epoch"]) for row in read_history(folder.path)}) == [0, 1, 2]
     assert len(folder.read_history()["loss"]) == 3
+
+
+# --- the bag of n-grams (issue 16) ---------------------------------------------------
+
+
+def test_a_bag_of_ngrams_run_records_adapts_and_exports_its_branch(tmp_path, capsys):
+    import tensorflow as tf
+
+    from keras_transformer.text import WordPieceTokenizer
+
+    csv_path = write_keyword_csv(tmp_path / "keywords.csv")
+    run_dir, export_dir = str(tmp_path / "run"), str(tmp_path / "export")
+    status = train_classifier.main(["--data", f"csv:{csv_path}", *TRAIN_FLAGS, "--epochs", "2", "--bag-of-ngrams",
+                                    "--run-dir", run_dir, "--export-dir", export_dir])
+    assert status == 0
+    with open(os.path.join(run_dir, "settings.json")) as settings_file:
+        saved = json.load(settings_file)
+    assert saved["settings"]["bag_of_ngrams"] is True
+    # 1 / (2 C n) with C = 10 for the 96 training texts of 120 (an 80/10/10 split)
+    assert saved["settings"]["ngram_l2"] == pytest.approx(1 / (20 * 96), rel=1e-2)
+    assert "logistic regression" in saved["chosen_from_data"]["ngram_l2"]["reason"]
+    best = keras.models.load_model(os.path.join(run_dir, "checkpoints", "best.keras"))
+    idf = keras.ops.convert_to_numpy(best.ngrams.idf)
+    # Adapted to the training texts: filler words (in most texts) weigh less than keywords, unseen n-grams 0.
+    assert 1.0 <= idf[idf > 0].min() < idf.max() and (idf == 0).mean() > 0.9
+    texts = ["goal match team", "stocks market shares", "film music actor", "the news of the week"]
+    token_ids = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt")).encode(tf.constant(texts), 32).numpy()
+    expected = best.predict(token_ids, verbose=0)
+    assert np.abs(keras.ops.convert_to_numpy(best.ngrams(token_ids))).max() > 1e-3  # the branch learned
+    exported = tf.saved_model.load(os.path.join(export_dir, "1"))
+    served = exported.signatures["serving_default"](text=tf.constant(texts))["probabilities"].numpy()
+    np.testing.assert_allclose(served, expected, atol=1e-5)
+
+
+def test_no_bag_of_ngrams_builds_none(tmp_path):
+    settings = train_classifier.settings_from(train_classifier.build_parser().parse_args(["--no-bag-of-ngrams"]))
+    assert settings.bag_of_ngrams is False
+    from keras_transformer.training.classifier import bag_of_ngrams_arguments
+
+    assert bag_of_ngrams_arguments(settings) is None
+    with pytest.raises(ValueError, match="ngram_l2"):  # chosen from the data by training
+        bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams=True))
+    assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams=True, ngram_l2=0.5)) == {"l2": 0.5}
+    assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams={"l2": 0.1}, ngram_l2=0.5)) == {"l2": 0.1}
+    with pytest.raises(ValueError, match="bag_of_ngrams"):
+        dataclasses.replace(settings, bag_of_ngrams="yes").validate()
+
+
+def test_a_run_saved_before_the_bag_of_ngrams_resumes_and_exports_without_it():
+    from keras_transformer.training.classifier import ClassifierSettings
+    from keras_transformer.training.classifier import saved_classifier_settings
+
+    fields = dataclasses.asdict(ClassifierSettings())
+    older = {name: value for name, value in fields.items() if name not in ("bag_of_ngrams", "ngram_l2")}
+    assert saved_classifier_settings({"settings": older}).bag_of_ngrams is False
+    assert saved_classifier_settings({"settings": fields}).bag_of_ngrams is True

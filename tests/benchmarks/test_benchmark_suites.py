@@ -2,6 +2,9 @@
 packages), the classifier suite's report table, its flags and its keras.io
 recipe model."""
 
+import json
+import os
+
 import pytest
 
 import classifier_quality
@@ -191,6 +194,28 @@ def test_report_flags_arms_run_on_different_splits():
     other_split = {**SPLIT, "max_examples": 40, "train": 40}
     table = classifier_quality.markdown_table({"bbc": {"ours": _result(0.9, 0.9), "tfidf": _result(0.9, 0.9, other_split)}})
     assert "different splits" in _row(table, "bbc")
+
+
+def test_several_seeds_report_means_and_spreads_of_the_arms_every_seed_has(tmp_path, monkeypatch):
+    monkeypatch.setattr(classifier_quality, "RESULTS_DIR", str(tmp_path))
+    runs = {1337: {"ours": (0.80, 0.70), "tfidf": (0.70, 0.75)}, 7: {"ours": (0.60, 0.70), "tfidf": (0.72, 0.77)},
+            8: {"ours": (0.70, 0.70), "tfidf": (0.74, 0.76), "keras-io": (0.9, 0.9)}}
+    for seed, arms in runs.items():
+        for arm, (accuracy, macro_f1) in arms.items():
+            path = classifier_quality.result_path("bbc", arm, seed)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as result_file:
+                json.dump({**_result(accuracy, macro_f1, {**SPLIT, "seed": seed}), "arm": arm}, result_file)
+    assert classifier_quality.result_path("bbc", "ours", 1337) == str(tmp_path / "bbc-ours.json")
+    assert classifier_quality.result_path("bbc", "ours", 7) == str(tmp_path / "seed-7" / "bbc-ours.json")
+    means = classifier_quality.mean_results(
+        {seed: classifier_quality.load_results(["bbc"], seed) for seed in runs})["bbc"]
+    assert sorted(means) == ["ours", "tfidf"]  # keras-io ran with one seed only
+    assert means["ours"]["accuracy"] == pytest.approx(0.70) and means["ours"]["accuracy_sd"] == pytest.approx(0.10)
+    assert means["tfidf"]["macro_f1"] == pytest.approx(0.76) and means["ours"]["macro_f1_sd"] == pytest.approx(0.0)
+    row = _row(classifier_quality.markdown_table({"bbc": means}), "bbc").split(" | ")
+    assert row[2] == "0.7000 ±0.100↓T / 0.7000 ±0.000↓T"  # the means are compared: 0.70 < 0.72
+    assert classifier_quality.parse_args(["--report", "--seeds", "1337,7,7"]).seeds == [1337, 7]
 
 
 # --- classifier_quality: flags and the recipe --------------------------------------------

@@ -341,3 +341,46 @@ def test_mixed_float16_gives_float32_probabilities(pooling):
         np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-5)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+# --- the bag of n-grams beside the Transformer (issue 16) ---------------------
+
+
+def ngram_model(randomize, **bag_of_ngrams):
+    keras.utils.set_random_seed(5)
+    model = make_model("max", bag_of_ngrams={"num_buckets": 101, **bag_of_ngrams})
+    model(np.ones((1, LENGTH), "int32"))
+    model.ngrams.adapt(token_batch([16, 9, 4, 12, 7], seed=4))
+    randomize(model, seed=7)
+    return model
+
+
+def test_bag_of_ngrams_logits_add_to_the_head_logits(randomize):
+    model = ngram_model(randomize)
+    ids = token_batch([16, 11, 5], seed=1)
+    sequence = pre_pool_sequence(model, ids)
+    pooled = np.where((ids != 0)[..., None], sequence, -np.inf).max(1)
+    logits = (pooled @ as_numpy(model.head.kernel) + as_numpy(model.head.bias)
+              + as_numpy(model.ngrams(ids)))
+    assert np.abs(as_numpy(model.ngrams(ids))).max() > 0.1  # the branch does contribute
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(as_numpy(model(ids, training=False)), expected / expected.sum(-1, keepdims=True),
+                               atol=ATOL)
+
+
+def test_bag_of_ngrams_saves_and_loads_with_the_model(randomize, tmp_path):
+    model = ngram_model(randomize, l2=1e-4, learning_rate_multiplier=10.0)
+    assert model.get_config()["bag_of_ngrams"] == {"num_buckets": 101, "l2": 1e-4, "learning_rate_multiplier": 10.0}
+    path = str(tmp_path / "ngrams.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    ids = token_batch([16, 3], seed=2)
+    np.testing.assert_allclose(as_numpy(loaded(ids)), as_numpy(model(ids)), atol=1e-6)
+    np.testing.assert_array_equal(as_numpy(loaded.ngrams.idf), as_numpy(model.ngrams.idf))
+    probabilities, scores = loaded(ids, return_attention_scores=True)
+    assert len(scores) == LAYERS and tuple(probabilities.shape) == (2, CLASSES)
+
+
+def test_bag_of_ngrams_must_be_a_dict():
+    with pytest.raises(ValueError, match="bag_of_ngrams"):
+        make_model(bag_of_ngrams=True)

@@ -98,10 +98,11 @@ def test_long_texts_are_capped_by_max_length(tmp_path):
 def test_set_values_win_and_are_not_reported_as_chosen(tmp_path):
     texts = [text_of(5, offset) for offset in range(100)]
     build = tokenizer_builder(tmp_path, texts)
-    given = ClassifierSettings(sequence_length=40, vocabulary_size=300, batch_size=4, warmup_fraction=0.05)
+    given = ClassifierSettings(sequence_length=40, vocabulary_size=300, batch_size=4, warmup_fraction=0.05,
+                               ngram_l2=0.25)
     settings, choices = classifier_settings_from_data(given, texts, build)
-    assert (settings.sequence_length, settings.vocabulary_size, settings.batch_size, settings.warmup_fraction) == (
-        40, 300, 4, 0.05)
+    assert (settings.sequence_length, settings.vocabulary_size, settings.batch_size, settings.warmup_fraction,
+            settings.ngram_l2) == (40, 300, 4, 0.05, 0.25)
     assert choices == []
     assert build.asked == [300]  # the vocabulary is built at the size that was set
     assert given.sequence_length == 40 and ClassifierSettings().sequence_length is None  # nothing mutated
@@ -327,7 +328,7 @@ def test_the_classifier_app_chooses_what_no_flag_set(tmp_path, capsys):
     with open(tmp_path / "set" / "settings.json") as settings_file:
         saved = json.load(settings_file)
     assert (saved["settings"]["sequence_length"], saved["settings"]["batch_size"]) == (24, 12)
-    assert set(saved["chosen_from_data"]) == {"vocabulary_size", "warmup_fraction"}
+    assert set(saved["chosen_from_data"]) == {"vocabulary_size", "warmup_fraction", "ngram_l2"}
 
 
 @pytest.mark.parametrize("app, flags", [
@@ -354,3 +355,13 @@ def test_large_corpus_settings_are_the_sizes_before_defaults_followed_the_data()
     classifier = large_corpus_settings(ClassifierSettings(batch_size=16)).validate()
     assert (classifier.vocabulary_size, classifier.sequence_length, classifier.batch_size,
             classifier.warmup_fraction) == (8000, 512, 16, 0.1)
+
+
+def test_the_bag_of_ngrams_penalty_is_a_logistic_regression_s_with_c_10():
+    texts = [text_of(5, offset) for offset in range(100)]
+    settings, choices = classifier_settings_from_data(ClassifierSettings(sequence_length=16), texts, no_tokenizer)
+    assert settings.ngram_l2 == pytest.approx(1 / (2 * 10 * 100))
+    assert [choice.name for choice in choices][-1] == "ngram_l2"
+    without, choices = classifier_settings_from_data(
+        ClassifierSettings(sequence_length=16, bag_of_ngrams=False), texts, no_tokenizer)
+    assert without.ngram_l2 is None and "ngram_l2" not in [choice.name for choice in choices]

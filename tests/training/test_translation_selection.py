@@ -311,3 +311,44 @@ def test_chrf_pairs_zero_with_another_monitor_logs_no_val_chrf(numbers_data, tmp
     assert folder.read_best_epoch()["monitor"] == "val_masked_accuracy"
     with open(folder.file("settings.json")) as settings_file:
         assert json.load(settings_file)["settings"]["chrf_pairs"] == 0
+
+
+# --- the cosine schedule (issue 16: a time budget ends with the learning rate at 0) ---
+
+
+def test_the_cosine_schedule_warms_up_to_the_inverse_sqrt_peak_and_ends_at_0():
+    from keras_transformer.training.losses import TransformerSchedule
+    from keras_transformer.training.translator import learning_rate_schedule_of
+
+    settings = TranslatorSettings(d_model=256, warmup_steps=100, learning_rate_scale=0.75, schedule="cosine")
+    cosine = learning_rate_schedule_of(settings, total_steps=1000)
+    inverse_sqrt = TransformerSchedule(256, 100, 0.75)
+    peak = max(float(inverse_sqrt(step)) for step in range(300))
+    assert float(cosine(100)) == pytest.approx(peak, rel=1e-6)
+    for step in (10, 50, 99):  # the same linear warmup, a step apart
+        assert float(cosine(step)) == pytest.approx(float(inverse_sqrt(step - 1)), rel=1e-6)
+    assert float(cosine(550)) == pytest.approx(peak / 2, rel=1e-4)  # half way down the cosine
+    assert float(cosine(1000)) == pytest.approx(0.0, abs=1e-12)
+    assert float(cosine(900)) < float(inverse_sqrt(900)) / 5
+    with pytest.raises(ValueError, match="total_steps"):
+        learning_rate_schedule_of(settings)
+    assert isinstance(learning_rate_schedule_of(TranslatorSettings(d_model=256, warmup_steps=100)), TransformerSchedule)
+
+
+def test_a_cosine_run_cut_short_by_its_budget_shortens_its_schedule(numbers_data, tmp_path):
+    from keras_transformer.training.fitting import learning_rate_schedule
+    from keras_transformer.training.losses import WarmupCosine
+
+    settings = TranslatorSettings(epochs=50, schedule="cosine", **SETTINGS)
+    # A budget spent by the first step: training stops after it.
+    run = train_translator(numbers_data, settings, tmp_path / "run", time_budget_minutes=1e-6, verbose=0)
+    schedule = learning_rate_schedule(run.model)
+    assert run.stopped_by_time_budget and isinstance(schedule, WarmupCosine)
+    planned = 50 * -(-len(numbers_data.train) // settings.batch_size)
+    assert float(schedule.total_steps.numpy()) < planned
+    assert json.load(open(os.path.join(run.run_dir, "settings.json")))["settings"]["schedule"] == "cosine"
+
+
+def test_the_schedule_flag_is_checked():
+    with pytest.raises(ValueError, match="`schedule` must be one of inverse_sqrt, cosine"):
+        TranslatorSettings(schedule="linear").validate()

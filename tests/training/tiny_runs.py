@@ -57,13 +57,13 @@ def run_classifier(run_dir, epochs=2, crash_after=None, time_budget_minutes=None
     from keras_transformer.training.classifier import ClassifierSettings
     from keras_transformer.training.classifier import _batches
     from keras_transformer.training.classifier import build_classifier_model
-    from keras_transformer.training.classifier import learning_rate_schedule
+    from keras_transformer.training.fitting import learning_rate_schedule
     from keras_transformer.training.runs import fit_in_folder
     from keras_transformer.training.runs import save_model_and_curves
 
     settings = ClassifierSettings(epochs=epochs, batch_size=16, sequence_length=16, vocabulary_size=len(VOCABULARY),
                                   num_layers=1, d_model=16, num_heads=2, intermediate_dim=32, dropout=0.0,
-                                  warmup_fraction=0.1, monitor="val_accuracy").validate()
+                                  warmup_fraction=0.1, ngram_l2=1e-4, monitor="val_accuracy").validate()
     keras.utils.set_random_seed(settings.seed)
     folder = RunFolder(run_dir)
     if not folder.has_backup():

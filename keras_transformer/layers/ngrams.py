@@ -1,0 +1,191 @@
+"""A bag of n-grams: a linear model on the TF-IDF of token unigrams and bigrams."""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_transformer.layers.initializers import clone_initializer
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class BagOfNgrams(keras.layers.Layer):
+    """Token ids in, a linear function of their unigrams' and bigrams' TF-IDF out.
+
+    The features are those of scikit-learn's `TfidfVectorizer`: each
+    distinct n-gram of a text weighs its count `c` (or, with `sublinear_tf`,
+    `1 + ln(c)`) times its inverse document frequency
+    `idf = ln((1 + n) / (1 + df)) + 1`, and the weights of a text are scaled
+    to unit L2 norm. An n-gram in fewer than `min_document_frequency` of the
+    training texts is no feature. The output is those features times a
+    trainable matrix: with `units` the number of classes, the logits of a
+    logistic regression on them. Unigrams are the token ids themselves;
+    bigrams are hashed into `num_buckets` rows of their own.
+
+    The document frequencies come from the training ids, by `adapt` (before
+    training; they are weights, saved with the model). Until then every idf is
+    1 (plain counts, L2-normalized).
+
+    A sparse linear model learns slowly with the step size of a Transformer:
+    each n-gram's row moves only in the few steps that see it. The kernel is
+    therefore stored divided by `learning_rate_multiplier`, which multiplies
+    the pace of an optimizer that normalizes its steps (Adam) by that much;
+    `l2` applies to the kernel as used.
+
+    Args:
+        vocabulary_size: int. The number of token ids; 0 is padding.
+        units: int. The output width (the number of classes for logits).
+        num_buckets: int, defaults to `262139` (a prime near 2**18). Rows for
+            hashed bigrams; 0 for unigrams only.
+        learning_rate_multiplier: float, defaults to `30.0`. See above.
+        l2: float, defaults to `0.0`. The L2 penalty on the kernel as used,
+            added to the loss.
+        sublinear_tf: bool, defaults to `True`. Count `1 + ln(c)` for an
+            n-gram seen `c` times: a word repeated in a long text weighs
+            less than `c` words.
+        min_document_frequency: int, defaults to `2`. See above; an n-gram
+            of one training text can only help to memorize that text.
+        kernel_initializer: defaults to `"zeros"` (the model starts from
+            the rest of the network's logits).
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        token_ids: int `[B, T]`, 0-padded.
+
+    Example:
+
+    >>> import numpy as np
+    >>> from keras_transformer.layers import BagOfNgrams
+    >>> layer = BagOfNgrams(vocabulary_size=100, units=3, num_buckets=1009)
+    >>> token_ids = np.array([[5, 6, 5, 0], [7, 8, 0, 0]], "int32")
+    >>> layer.adapt(token_ids)
+    >>> tuple(layer(token_ids).shape)
+    (2, 3)
+
+    References:
+        Salton and Buckley, "Term-weighting approaches in automatic text
+        retrieval", 1988 (TF-IDF).
+        Joulin et al., "Bag of Tricks for Efficient Text Classification",
+        2016 (hashed bigrams beside unigrams).
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        units,
+        num_buckets=262139,
+        learning_rate_multiplier=30.0,
+        l2=0.0,
+        sublinear_tf=True,
+        min_document_frequency=2,
+        kernel_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value, low in (("vocabulary_size", vocabulary_size, 2), ("units", units, 1),
+                                 ("num_buckets", num_buckets, 0),
+                                 ("min_document_frequency", min_document_frequency, 1)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+                raise ValueError(f"`{name}` must be an integer of at least {low}, got {value!r}.")
+        if not learning_rate_multiplier > 0:
+            raise ValueError(f"`learning_rate_multiplier` must be positive, got {learning_rate_multiplier!r}.")
+        if not l2 >= 0:
+            raise ValueError(f"`l2` must be at least 0, got {l2!r}.")
+        self.vocabulary_size = int(vocabulary_size)
+        self.units = int(units)
+        self.num_buckets = int(num_buckets)
+        self.learning_rate_multiplier = float(learning_rate_multiplier)
+        self.l2 = float(l2)
+        self.sublinear_tf = bool(sublinear_tf)
+        self.min_document_frequency = int(min_document_frequency)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+
+    @property
+    def num_features(self):
+        return self.vocabulary_size + self.num_buckets
+
+    def build(self, token_ids_shape=None):
+        self.kernel = self.add_weight(
+            name="kernel", shape=(self.num_features, self.units),
+            initializer=clone_initializer(self.kernel_initializer, "kernel"),
+            regularizer=self._penalty if self.l2 else None,
+        )
+        self.idf = self.add_weight(name="idf", shape=(self.num_features,), initializer="ones", trainable=False)
+        self.built = True
+
+    def _penalty(self, kernel):
+        return self.l2 * ops.sum(ops.square(kernel * self.learning_rate_multiplier))
+
+    def ngram_ids(self, token_ids):
+        """`(unigrams [B, T], bigrams [B, T-1])`: each n-gram's feature row,
+        -1 where it touches padding (or ids outside the vocabulary)."""
+        token_ids = ops.cast(token_ids, "int32")
+        real = (token_ids > 0) & (token_ids < self.vocabulary_size)
+        unigrams = ops.where(real, token_ids, -1)
+        if self.num_buckets == 0:
+            return unigrams, None
+        first, second = token_ids[:, :-1], token_ids[:, 1:]
+        # first * V + second < V**2 stays within int32 for any vocabulary under 46,000.
+        hashed = (first * self.vocabulary_size + second) % self.num_buckets + self.vocabulary_size
+        bigrams = ops.where(real[:, :-1] & real[:, 1:], hashed, -1)
+        return unigrams, bigrams
+
+    def adapt(self, token_ids, batch_size=1024):
+        """Sets the inverse document frequencies from training ids `[N, T]`."""
+        token_ids = np.asarray(token_ids)
+        if token_ids.ndim != 2 or not np.issubdtype(token_ids.dtype, np.integer):
+            raise ValueError(f"`adapt` takes integer token ids of shape [N, T], got {token_ids.dtype} {token_ids.shape}.")
+        if not self.built:
+            self.build(token_ids.shape)
+        document_frequency = np.zeros(self.num_features, np.int64)
+        for start in range(0, len(token_ids), batch_size):
+            for rows in self.ngram_ids(token_ids[start:start + batch_size]):
+                if rows is None:
+                    continue
+                rows = keras.ops.convert_to_numpy(rows)
+                for row in rows:
+                    document_frequency[np.unique(row[row >= 0])] += 1
+        count = len(token_ids)
+        idf = np.log((1.0 + count) / (1.0 + document_frequency)) + 1.0
+        # An n-gram the training ids never had is no feature (it has no trained weight to add).
+        kept = document_frequency >= self.min_document_frequency
+        self.idf.assign(np.where(kept, idf, 0.0).astype("float32"))
+
+    def call(self, token_ids):
+        weighted, squared_norm = [], 0.0
+        for rows in self.ngram_ids(token_ids):
+            if rows is None:
+                continue
+            present = rows >= 0
+            idf = ops.where(present, ops.take(self.idf, ops.maximum(rows, 0)), 0.0)
+            # Each of the c positions of an n-gram carries 1/c of its TF-IDF
+            # tf(c) * idf, and 1/c of its square to the norm.
+            same = ops.cast(ops.expand_dims(rows, 2) == ops.expand_dims(rows, 1), "float32")
+            count = ops.sum(same, axis=-1)
+            term_frequency = 1.0 + ops.log(count) if self.sublinear_tf else count
+            weight = term_frequency * idf / count
+            squared_norm = squared_norm + ops.sum(weight * term_frequency * idf, axis=-1)
+            weighted.append((rows, weight))
+        norm = ops.sqrt(ops.maximum(squared_norm, 1e-12))
+        outputs = 0.0
+        kernel = ops.cast(self.kernel, "float32") * self.learning_rate_multiplier
+        for rows, weight in weighted:
+            rows_kernel = ops.take(kernel, ops.maximum(rows, 0), axis=0)
+            outputs = outputs + ops.sum(rows_kernel * ops.expand_dims(weight, -1), axis=1)
+        return ops.cast(outputs / ops.expand_dims(norm, -1), self.compute_dtype)
+
+    def compute_output_shape(self, token_ids_shape):
+        return (token_ids_shape[0], self.units)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "vocabulary_size": self.vocabulary_size,
+            "units": self.units,
+            "num_buckets": self.num_buckets,
+            "learning_rate_multiplier": self.learning_rate_multiplier,
+            "l2": self.l2,
+            "sublinear_tf": self.sublinear_tf,
+            "min_document_frequency": self.min_document_frequency,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+        })
+        return config

@@ -1,0 +1,137 @@
+"""BagOfNgrams against scikit-learn's TfidfVectorizer on the same token n-grams."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+from sklearn.feature_extraction.text import TfidfVectorizer
+
+from keras_transformer.layers import BagOfNgrams
+
+VOCABULARY = 40
+BUCKETS = 100003  # far more than the bigrams below: no two share a row
+
+
+def random_ids(rows=30, length=12, seed=0):
+    """0-padded ids with repeats (a small vocabulary), an empty row and a full one."""
+    rng = np.random.default_rng(seed)
+    token_ids = np.zeros((rows, length), "int32")
+    for row in range(1, rows):
+        count = length if row == 1 else int(rng.integers(1, length + 1))
+        token_ids[row, :count] = rng.integers(1, VOCABULARY, count)
+    return token_ids
+
+
+def sklearn_logits(train_ids, token_ids, layer, ngram_range, **options):
+    """TF-IDF of the ids as words (`t5 t7 ...`), fit on `train_ids`, times the layer's kernel as used."""
+
+    def documents(ids):
+        return [" ".join(f"t{token}" for token in row if token > 0) for row in ids]
+
+    vectorizer = TfidfVectorizer(ngram_range=ngram_range, token_pattern=r"\S+", lowercase=False, **options)
+    vectorizer.fit(documents(train_ids))
+    features = vectorizer.transform(documents(token_ids)).toarray()
+    kernel = np.asarray(ops.convert_to_numpy(layer.kernel)) * layer.learning_rate_multiplier
+    weights = np.zeros((features.shape[1], layer.units))
+    for ngram, column in vectorizer.vocabulary_.items():
+        tokens = [int(word[1:]) for word in ngram.split()]
+        row = tokens[0] if len(tokens) == 1 else (tokens[0] * VOCABULARY + tokens[1]) % BUCKETS + VOCABULARY
+        weights[column] = kernel[row]
+    return features @ weights
+
+
+@pytest.mark.parametrize("num_buckets, ngram_range", [(BUCKETS, (1, 2)), (0, (1, 1))])
+@pytest.mark.parametrize("sublinear_tf", [True, False])
+@pytest.mark.parametrize("min_df", [1, 2, 3])
+def test_equals_tfidf_times_the_kernel(num_buckets, ngram_range, sublinear_tf, min_df):
+    train_ids, token_ids = random_ids(seed=0), random_ids(rows=12, seed=1)
+    layer = BagOfNgrams(VOCABULARY, 3, num_buckets=num_buckets, sublinear_tf=sublinear_tf,
+                        min_document_frequency=min_df, kernel_initializer=keras.initializers.RandomNormal(seed=3))
+    layer.adapt(train_ids)
+    outputs = np.asarray(ops.convert_to_numpy(layer(token_ids)))
+    expected = sklearn_logits(train_ids, token_ids, layer, ngram_range, sublinear_tf=sublinear_tf, min_df=min_df)
+    np.testing.assert_allclose(outputs, expected, atol=1e-5)
+    assert np.all(outputs[0] == 0.0)  # an all-padding row: no features, no NaN
+
+
+def test_before_adapt_every_idf_is_one():
+    layer = BagOfNgrams(VOCABULARY, 2, num_buckets=0, kernel_initializer="ones", learning_rate_multiplier=1.0,
+                        sublinear_tf=False)
+    # Token 5 twice and 6 once: L2-normalized counts (2, 1) / sqrt(5), summed by the all-ones kernel.
+    outputs = np.asarray(ops.convert_to_numpy(layer(np.array([[5, 6, 5, 0]], "int32"))))
+    np.testing.assert_allclose(outputs, [[3 / np.sqrt(5)] * 2], rtol=1e-6)
+
+
+def test_padding_and_out_of_vocabulary_ids_are_no_features():
+    layer = BagOfNgrams(VOCABULARY, 2, kernel_initializer=keras.initializers.RandomNormal(seed=4))
+    layer.adapt(random_ids())
+    short = np.array([[7, 9, 11, 0, 0, 0]], "int32")
+    noisy = np.array([[7, 9, 11, 0, VOCABULARY + 3, 0]], "int32")
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(noisy)), ops.convert_to_numpy(layer(short)), atol=1e-6)
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(short)),
+                               ops.convert_to_numpy(layer(short[:, :3])), atol=1e-6)
+
+
+def test_learning_rate_multiplier_scales_the_kernel_and_the_penalty():
+    layer = BagOfNgrams(VOCABULARY, 2, num_buckets=0, learning_rate_multiplier=10.0, l2=0.5,
+                        kernel_initializer="ones")
+    layer.build((None, 4))
+    outputs = np.asarray(ops.convert_to_numpy(layer(np.array([[5, 0, 0, 0]], "int32"))))
+    np.testing.assert_allclose(outputs, [[10.0, 10.0]], rtol=1e-6)  # one feature of weight 1, kernel 1 * 10
+    (penalty,) = layer.losses
+    np.testing.assert_allclose(float(ops.convert_to_numpy(penalty)), 0.5 * 100.0 * VOCABULARY * 2, rtol=1e-6)
+
+
+def rare_feature_margin(learning_rate_multiplier):
+    """Class 1 iff token 9 occurs, in 4 of 200 texts, one batch an epoch: after 5 epochs of Adam at
+    1e-3, how far the least likely positive's probability of class 1 exceeds the likeliest negative's."""
+    rng = np.random.default_rng(5)
+    token_ids = rng.integers(10, VOCABULARY, (200, 6)).astype("int32")
+    labels = np.zeros(200, "int32")
+    token_ids[:4, 2], labels[:4] = 9, 1
+    inputs = keras.Input((6,), dtype="int32")
+    ngrams = BagOfNgrams(VOCABULARY, 2, num_buckets=0, learning_rate_multiplier=learning_rate_multiplier)
+    model = keras.Model(inputs, keras.layers.Softmax()(ngrams(inputs)))
+    ngrams.adapt(token_ids)
+    model.compile(keras.optimizers.Adam(1e-3), "sparse_categorical_crossentropy")
+    model.fit(token_ids, labels, batch_size=20, epochs=5, verbose=0, shuffle=False)
+    probabilities = np.asarray(model.predict(token_ids, verbose=0))[:, 1]
+    return probabilities[:4].min() - probabilities[4:].max()
+
+
+def test_the_multiplier_lets_a_rare_feature_learn_fast():
+    assert rare_feature_margin(30.0) > 0.02
+    assert rare_feature_margin(1.0) < 0.005  # the same training without it: hardly apart
+
+
+def test_saved_with_its_document_frequencies(tmp_path):
+    inputs = keras.Input((12,), dtype="int32")
+    layer = BagOfNgrams(VOCABULARY, 3, num_buckets=1009, l2=1e-4,
+                        kernel_initializer=keras.initializers.RandomNormal(seed=6))
+    model = keras.Model(inputs, layer(inputs))
+    layer.adapt(random_ids())
+    path = str(tmp_path / "ngrams.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    token_ids = random_ids(rows=5, seed=2)
+    np.testing.assert_allclose(ops.convert_to_numpy(loaded(token_ids)), ops.convert_to_numpy(model(token_ids)),
+                               atol=1e-6)
+    assert loaded.layers[-1].get_config() == layer.get_config()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"vocabulary_size": 1}, "vocabulary_size"),
+    ({"units": 0}, "units"),
+    ({"num_buckets": -1}, "num_buckets"),
+    ({"learning_rate_multiplier": 0}, "learning_rate_multiplier"),
+    ({"l2": -1.0}, "l2"),
+    ({"min_document_frequency": 0}, "min_document_frequency"),
+])
+def test_bad_arguments_are_named(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        BagOfNgrams(**{"vocabulary_size": VOCABULARY, "units": 2, **arguments})
+
+
+def test_adapt_refuses_what_is_not_token_ids():
+    with pytest.raises(ValueError, match=r"integer token ids of shape \[N, T\]"):
+        BagOfNgrams(VOCABULARY, 2).adapt(np.ones((3, 4), "float32"))
