@@ -58,11 +58,15 @@ def build_parser():
     model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers)
     add_model_size_flags(model, DEFAULTS)
     model.add_argument("--bag-of-ngrams", action=argparse.BooleanOptionalAction, default=DEFAULTS.bag_of_ngrams,
-                       help="add to the Transformer's logits those of a linear model on the TF-IDF of the "
-                            "texts' WordPiece unigrams and bigrams (default: "
+                       help="add to the Transformer's logits those of a logistic regression on the TF-IDF of "
+                            "the texts' WordPiece unigrams and bigrams, fit after the Transformer, at a weight "
+                            "chosen on validation (default: "
                             f"{'on' if DEFAULTS.bag_of_ngrams else 'off'})")
     model.add_argument("--ngram-l2", type=float, default=DEFAULTS.ngram_l2,
                        help=default_help(DEFAULTS.ngram_l2, "L2 penalty of the bag of n-grams"))
+    model.add_argument("--ngram-refit", action=argparse.BooleanOptionalAction, default=DEFAULTS.ngram_refit,
+                       help="once validation chose the Transformer's weight, fit the bag of n-grams again on the "
+                            f"training and validation texts (default: {'on' if DEFAULTS.ngram_refit else 'off'})")
 
     training = parser.add_argument_group("training")
     training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
@@ -113,6 +117,7 @@ def settings_from(args):
         pretrain_epochs=args.pretrain_epochs,
         bag_of_ngrams=args.bag_of_ngrams,
         ngram_l2=args.ngram_l2,
+        ngram_refit=args.ngram_refit,
     )
 
 

@@ -31,6 +31,10 @@ class BagOfNgrams(keras.layers.Layer):
     the pace of an optimizer that normalizes its steps (Adam) by that much;
     `l2` applies to the kernel as used.
 
+    `sparse_features` gives the same features as a sparse matrix's triplets,
+    for solvers outside Keras (`keras_transformer.training.linear`, which
+    fits the kernel and bias as a logistic regression in one go).
+
     Args:
         vocabulary_size: int. The number of token ids; 0 is padding.
         units: int. The output width (the number of classes for logits).
@@ -39,6 +43,8 @@ class BagOfNgrams(keras.layers.Layer):
         learning_rate_multiplier: float, defaults to `30.0`. See above.
         l2: float, defaults to `0.0`. The L2 penalty on the kernel as used,
             added to the loss.
+        use_bias: bool, defaults to `False`. Add a bias (a logistic
+            regression's intercept; not penalized).
         sublinear_tf: bool, defaults to `True`. Count `1 + ln(c)` for an
             n-gram seen `c` times: a word repeated in a long text weighs
             less than `c` words.
@@ -75,6 +81,7 @@ class BagOfNgrams(keras.layers.Layer):
         num_buckets=262139,
         learning_rate_multiplier=30.0,
         l2=0.0,
+        use_bias=False,
         sublinear_tf=True,
         min_document_frequency=2,
         kernel_initializer="zeros",
@@ -95,6 +102,7 @@ class BagOfNgrams(keras.layers.Layer):
         self.num_buckets = int(num_buckets)
         self.learning_rate_multiplier = float(learning_rate_multiplier)
         self.l2 = float(l2)
+        self.use_bias = bool(use_bias)
         self.sublinear_tf = bool(sublinear_tf)
         self.min_document_frequency = int(min_document_frequency)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -109,6 +117,9 @@ class BagOfNgrams(keras.layers.Layer):
             initializer=clone_initializer(self.kernel_initializer, "kernel"),
             regularizer=self._penalty if self.l2 else None,
         )
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
         self.idf = self.add_weight(name="idf", shape=(self.num_features,), initializer="ones", trainable=False)
         self.built = True
 
@@ -171,7 +182,48 @@ class BagOfNgrams(keras.layers.Layer):
         for rows, weight in weighted:
             rows_kernel = ops.take(kernel, ops.maximum(rows, 0), axis=0)
             outputs = outputs + ops.sum(rows_kernel * ops.expand_dims(weight, -1), axis=1)
-        return ops.cast(outputs / ops.expand_dims(norm, -1), self.compute_dtype)
+        outputs = outputs / ops.expand_dims(norm, -1)
+        if self.bias is not None:
+            outputs = outputs + ops.cast(self.bias, "float32")
+        return ops.cast(outputs, self.compute_dtype)
+
+    def sparse_features(self, token_ids, batch_size=1024):
+        """The TF-IDF features of `token_ids` `[N, T]` (NumPy), as the
+        `(rows, columns, values)` of a sparse `[N, num_features]` matrix:
+        the layer's output is that matrix times the kernel as used
+        (`effective_kernel`), plus the bias."""
+        idf = np.asarray(keras.ops.convert_to_numpy(self.idf), np.float64)
+        rows, columns, values = [], [], []
+        for start in range(0, len(token_ids), batch_size):
+            parts = [np.asarray(keras.ops.convert_to_numpy(ids))
+                     for ids in self.ngram_ids(np.asarray(token_ids[start:start + batch_size])) if ids is not None]
+            for offset in range(len(parts[0])):
+                ngrams = np.concatenate([part[offset] for part in parts])
+                features, counts = np.unique(ngrams[ngrams >= 0], return_counts=True)
+                term_frequency = 1.0 + np.log(counts) if self.sublinear_tf else counts.astype(np.float64)
+                weights = term_frequency * idf[features]
+                kept = weights > 0
+                features, weights = features[kept], weights[kept]
+                norm = np.sqrt(np.sum(np.square(weights)))
+                rows.append(np.full(len(features), start + offset, np.int64))
+                columns.append(features.astype(np.int64))
+                values.append(weights / norm if norm > 0 else weights)
+        if not rows:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)
+        return np.concatenate(rows), np.concatenate(columns), np.concatenate(values)
+
+    @property
+    def effective_kernel(self):
+        """The kernel as used: the stored one times `learning_rate_multiplier` (NumPy)."""
+        return np.asarray(keras.ops.convert_to_numpy(self.kernel), np.float64) * self.learning_rate_multiplier
+
+    def set_linear_weights(self, kernel, bias=None):
+        """Sets the kernel as used (`[num_features, units]`) and, with `use_bias`, the bias."""
+        self.kernel.assign((np.asarray(kernel) / self.learning_rate_multiplier).astype(self.kernel.dtype))
+        if bias is not None:
+            if self.bias is None:
+                raise ValueError("This BagOfNgrams has no bias (`use_bias=False`).")
+            self.bias.assign(np.asarray(bias).astype(self.bias.dtype))
 
     def compute_output_shape(self, token_ids_shape):
         return (token_ids_shape[0], self.units)
@@ -184,6 +236,7 @@ class BagOfNgrams(keras.layers.Layer):
             "num_buckets": self.num_buckets,
             "learning_rate_multiplier": self.learning_rate_multiplier,
             "l2": self.l2,
+            "use_bias": self.use_bias,
             "sublinear_tf": self.sublinear_tf,
             "min_document_frequency": self.min_document_frequency,
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),

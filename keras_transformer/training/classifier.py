@@ -41,6 +41,7 @@ from keras_transformer.training.evaluation import classification_report
 from keras_transformer.training.evaluation import format_classification_report
 from keras_transformer.training.fitting import build_optimizer
 from keras_transformer.training.fitting import learning_rate_schedule
+from keras_transformer.training.linear import fit_logistic_regression
 from keras_transformer.training.losses import WarmupCosine
 from keras_transformer.training.pretraining import clear_pretraining
 from keras_transformer.training.pretraining import pretrain_encoder
@@ -55,6 +56,7 @@ from keras_transformer.training.settings import check_settings
 
 
 METRICS_FILE = "metrics.json"  # written once a run finished
+TRANSFORMER_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # beside the bag of n-grams' logits (`add_bag_of_ngrams`)
 MONITORS = ("val_accuracy", "val_macro_f1", "val_loss")  # what `--monitor` selects the epoch on
 
 
@@ -90,11 +92,13 @@ class ClassifierSettings:
     mixed_precision: str = "off"  # "off", "float16" or "bfloat16"
     jit_compile: bool = False  # XLA
     pretrain_epochs: int = 0  # masked-token pretraining of the encoder before fine-tuning (0 = none)
-    # A linear model on the TF-IDF of WordPiece unigrams and bigrams, its
-    # logits added to the Transformer's (`BagOfNgrams`): True, False, or a
-    # dict of `BagOfNgrams` arguments.
+    # A logistic regression on the TF-IDF of WordPiece unigrams and bigrams
+    # (`BagOfNgrams`), fit after the Transformer and added to its logits at a
+    # weight chosen on validation: True, False, or a dict of `BagOfNgrams`
+    # arguments.
     bag_of_ngrams: object = True
     ngram_l2: float = None  # the bag of n-grams' L2 penalty (`BagOfNgrams`' l2)
+    ngram_refit: bool = True  # fit it again on training + validation once validation chose (`add_bag_of_ngrams`)
 
     def validate(self):
         check_settings(self)
@@ -109,6 +113,8 @@ class ClassifierSettings:
                              f"got {self.bag_of_ngrams!r}.")
         if self.ngram_l2 is not None and not (isinstance(self.ngram_l2, (int, float)) and self.ngram_l2 >= 0):
             raise ValueError(f"`ngram_l2` must be a number of at least 0, got {self.ngram_l2!r}.")
+        if not isinstance(self.ngram_refit, bool):
+            raise ValueError(f"`ngram_refit` must be True or False, got {self.ngram_refit!r}.")
         if not isinstance(self.pretrain_epochs, int) or self.pretrain_epochs < 0:
             raise ValueError(f"`pretrain_epochs` must be an integer of at least 0, got {self.pretrain_epochs!r}.")
         return self
@@ -284,6 +290,9 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     )
     if fitted is None:
         return None  # the chief evaluates and writes the results
+    combination = None
+    if fitted.model.ngrams is not None and not fitted.model.ngrams.trainable:
+        combination = add_bag_of_ngrams(fitted.model, settings, tokens, verbose)
 
     # Batch by batch: `predict` would wrap the batches with the first ones' widths (`as_tf_dataset`).
     probabilities = np.concatenate([
@@ -300,6 +309,7 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
             "stopped_by_time_budget": fitted.stopped_by_time_budget,
             "training_seconds": round(fitted.training_seconds, 1),
             "settings": dataclasses.asdict(settings),
+            **({"bag_of_ngrams": combination} if combination is not None else {}),
         }
     )
     with open(folder.file(METRICS_FILE), "w") as metrics_file:
@@ -317,6 +327,78 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
         training_seconds=fitted.training_seconds,
         run_dir=os.fspath(run_dir),
     )
+
+
+def add_bag_of_ngrams(model, settings, tokens, verbose=1):
+    """Fits `model.ngrams` (all zeros, frozen while the Transformer trained)
+    as a logistic regression on the training split (its `l2` the penalty), then weighs the
+    Transformer's logits beside it: the head is scaled by the weight of
+    `TRANSFORMER_WEIGHTS` whose sum does best on validation by
+    `settings.monitor` (the validation loss breaks ties; 0 keeps the
+    regression alone). Two models trained apart err apart, which a sum
+    trained as one model does not get. With `settings.ngram_refit` the
+    regression is then fit again on the training and validation texts (the
+    penalty scaled to keep its `C`): validation has chosen all it chooses.
+    `_train_classifier` calls it once the kept epoch's weights are back,
+    unless the bag was given `trainable=True` (then `fit` trained it).
+
+    Returns:
+        What was done, as a dict for `metrics.json`.
+    """
+    ngrams, train, validation = model.ngrams, tokens.train, tokens.validation
+    transformer_logits, labels = _validation_outputs(model, tokens, settings.batch_size, lambda ids: np.log(
+        np.maximum(model.predict_on_batch(ids), 1e-30)))
+    linear = fit_logistic_regression(ngrams, train.token_ids, train.labels, ngrams.l2)
+    ngram_logits, _ = _validation_outputs(model, tokens, settings.batch_size, ngrams)
+    scores = {weight: _validation_scores(ngram_logits + weight * transformer_logits, labels)
+              for weight in TRANSFORMER_WEIGHTS}
+    metric = settings.monitor.removeprefix("val_")
+    best = max(TRANSFORMER_WEIGHTS, key=lambda weight: (
+        -scores[weight]["loss"] if metric == "loss" else scores[weight][metric], -scores[weight]["loss"]))
+    model.head.kernel.assign(keras.ops.convert_to_numpy(model.head.kernel) * best)
+    model.head.bias.assign(keras.ops.convert_to_numpy(model.head.bias) * best)
+    record = {
+        "transformer_weight": best,
+        "validation": {str(weight): scores[weight] for weight in TRANSFORMER_WEIGHTS},
+        "logistic_regression": dataclasses.asdict(linear),
+    }
+    say(verbose, f"Bag of n-grams: a logistic regression fit in {linear.seconds:.1f} s ({linear.iterations} "
+                 f"iterations, training accuracy {linear.train_accuracy:.4f}); the Transformer's logits added at "
+                 f"weight {best} (validation {metric} "
+                 + ", ".join(f"{weight}: {scores[weight][metric]:.4f}" for weight in TRANSFORMER_WEIGHTS) + ").")
+    if settings.ngram_refit:
+        token_ids = _stacked_ids(train.token_ids, validation.token_ids)
+        ngrams.adapt(token_ids)
+        refit = fit_logistic_regression(ngrams, token_ids, np.concatenate([train.labels, validation.labels]),
+                                        ngrams.l2 * len(train) / (len(train) + len(validation)))
+        record["refit_on_train_and_validation"] = dataclasses.asdict(refit)
+        say(verbose, f"Fit again on the {len(train)} training and {len(validation)} validation texts in "
+                     f"{refit.seconds:.1f} s.")
+    return record
+
+
+def _stacked_ids(*arrays):
+    """0-padded id arrays one below the other, padded to the widest."""
+    width = max(array.shape[1] for array in arrays)
+    return np.concatenate([np.pad(array, ((0, 0), (0, width - array.shape[1]))) for array in arrays])
+
+
+def _validation_outputs(model, tokens, batch_size, outputs_of):
+    """`outputs_of(token_ids)` on the validation split, batch by batch, with the labels in the same order."""
+    outputs, labels = [], []
+    for token_ids, batch_labels in _batches(tokens.validation.token_ids, tokens.validation.labels, batch_size):
+        outputs.append(np.asarray(keras.ops.convert_to_numpy(outputs_of(token_ids)), np.float64))
+        labels.append(np.asarray(batch_labels))
+    return np.concatenate(outputs), np.concatenate(labels)
+
+
+def _validation_scores(logits, labels):
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probabilities = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    predicted = np.argmax(logits, axis=1)
+    macro_f1 = classification_report(labels, predicted, list(range(logits.shape[1])))["macro_f1"]
+    return {"accuracy": float(np.mean(predicted == labels)), "macro_f1": float(macro_f1),
+            "loss": float(-np.mean(log_probabilities[np.arange(len(labels)), labels]))}
 
 
 def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epoch, strategy=None):
@@ -356,14 +438,16 @@ def saved_classifier_settings(saved):
 
 def bag_of_ngrams_arguments(settings):
     """The `bag_of_ngrams` argument of `TransformerClassifier` for `settings`:
-    None, or `BagOfNgrams` arguments (`ngram_l2` as `l2` unless the dict has one)."""
+    None, or `BagOfNgrams` arguments: `ngram_l2` as `l2`, with a bias (the
+    regression's intercept), frozen (`add_bag_of_ngrams` fits it), unless the
+    dict says otherwise."""
     if settings.bag_of_ngrams is False:
         return None
     given = {} if settings.bag_of_ngrams is True else dict(settings.bag_of_ngrams)
     if "l2" not in given:
         check_chosen(settings, "ngram_l2")
         given["l2"] = settings.ngram_l2
-    return given
+    return {"use_bias": True, "trainable": False, **given}
 
 
 def build_compiled_model(settings, model_class, total_steps, loss, make_metrics, strategy=None, **model_arguments):

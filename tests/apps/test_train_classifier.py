@@ -100,11 +100,15 @@ def test_checkpoints_load_and_best_is_the_exported_model(trained_classifier):
         probabilities = model.predict(token_ids, verbose=0)
         assert probabilities.shape == (len(texts), len(CLASS_NAMES))
         np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, atol=1e-5)
-    # BestEpoch restores the best epoch's weights when training ends, before
-    # the export, so the export answers as best.keras does.
+    # BestEpoch restores the best epoch's weights when training ends; the bag
+    # of n-grams is fit after that (best.keras has it at zero), and the export
+    # answers as the finished model.keras does.
+    finished = keras.models.load_model(os.path.join(run_dir, "model.keras"))
     exported = tf.saved_model.load(trained_classifier.version_dir)
     served = exported.signatures["serving_default"](text=tf.constant(texts))["probabilities"].numpy()
-    np.testing.assert_allclose(served, best.predict(token_ids, verbose=0), atol=1e-5)
+    np.testing.assert_allclose(served, finished.predict(token_ids, verbose=0), atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(finished.encoder_blocks[0].weights[0]),
+                               keras.ops.convert_to_numpy(best.encoder_blocks[0].weights[0]))
 
 
 # --- bad input ---------------------------------------------------------------------
@@ -357,10 +361,11 @@ def test_a_kill_between_the_backup_and_the_history_row_loses_no_epoch(tmp_path, 
 # --- the bag of n-grams (issue 16) ---------------------------------------------------
 
 
-def test_a_bag_of_ngrams_run_records_adapts_and_exports_its_branch(tmp_path, capsys):
+def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_exports_the_sum(tmp_path):
     import tensorflow as tf
 
     from keras_transformer.text import WordPieceTokenizer
+    from keras_transformer.training.classifier import TRANSFORMER_WEIGHTS
 
     csv_path = write_keyword_csv(tmp_path / "keywords.csv")
     run_dir, export_dir = str(tmp_path / "run"), str(tmp_path / "export")
@@ -373,14 +378,30 @@ def test_a_bag_of_ngrams_run_records_adapts_and_exports_its_branch(tmp_path, cap
     # 1 / (2 C n) with C = 10 for the 96 training texts of 120 (an 80/10/10 split)
     assert saved["settings"]["ngram_l2"] == pytest.approx(1 / (20 * 96), rel=1e-2)
     assert "logistic regression" in saved["chosen_from_data"]["ngram_l2"]["reason"]
-    best = keras.models.load_model(os.path.join(run_dir, "checkpoints", "best.keras"))
-    idf = keras.ops.convert_to_numpy(best.ngrams.idf)
-    # Adapted to the training texts: filler words (in most texts) weigh less than keywords, unseen n-grams 0.
-    assert 1.0 <= idf[idf > 0].min() < idf.max() and (idf == 0).mean() > 0.9
     texts = ["goal match team", "stocks market shares", "film music actor", "the news of the week"]
     token_ids = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt")).encode(tf.constant(texts), 32).numpy()
-    expected = best.predict(token_ids, verbose=0)
-    assert np.abs(keras.ops.convert_to_numpy(best.ngrams(token_ids))).max() > 1e-3  # the branch learned
+
+    # The kept epoch's checkpoint: the Transformer alone (the bag frozen at zero while it trained).
+    best = keras.models.load_model(os.path.join(run_dir, "checkpoints", "best.keras"))
+    assert not best.ngrams.trainable
+    assert np.all(keras.ops.convert_to_numpy(best.ngrams(token_ids)) == 0.0)
+    # The finished model: the regression fit afterwards, the head scaled by the weight chosen on validation.
+    final = keras.models.load_model(os.path.join(run_dir, "model.keras"))
+    idf = keras.ops.convert_to_numpy(final.ngrams.idf)
+    # Adapted to the training texts: filler words (in most texts) weigh less than keywords, unseen n-grams 0.
+    assert 1.0 <= idf[idf > 0].min() < idf.max() and (idf == 0).mean() > 0.9
+    ngram_logits = keras.ops.convert_to_numpy(final.ngrams(token_ids))
+    assert np.argmax(ngram_logits, axis=1)[:3].tolist() == [2, 0, 1]  # alone it tells the keywords' classes apart
+    with open(os.path.join(run_dir, "metrics.json")) as metrics_file:
+        combination = json.load(metrics_file)["bag_of_ngrams"]
+    weight = combination["transformer_weight"]
+    scores = combination["validation"]
+    assert set(scores) == {str(each) for each in TRANSFORMER_WEIGHTS}
+    assert scores[str(weight)]["accuracy"] == max(score["accuracy"] for score in scores.values())
+    assert combination["logistic_regression"]["converged"]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(final.head.kernel),
+                               weight * keras.ops.convert_to_numpy(best.head.kernel), atol=1e-6)
+    expected = final.predict(token_ids, verbose=0)
     exported = tf.saved_model.load(os.path.join(export_dir, "1"))
     served = exported.signatures["serving_default"](text=tf.constant(texts))["probabilities"].numpy()
     np.testing.assert_allclose(served, expected, atol=1e-5)
@@ -394,8 +415,17 @@ def test_no_bag_of_ngrams_builds_none(tmp_path):
     assert bag_of_ngrams_arguments(settings) is None
     with pytest.raises(ValueError, match="ngram_l2"):  # chosen from the data by training
         bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams=True))
-    assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams=True, ngram_l2=0.5)) == {"l2": 0.5}
-    assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams={"l2": 0.1}, ngram_l2=0.5)) == {"l2": 0.1}
+    fitted_after = {"use_bias": True, "trainable": False}  # add_bag_of_ngrams fits it once the Transformer trained
+    assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams=True, ngram_l2=0.5)) == {
+        "l2": 0.5, **fitted_after}
+    assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams={"l2": 0.1}, ngram_l2=0.5)) == {
+        "l2": 0.1, **fitted_after}
+    # Trained with the Transformer by `fit` instead (then nothing is fit after it).
+    assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams={"trainable": True}, ngram_l2=0.5))[
+        "trainable"] is True
+    assert settings.ngram_refit is True
+    no_refit = train_classifier.build_parser().parse_args(["--no-ngram-refit"])
+    assert train_classifier.settings_from(no_refit).ngram_refit is False
     with pytest.raises(ValueError, match="bag_of_ngrams"):
         dataclasses.replace(settings, bag_of_ngrams="yes").validate()
 

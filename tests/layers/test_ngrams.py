@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import pytest
 from keras import ops
+from scipy import sparse
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from keras_transformer.layers import BagOfNgrams
@@ -52,6 +53,21 @@ def test_equals_tfidf_times_the_kernel(num_buckets, ngram_range, sublinear_tf, m
     expected = sklearn_logits(train_ids, token_ids, layer, ngram_range, sublinear_tf=sublinear_tf, min_df=min_df)
     np.testing.assert_allclose(outputs, expected, atol=1e-5)
     assert np.all(outputs[0] == 0.0)  # an all-padding row: no features, no NaN
+
+
+def test_the_sparse_features_times_the_kernel_are_the_layer_s_output():
+    token_ids = random_ids(rows=20, seed=1)
+    layer = BagOfNgrams(VOCABULARY, 3, num_buckets=1009, use_bias=True, min_document_frequency=1)
+    layer.adapt(token_ids)
+    rng = np.random.default_rng(2)
+    kernel, bias = rng.normal(size=(layer.num_features, 3)), rng.normal(size=3)
+    layer.set_linear_weights(kernel, bias)
+    np.testing.assert_allclose(layer.effective_kernel, kernel, rtol=1e-5, atol=1e-6)
+    rows, columns, values = layer.sparse_features(token_ids)
+    features = sparse.csr_matrix((values, (rows, columns)), shape=(len(token_ids), layer.num_features))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer(token_ids)), features @ kernel + bias, atol=1e-4)
+    restored = BagOfNgrams.from_config(layer.get_config())
+    assert restored.use_bias
 
 
 def test_before_adapt_every_idf_is_one():
