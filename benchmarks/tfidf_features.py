@@ -1,0 +1,71 @@
+"""TF-IDF + logistic regression on word n-grams against the same on WordPiece n-grams.
+
+    .venv/bin/python benchmarks/tfidf_features.py                       # the suite's corpora, seed 1337
+    .venv/bin/python benchmarks/tfidf_features.py --corpora bbc --seed 1
+
+What our bag of n-grams can reach with its features: scikit-learn's
+`TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), min_df=2)` and
+`LogisticRegression(C)` fit on the training split only (as ours fits first),
+scored by test accuracy, once on words (scikit-learn's tokens, as the TF-IDF
+arm of classifier_quality.py) and once on the WordPiece pieces of the
+vocabulary our default run of that split built (run classifier_quality.py's
+`ours` arm on the split first), cut at its sequence length.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import classifier_quality  # noqa: E402
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpora", default=",".join(classifier_quality.SUITE))
+    parser.add_argument("--seed", type=int, default=classifier_quality.DEFAULT_SEED)
+    parser.add_argument("--c", default="3,10,30", help="the regression's C values, comma-separated")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from keras_transformer.data import load_classification_data
+    from keras_transformer.text.wordpiece import WordPieceTokenizer
+
+    print("| corpus | seed | C | words | WordPiece pieces |")
+    print("|---|---|---|---|---|")
+    for name in args.corpora.split(","):
+        data = load_classification_data(classifier_quality.corpus_source(name), seed=args.seed)
+        run_dir = os.path.join(classifier_quality.results_dir(args.seed), "runs", f"{name}-ours")
+        if not os.path.exists(os.path.join(run_dir, "settings.json")):
+            sys.exit(f"error: {run_dir} has no run: run classifier_quality.py {name} --arms ours --seed {args.seed} first")
+        with open(os.path.join(run_dir, "settings.json")) as settings_file:
+            sequence_length = json.load(settings_file)["settings"]["sequence_length"]
+        tokenizer = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt"))
+
+        def pieces(texts):
+            return [" ".join(f"t{piece}" for piece in ids[:sequence_length]) for ids in tokenizer.tokenize(texts).to_list()]
+
+        train, test = data.train, data.test
+        inputs = {"words": (train.texts, test.texts), "pieces": (pieces(train.texts), pieces(test.texts))}
+        for c in [float(value) for value in args.c.split(",")]:
+            accuracies = {}
+            for kind, (train_inputs, test_inputs) in inputs.items():
+                pattern = r"\S+" if kind == "pieces" else r"(?u)\b\w\w+\b"
+                model = make_pipeline(
+                    TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), min_df=2, token_pattern=pattern),
+                    LogisticRegression(C=c, max_iter=3000),
+                )
+                model.fit(train_inputs, train.labels)
+                accuracies[kind] = float(np.mean(model.predict(test_inputs) == np.asarray(test.labels)))
+            print(f"| `{name}` | {args.seed} | {c:g} | {accuracies['words']:.4f} | {accuracies['pieces']:.4f} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
