@@ -68,8 +68,8 @@ def build_parser():
                           help="multiplies the paper's warmup schedule (the peak of both schedules)")
     training.add_argument("--schedule", choices=SCHEDULES, default=DEFAULTS.schedule,
                           help="after the warmup: inverse_sqrt (the paper's 1/sqrt(step)) or cosine (to 0 "
-                               "at the last planned step, or where --time-budget ends; default "
-                               f"{DEFAULTS.schedule})")
+                               "at the last planned step, or where --time-budget ends; "
+                               f"{default_help(DEFAULTS.schedule)})")
     add_run_flags(training, DEFAULTS, run_dir="runs/translator")
     add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
     training.add_argument("--chrf-pairs", type=int, default=DEFAULTS.chrf_pairs, metavar="N",

@@ -156,8 +156,8 @@ def add_model_size_flags(model_group, defaults):
 def add_run_flags(training_group, defaults, run_dir):
     """`--patience`, `--seed`, `--time-budget`, `--resume`, `--run-dir`, `--verbose`."""
     training_group.add_argument("--patience", type=int, default=defaults.patience,
-                                help="early stopping: epochs without a better monitored metric "
-                                     f"(default {defaults.monitor}; 0 = off)")
+                                help="early stopping: epochs without a better --monitor; 0 = off "
+                                     f"({default_help(defaults.patience)})")
     add_seed_flag(training_group, defaults.seed)
     training_group.add_argument("--time-budget", type=float, default=None, metavar="MINUTES",
                                 help="stop training after MINUTES, then finish the run and export as usual")

@@ -69,7 +69,7 @@ def main():
     settings = TranslatorSettings(
         epochs=1, batch_size=args.batch_size, sequence_length=args.sequence_length, vocabulary_size=4000,
         target_vocabulary_size=4000, num_layers=2, d_model=128, num_heads=4, intermediate_dim=512, dropout=0.1,
-        label_smoothing=0.1, warmup_steps=100,
+        label_smoothing=0.1, warmup_steps=100, schedule="inverse_sqrt",
     )
     keras.utils.set_random_seed(settings.seed)
     sources, targets = made_up_pairs(args.pairs, settings.sequence_length, settings.vocabulary_size)

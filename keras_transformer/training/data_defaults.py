@@ -21,8 +21,9 @@ The rules, and why:
   still ends with `[END]`) or to translate words it never saw.
 * Classifier batch size and warmup: see `_batch_size` and `_warmup_fraction`.
 * The bag of n-grams' L2 penalty: see `_ngram_l2`.
-* Translator size and regularization: by the number of target-side words
-  (a pair of 5 words teaches less than a verse of 25), from `TRANSLATOR_TIERS`.
+* Translator size, regularization and learning-rate schedule: by the number
+  of target-side words (a pair of 5 words teaches less than a verse of 25),
+  from `TRANSLATOR_TIERS`; early stopping's patience by the schedule.
 """
 
 import dataclasses
@@ -48,17 +49,23 @@ TRANSLATOR_WARMUP_RANGE = (100, 500)
 # (fewest target-side training words, name, values), largest corpora first.
 # The large tier keeps the values tuned on the Bible corpora; smaller corpora
 # overfit sooner, so they get more dropout and, when tiny, a smaller model
-# (fewer, narrower blocks) and more label smoothing.
+# (fewer, narrower blocks) and more label smoothing. The small tier (ding's
+# 15k everyday sentences) trains best with fewer, faster blocks whose learning
+# rate a cosine brings to 0: more epochs fit a time budget, and its last
+# epochs, at the lowest rates, are the best (benchmarks/BENCHMARKS.md).
 TRANSLATOR_TIERS = (
     (400_000, "large", {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3,
-                        "dropout": 0.1, "label_smoothing": 0.1}),
+                        "dropout": 0.1, "label_smoothing": 0.1, "schedule": "inverse_sqrt"}),
     (200_000, "medium", {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3,
-                         "dropout": 0.2, "label_smoothing": 0.1}),
-    (60_000, "small", {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3,
-                       "dropout": 0.3, "label_smoothing": 0.1}),
+                         "dropout": 0.2, "label_smoothing": 0.1, "schedule": "inverse_sqrt"}),
+    (60_000, "small", {"d_model": 256, "intermediate_dim": 1024, "num_layers": 2,
+                       "dropout": 0.3, "label_smoothing": 0.1, "schedule": "cosine"}),
     (0, "tiny", {"d_model": 128, "intermediate_dim": 512, "num_layers": 2,
-                 "dropout": 0.3, "label_smoothing": 0.2}),
+                 "dropout": 0.3, "label_smoothing": 0.2, "schedule": "inverse_sqrt"}),
 )
+# Early stopping's patience by schedule: the cosine's best epochs come last,
+# where early stopping on a noisy validation metric would have cut it off.
+TRANSLATOR_PATIENCE = {"inverse_sqrt": 3, "cosine": 0}
 
 
 # What a large corpus (BBC News, the Bible corpora) gets; `sequence_length` is `max_length`.
@@ -70,6 +77,7 @@ LARGE_CORPUS = {
     "ngram_l2": 1.0 / (2 * NGRAM_INVERSE_REGULARIZATION * 2000),  # BBC News' number of texts
     "warmup_steps": TRANSLATOR_WARMUP_RANGE[1],
     **TRANSLATOR_TIERS[0][2],
+    "patience": TRANSLATOR_PATIENCE[TRANSLATOR_TIERS[0][2]["schedule"]],
 }
 
 
@@ -239,8 +247,14 @@ def translator_settings_from_counts(settings, num_pairs, target_words):
     def from_tier(name):
         return lambda current: (values[name], size)
 
+    def patience(current):
+        return TRANSLATOR_PATIENCE[current.schedule], (
+            "no early stopping under the cosine: its last epochs, at the lowest rates, are its best"
+            if current.schedule == "cosine" else f"epochs without a better {current.monitor}")
+
     return _fill(settings, [
         *[(name, from_tier(name)) for name in values],
+        ("patience", patience),
         ("warmup_steps", lambda current: _warmup_steps(num_pairs, current.batch_size, current.epochs)),
     ])
 

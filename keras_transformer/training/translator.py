@@ -77,7 +77,7 @@ class TranslatorSettings:
 
     FROM_DATA = (
         "vocabulary_size", "target_vocabulary_size", "sequence_length", "num_layers", "d_model",
-        "intermediate_dim", "dropout", "label_smoothing", "warmup_steps",
+        "intermediate_dim", "dropout", "label_smoothing", "warmup_steps", "schedule", "patience",
     )
 
     epochs: int = 20
@@ -99,7 +99,7 @@ class TranslatorSettings:
     warmup_steps: int = None
     learning_rate_scale: float = 0.75
     clip_norm: float = 1.0
-    patience: int = 3
+    patience: int = None  # None: 0 under the cosine schedule, else 3
     # chrF of greedy translations of `chrf_pairs` validation pairs: what the
     # user reads, where the loss and the teacher-forced token accuracy are
     # only proxies (issue 16). One of MONITORS; the validation loss breaks ties.
@@ -112,7 +112,8 @@ class TranslatorSettings:
     # "inverse_sqrt": the paper's warmup then 1/sqrt(step) (TransformerSchedule).
     # "cosine": the same warmup to the same peak, then a cosine that reaches 0
     # at the planned steps, or where a time budget ends (FitScheduleToBudget).
-    schedule: str = "inverse_sqrt"
+    # None: the corpus' size tier chooses.
+    schedule: str = None
 
     def validate(self):
         extra = ("warmup_steps", "target_vocabulary_size", *(() if self.num_decoder_layers is None
@@ -124,8 +125,10 @@ class TranslatorSettings:
             raise ValueError(f"`chrf_pairs` must be a non-negative integer, got {self.chrf_pairs!r}.")
         if self.monitor == "val_chrf" and self.chrf_pairs == 0:
             raise ValueError("`monitor` val_chrf needs validation pairs to translate: `chrf_pairs` is 0.")
-        if self.schedule not in SCHEDULES:
+        if self.schedule is not None and self.schedule not in SCHEDULES:
             raise ValueError(f"`schedule` must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}.")
+        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 0):
+            raise ValueError(f"`patience` must be a non-negative integer, got {self.patience!r}.")
         if not isinstance(self.shared_vocabulary, bool):
             raise ValueError(f"`shared_vocabulary` must be True or False, got {self.shared_vocabulary!r}.")
         return self
@@ -408,6 +411,7 @@ def build_compiled_translator(settings, source_vocabulary_size, target_vocabular
 def learning_rate_schedule_of(settings, total_steps=None):
     """The `TransformerSchedule` of `settings`, or with `schedule` "cosine" a
     `WarmupCosine` over `total_steps` with the same warmup and peak."""
+    check_chosen(settings, "schedule", "d_model", "warmup_steps")
     inverse_sqrt = TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale)
     if settings.schedule == "inverse_sqrt":
         return inverse_sqrt

@@ -190,15 +190,16 @@ def translator_choices(settings, sources, targets):
 
 
 @pytest.mark.parametrize("num_pairs, target_words, tier", [
-    (100, 5, {"d_model": 128, "intermediate_dim": 512, "num_layers": 2, "dropout": 0.3, "label_smoothing": 0.2}),
-    (2000, 40, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3, "dropout": 0.3,
-                "label_smoothing": 0.1}),
-    (3000, 60, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3, "dropout": 0.3,
-                "label_smoothing": 0.1}),
+    (100, 5, {"d_model": 128, "intermediate_dim": 512, "num_layers": 2, "dropout": 0.3, "label_smoothing": 0.2,
+              "schedule": "inverse_sqrt", "patience": 3}),
+    (2000, 40, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 2, "dropout": 0.3,
+                "label_smoothing": 0.1, "schedule": "cosine", "patience": 0}),
+    (3000, 60, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 2, "dropout": 0.3,
+                "label_smoothing": 0.1, "schedule": "cosine", "patience": 0}),
     (5000, 50, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3, "dropout": 0.2,
-                "label_smoothing": 0.1}),
+                "label_smoothing": 0.1, "schedule": "inverse_sqrt", "patience": 3}),
     (5000, 80, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3, "dropout": 0.1,
-                "label_smoothing": 0.1}),
+                "label_smoothing": 0.1, "schedule": "inverse_sqrt", "patience": 3}),
 ])
 def test_translator_size_and_regularization_follow_the_target_words(num_pairs, target_words, tier):
     # 500, 80,000, 180,000, 250,000 and 400,000 target words: tiny, small, small, medium and large
@@ -206,7 +207,26 @@ def test_translator_size_and_regularization_follow_the_target_words(num_pairs, t
     sources, targets = pairs(num_pairs, 3, target_words)
     settings, choices = translator_choices(TranslatorSettings(sequence_length=8), sources, targets)
     assert {name: getattr(settings, name) for name in tier} == tier
-    assert f"{num_pairs * target_words:,} target-side words" in {c.name: c.reason for c in choices}["dropout"]
+    reasons = {c.name: c.reason for c in choices}
+    assert f"{num_pairs * target_words:,} target-side words" in reasons["dropout"]
+    assert f"{num_pairs * target_words:,} target-side words" in reasons["schedule"]
+    assert ("no early stopping under the cosine" in reasons["patience"]) == (tier["schedule"] == "cosine")
+
+
+@pytest.mark.parametrize("schedule, patience", [("cosine", 0), ("inverse_sqrt", 3)])
+def test_translator_patience_follows_a_schedule_the_user_set(schedule, patience):
+    # A Bible-sized corpus would get the paper's schedule; the user's cosine still turns early stopping off.
+    sources, targets = pairs(5000, 3, 80)
+    settings, choices = translator_choices(TranslatorSettings(sequence_length=8, schedule=schedule), sources, targets)
+    assert (settings.schedule, settings.patience) == (schedule, patience)
+    assert "schedule" not in chosen_names(choices) and "patience" in chosen_names(choices)
+
+
+def test_translator_patience_the_user_set_wins_under_the_cosine():
+    sources, targets = pairs(2000, 3, 40)  # a small corpus: the cosine
+    settings, choices = translator_choices(TranslatorSettings(sequence_length=8, patience=5), sources, targets)
+    assert (settings.schedule, settings.patience) == ("cosine", 5)
+    assert "patience" not in chosen_names(choices)
 
 
 def test_translator_set_values_win_over_the_tier():

@@ -332,7 +332,10 @@ def test_the_cosine_schedule_warms_up_to_the_inverse_sqrt_peak_and_ends_at_0():
     assert float(cosine(900)) < float(inverse_sqrt(900)) / 5
     with pytest.raises(ValueError, match="total_steps"):
         learning_rate_schedule_of(settings)
-    assert isinstance(learning_rate_schedule_of(TranslatorSettings(d_model=256, warmup_steps=100)), TransformerSchedule)
+    inverse_sqrt_settings = TranslatorSettings(d_model=256, warmup_steps=100, schedule="inverse_sqrt")
+    assert isinstance(learning_rate_schedule_of(inverse_sqrt_settings), TransformerSchedule)
+    with pytest.raises(ValueError, match="leaves schedule to be chosen"):
+        learning_rate_schedule_of(TranslatorSettings(d_model=256, warmup_steps=100))
 
 
 def test_a_cosine_run_cut_short_by_its_budget_shortens_its_schedule(numbers_data, tmp_path):
@@ -352,3 +355,9 @@ def test_a_cosine_run_cut_short_by_its_budget_shortens_its_schedule(numbers_data
 def test_the_schedule_flag_is_checked():
     with pytest.raises(ValueError, match="`schedule` must be one of inverse_sqrt, cosine"):
         TranslatorSettings(schedule="linear").validate()
+
+
+@pytest.mark.parametrize("patience", [-1, 1.5])
+def test_the_patience_is_checked(patience):
+    with pytest.raises(ValueError, match="`patience` must be a non-negative integer"):
+        TranslatorSettings(patience=patience).validate()

@@ -114,7 +114,7 @@ def run_translator(run_dir, epochs=2, crash_after=None):
 
     settings = TranslatorSettings(epochs=epochs, batch_size=16, sequence_length=10, vocabulary_size=len(VOCABULARY),
                                   target_vocabulary_size=len(VOCABULARY), num_layers=1, d_model=16, num_heads=2,
-                                  intermediate_dim=32, dropout=0.0, label_smoothing=0.0, warmup_steps=10,
+                                  intermediate_dim=32, dropout=0.0, label_smoothing=0.0, warmup_steps=10, schedule="inverse_sqrt",
                                   chrf_pairs=8, monitor="val_chrf").validate()
     keras.utils.set_random_seed(settings.seed)
     folder = RunFolder(run_dir)
