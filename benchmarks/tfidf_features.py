@@ -9,12 +9,16 @@ What our bag of n-grams can reach with its features: scikit-learn's
 scored by test accuracy, once on words (scikit-learn's tokens, as the TF-IDF
 arm of classifier_quality.py) and once on the WordPiece pieces of the
 vocabulary our default run of that split built (run classifier_quality.py's
-`ours` arm on the split first), cut at its sequence length.
+`ours` arm on the split first), cut at its sequence length as ours sees them,
+then uncut, then joined back into words at `##` (whole texts, keeping the
+words of two or more word characters, as scikit-learn's token pattern does):
+what separates our features from the words, the cut or the units.
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -37,8 +41,8 @@ def main(argv=None):
     from keras_transformer.data import load_classification_data
     from keras_transformer.text.wordpiece import WordPieceTokenizer
 
-    print("| corpus | seed | C | words | WordPiece pieces |")
-    print("|---|---|---|---|---|")
+    print("| corpus | seed | C | words | pieces, cut | pieces, whole texts | pieces joined into words, whole texts |")
+    print("|---|---|---|---|---|---|---|")
     for name in args.corpora.split(","):
         data = load_classification_data(classifier_quality.corpus_source(name), seed=args.seed)
         run_dir = os.path.join(classifier_quality.results_dir(args.seed), "runs", f"{name}-ours")
@@ -48,23 +52,43 @@ def main(argv=None):
             sequence_length = json.load(settings_file)["settings"]["sequence_length"]
         tokenizer = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt"))
 
-        def pieces(texts):
-            return [" ".join(f"t{piece}" for piece in ids[:sequence_length]) for ids in tokenizer.tokenize(texts).to_list()]
+        with open(os.path.join(run_dir, "vocabulary.txt"), encoding="utf-8") as vocabulary_file:
+            vocabulary = vocabulary_file.read().splitlines()
+
+        def pieces(texts, cut=None):
+            return [" ".join(f"t{piece}" for piece in ids[:cut]) for ids in tokenizer.tokenize(texts).to_list()]
+
+        def joined_words(texts):
+            texts_words = []
+            for ids in tokenizer.tokenize(texts).to_list():
+                words = []
+                for piece in ids:
+                    if vocabulary[piece].startswith("##") and words:
+                        words[-1] += vocabulary[piece][2:]
+                    else:
+                        words.append(vocabulary[piece])
+                texts_words.append(" ".join(word for word in words if re.fullmatch(r"\w\w+", word)))
+            return texts_words
 
         train, test = data.train, data.test
-        inputs = {"words": (train.texts, test.texts), "pieces": (pieces(train.texts), pieces(test.texts))}
+        inputs = {
+            "words": (train.texts, test.texts),
+            "pieces": (pieces(train.texts, sequence_length), pieces(test.texts, sequence_length)),
+            "whole": (pieces(train.texts), pieces(test.texts)),
+            "joined": (joined_words(train.texts), joined_words(test.texts)),
+        }
         for c in [float(value) for value in args.c.split(",")]:
             accuracies = {}
             for kind, (train_inputs, test_inputs) in inputs.items():
-                pattern = r"\S+" if kind == "pieces" else r"(?u)\b\w\w+\b"
+                pattern = r"(?u)\b\w\w+\b" if kind == "words" else r"\S+"
                 model = make_pipeline(
                     TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), min_df=2, token_pattern=pattern),
                     LogisticRegression(C=c, max_iter=3000),
                 )
                 model.fit(train_inputs, train.labels)
                 accuracies[kind] = float(np.mean(model.predict(test_inputs) == np.asarray(test.labels)))
-            print(f"| `{name}` | {args.seed} | {c:g} | {accuracies['words']:.4f} | {accuracies['pieces']:.4f} |",
-                  flush=True)
+            print(f"| `{name}` | {args.seed} | {c:g} | "
+                  + " | ".join(f"{accuracies[kind]:.4f}" for kind in inputs) + " |", flush=True)
 
 
 if __name__ == "__main__":
