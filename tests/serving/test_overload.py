@@ -211,12 +211,18 @@ def test_a_full_queue_gets_503_at_once(serve, batching):
 
 def test_past_the_request_timeout_the_client_gets_504_and_queued_work_is_dropped(serve):
     recorder = Recorder()
-    with serve(recorder, num_threads=1, request_timeout=0.5) as (url, service):
+    with serve(recorder, num_threads=1, request_timeout=2.0) as (url, service):
         recorder.gate.clear()
         answers = {}
-        threads = start_threads(
-            [lambda text=text: answers.__setitem__(text, post(url, "classifier", [text]))
-             for text in ("running", "queued 1", "queued 2")], "late")
+
+        def send(text):
+            answers[text] = post(url, "classifier", [text])
+
+        # The queued requests are sent once the first is held in the model, not beside it:
+        # on a loaded machine the three could otherwise all pass their deadline in the queue.
+        threads = start_threads([lambda: send("running")], "late")
+        wait_until(recorder.entered.is_set, what="the first request reaching the model")
+        threads += start_threads([lambda text=text: send(text) for text in ("queued 1", "queued 2")], "late")
         join_threads(threads, timeout=30)
         recorder.gate.set()
         wait_until(lambda: len(recorder.texts) == 1, what="the held call finishing")
