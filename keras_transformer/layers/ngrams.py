@@ -166,15 +166,14 @@ class BagOfNgrams(keras.layers.Layer):
         for rows in self.ngram_ids(token_ids):
             if rows is None:
                 continue
-            present = rows >= 0
-            idf = ops.where(present, ops.take(self.idf, ops.maximum(rows, 0)), 0.0)
-            # Each of the c positions of an n-gram carries 1/c of its TF-IDF
-            # tf(c) * idf, and 1/c of its square to the norm.
-            same = ops.cast(ops.expand_dims(rows, 2) == ops.expand_dims(rows, 1), "float32")
-            count = ops.sum(same, axis=-1)
+            rows, count = _sorted_with_counts(rows)
+            # One weight per distinct n-gram, at the last of its sorted copies:
+            # tf(c) * idf, and 0 at its other copies and at padding (idf 0).
+            idf = ops.where((count > 0) & (rows >= 0), ops.take(self.idf, ops.maximum(rows, 0)), 0.0)
+            count = ops.cast(ops.maximum(count, 1), "float32")
             term_frequency = 1.0 + ops.log(count) if self.sublinear_tf else count
-            weight = term_frequency * idf / count
-            squared_norm = squared_norm + ops.sum(weight * term_frequency * idf, axis=-1)
+            weight = term_frequency * idf
+            squared_norm = squared_norm + ops.sum(ops.square(weight), axis=-1)
             weighted.append((rows, weight))
         norm = ops.sqrt(ops.maximum(squared_norm, 1e-12))
         outputs = 0.0
@@ -242,3 +241,21 @@ class BagOfNgrams(keras.layers.Layer):
             "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
         })
         return config
+
+
+def _sorted_with_counts(rows):
+    """`(sorted_rows, counts)` for int rows `[B, L]`: each row sorted, and at
+    the last position of each run of equal values the run's length (0 at
+    the others). Sorting costs O(L log L) a row where comparing every pair
+    of positions would cost O(L**2) memory and time."""
+    sorted_rows = ops.sort(rows, axis=-1)
+    length = ops.shape(rows)[1]
+    is_last = ops.concatenate(
+        [sorted_rows[:, 1:] != sorted_rows[:, :-1], ops.ones_like(sorted_rows[:, :1], dtype="bool")], axis=1)
+    positions = ops.broadcast_to(ops.arange(length, dtype="int32"), ops.shape(rows))
+    # The positions where runs end, in order, then `length` for the rows' spare places.
+    run_ends = ops.sort(ops.where(is_last, positions, length), axis=-1)
+    run_lengths = run_ends - ops.concatenate([ops.full_like(run_ends[:, :1], -1), run_ends[:, :-1]], axis=1)
+    is_last = ops.cast(is_last, "int32")
+    runs_before = ops.cumsum(is_last, axis=1) - is_last
+    return sorted_rows, is_last * ops.take_along_axis(run_lengths, runs_before, axis=1)
