@@ -3,6 +3,7 @@
     python -m apps.train_classifier --data bbc --export-dir exported_models/classifier
     python -m apps.train_classifier --data csv:reviews.csv --text-column review --label-column stars
     python -m apps.train_classifier --resume            # after a crash or Ctrl-C
+    python -m apps.train_classifier --data csv:reviews.csv --search 4 --time-budget 20
     python -m apps.train_classifier --mixed-precision bfloat16 --jit-compile --distribute mirrored  # GPUs
 
 Data: `bbc` (BBC News, offline), `csv:PATH` / `tsv:PATH` (your own file with a
@@ -83,6 +84,11 @@ def build_parser():
                           help="first pretrain the encoder for N epochs to predict masked tokens of the "
                                "training texts and --unlabeled, within half of --time-budget at most "
                                f"(default {DEFAULTS.pretrain_epochs}: no pretraining)")
+    training.add_argument("--search", type=int, default=0, metavar="N",
+                          help="try N configurations (blocks, width, dropout, pooling, learning rate; not those "
+                               "given as flags) with KerasTuner, the first the flags as given, each in an equal "
+                               "share of --time-budget, and keep the best by --monitor on validation; "
+                               "RUN_DIR/search.json lists them (default 0: train once)")
     add_run_flags(training, DEFAULTS, run_dir="runs/classifier")
     add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
     add_hardware_flags(parser)
@@ -126,6 +132,10 @@ def check_flags(args):
         raise ValueError(f"--max-examples must be at least 2, got {args.max_examples}.")
     if args.unlabeled is not None and not args.pretrain_epochs:
         raise ValueError("--unlabeled texts are for pretraining: give --pretrain-epochs too.")
+    if args.search < 0:
+        raise ValueError(f"--search takes the number of configurations to try, got {args.search}.")
+    if args.search and args.pretrain_epochs:
+        raise ValueError("--search does not pretrain its trials: drop --pretrain-epochs or --search.")
 
 
 def main(argv=None):
@@ -156,8 +166,14 @@ def main(argv=None):
         f"{len(data.test)} test texts; classes {', '.join(data.class_names)}",
         flush=True,
     )
-    run = train_on_chief(parser, args, functools.partial(train_classifier, unlabeled_texts=unlabeled_texts),
-                         data, settings, strategy)
+    train = functools.partial(train_classifier, unlabeled_texts=unlabeled_texts)
+    if args.search:
+        from keras_transformer.training.search import SEARCH_SPACE
+        from keras_transformer.training.search import search_classifier
+
+        fixed = given & {*SEARCH_SPACE, "intermediate_dim"}
+        train = functools.partial(search_classifier, trials=args.search, fixed=fixed)
+    run = train_on_chief(parser, args, train, data, settings, strategy)
     if run is None:
         return 0
     print(f"Run folder: {run.run_dir} (metrics.json, confusion_matrix.png, learning_curves.png)")

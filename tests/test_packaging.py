@@ -21,7 +21,7 @@ import keras_transformer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-EXTRAS = {"tensorflow", "plots", "serve", "data", "bench", "dev", "all"}
+EXTRAS = {"tensorflow", "plots", "serve", "data", "search", "bench", "dev", "all"}
 
 
 def pinned_requirements():
@@ -123,7 +123,9 @@ def test_wheel_metadata(wheel):
     assert {"tensorflow", "tensorflow-text", "tensorboard"} <= by_extra["tensorflow"]
     assert {"starlette", "uvicorn", "tensorflow", "tensorflow-text"} <= by_extra["serve"]
     assert {"jax", "pytest-timeout", "hatchling"} <= by_extra["dev"]
-    assert by_extra["all"] == by_extra["tensorflow"] | by_extra["plots"] | by_extra["serve"] | by_extra["data"]
+    assert by_extra["search"] == {"keras-tuner"}
+    assert by_extra["all"] == (by_extra["tensorflow"] | by_extra["plots"] | by_extra["serve"] | by_extra["data"]
+                               | by_extra["search"])
 
 
 def test_import_is_cheap_and_layers_load_on_first_use():
