@@ -48,7 +48,10 @@ LR or below a keras.io arm. `--settings` with `--variant NAME` trains ours
 with other settings and keeps its results as arm `ours-NAME`, a column of its
 own beside the defaults' (e.g. `--arms ours --variant pretrain --settings
 '{"pretrain_epochs": 3}'`). `--max-examples` keeps a seeded subset of the
-training split (quick tries, not results).
+training split (quick tries, not results). `--search N --variant NAME` has
+ours try N configurations within the same `--minutes`
+(`apps.train_classifier --search`; tokenization and every trial's evaluation
+count against them).
 """
 
 import argparse
@@ -164,7 +167,15 @@ def run_ours(data, args, corpus_name):
     arm_name = saved_arm_name(args, "ours")
     run_dir = os.path.join(results_dir(args.seed), "runs",
                            os.path.basename(result_path(corpus_name, arm_name))[: -len(".json")])
-    run = train_classifier(data, settings, run_dir, time_budget_minutes=args.minutes, verbose=2)
+    if args.search:
+        from keras_transformer.training.search import SEARCH_SPACE
+        from keras_transformer.training.search import search_classifier
+
+        # The budget covers the tokenization and every trial's evaluation too.
+        run = search_classifier(data, settings, run_dir, trials=args.search, time_budget_minutes=args.minutes,
+                                verbose=2, fixed=set(json.loads(args.settings)) & {*SEARCH_SPACE, "intermediate_dim"})
+    else:
+        run = train_classifier(data, settings, run_dir, time_budget_minutes=args.minutes, verbose=2)
     return run.report, {
         "training_seconds": round(run.training_seconds, 1),
         "epochs_completed": run.epochs_completed,
@@ -478,6 +489,9 @@ def parse_args(argv):
     parser.add_argument("--settings", default="{}",
                         help='JSON overrides of ClassifierSettings for ours, e.g. \'{"pretrain_epochs": 3}\'; '
                              "needs --variant")
+    parser.add_argument("--search", type=int, default=0, metavar="N",
+                        help="ours tries N configurations within --minutes (apps.train_classifier --search); "
+                             "needs --variant")
     parser.add_argument("--variant", default=None,
                         help="name under which ours with --settings is saved (arm ours-NAME, its own column)")
     args = parser.parse_args(argv)
@@ -515,6 +529,8 @@ def parse_args(argv):
         parser.error(f"--settings is not JSON: {error}")
     if not isinstance(overrides, dict):
         parser.error("--settings must be a JSON object of ClassifierSettings fields")
+    if args.search and not args.variant:
+        parser.error("--search needs --variant NAME, so that its results do not replace the defaults' ones")
     if overrides and not args.variant:
         parser.error("--settings needs --variant NAME, so that its results do not replace the defaults' ones")
     if args.variant is not None and not re.fullmatch(r"[A-Za-z0-9_+.]+", args.variant):

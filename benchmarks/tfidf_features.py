@@ -11,8 +11,9 @@ arm of classifier_quality.py) and once on the WordPiece pieces of the
 vocabulary our default run of that split built (run classifier_quality.py's
 `ours` arm on the split first), cut at its sequence length as ours sees them,
 then uncut, then joined back into words at `##` (whole texts, keeping the
-words of two or more word characters, as scikit-learn's token pattern does):
-what separates our features from the words, the cut or the units.
+words of two or more word characters, as scikit-learn's token pattern does),
+the joined words cut, and both units in one bag (cut and whole): what
+separates our features from the words, the cut or the units.
 """
 
 import argparse
@@ -41,8 +42,9 @@ def main(argv=None):
     from keras_transformer.data import load_classification_data
     from keras_transformer.text.wordpiece import WordPieceTokenizer
 
-    print("| corpus | seed | C | words | pieces, cut | pieces, whole texts | pieces joined into words, whole texts |")
-    print("|---|---|---|---|---|---|---|")
+    print("| corpus | seed | C | words | pieces, cut | pieces, whole texts | pieces joined into words, whole texts "
+          "| joined words, cut | pieces + joined words, cut | pieces + joined words, whole texts |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.corpora.split(","):
         data = load_classification_data(classifier_quality.corpus_source(name), seed=args.seed)
         run_dir = os.path.join(classifier_quality.results_dir(args.seed), "runs", f"{name}-ours")
@@ -58,16 +60,16 @@ def main(argv=None):
         def pieces(texts, cut=None):
             return [" ".join(f"t{piece}" for piece in ids[:cut]) for ids in tokenizer.tokenize(texts).to_list()]
 
-        def joined_words(texts):
+        def joined_words(texts, cut=None, prefix=""):
             texts_words = []
             for ids in tokenizer.tokenize(texts).to_list():
                 words = []
-                for piece in ids:
+                for piece in ids[:cut]:
                     if vocabulary[piece].startswith("##") and words:
                         words[-1] += vocabulary[piece][2:]
                     else:
                         words.append(vocabulary[piece])
-                texts_words.append(" ".join(word for word in words if re.fullmatch(r"\w\w+", word)))
+                texts_words.append(" ".join(prefix + word for word in words if re.fullmatch(r"\w\w+", word)))
             return texts_words
 
         train, test = data.train, data.test
@@ -76,7 +78,14 @@ def main(argv=None):
             "pieces": (pieces(train.texts, sequence_length), pieces(test.texts, sequence_length)),
             "whole": (pieces(train.texts), pieces(test.texts)),
             "joined": (joined_words(train.texts), joined_words(test.texts)),
+            "joined, cut": (joined_words(train.texts, sequence_length), joined_words(test.texts, sequence_length)),
         }
+        # Both kinds of feature in one bag (one norm), as one model could hold them; the
+        # words are marked so that no word is read as a piece.
+        for kind, cut in (("pieces + joined, cut", sequence_length), ("pieces + joined", None)):
+            inputs[kind] = tuple(
+                [f"{a} {b}" for a, b in zip(pieces(texts, cut), joined_words(texts, cut, prefix="w_"))]
+                for texts in (train.texts, test.texts))
         for c in [float(value) for value in args.c.split(",")]:
             accuracies = {}
             for kind, (train_inputs, test_inputs) in inputs.items():

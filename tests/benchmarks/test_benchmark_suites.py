@@ -227,6 +227,7 @@ def test_several_seeds_report_means_and_spreads_of_the_arms_every_seed_has(tmp_p
     (["--arms", "ours,bert"], "unknown bert"),
     (["--settings", "[1]"], "JSON object"),
     (["--settings", '{"pretrain_epochs": 3}'], "needs --variant"),
+    (["--search", "3"], "--search needs --variant"),
     (["--variant", "a/b"], "--variant takes"),
 ])
 def test_bad_flags_are_named(argv, message, capsys):
