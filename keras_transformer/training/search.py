@@ -152,15 +152,17 @@ def validation_scores(run, monitor):
 
 
 def format_search(finished, best, monitor):
-    """A table of the trials, the kept one marked."""
+    """A table of the trials, the kept one marked with `*`."""
     names = sorted({name for trial in finished for name in trial.values})
-    lines = [f"Search: {len(finished)} configurations, kept trial {best.trial_id} by {monitor}:",
-             "  " + "  ".join(["trial", *names, monitor, "val_loss", "epochs", "minutes"])]
-    for trial in finished:
-        mark = "*" if trial is best else " "
-        lines.append(f"{mark} {trial.trial_id:>5}  " + "  ".join(
-            [*(f"{trial.values[name]:g}" if isinstance(trial.values[name], float) else str(trial.values[name])
-               for name in names), f"{trial.score:.4f}", f"{trial.loss:.4f}", str(trial.epochs), f"{trial.minutes:.1f}"]))
+    header = ["trial", *names, monitor, "val_loss", "epochs", "minutes"]
+    rows = [[trial.trial_id, *(f"{trial.values[name]:g}" if isinstance(trial.values[name], float)
+                               else str(trial.values[name]) for name in names),
+             f"{trial.score:.4f}", f"{trial.loss:.4f}", str(trial.epochs), f"{trial.minutes:.1f}"]
+            for trial in finished]
+    widths = [max(len(row[column]) for row in [header, *rows]) for column in range(len(header))]
+    lines = [f"Search: {len(finished)} configurations, kept trial {best.trial_id} by {monitor}:"]
+    for mark, row in [(" ", header), *(("*" if trial is best else " ", row) for trial, row in zip(finished, rows))]:
+        lines.append(f"{mark} " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
     return "\n".join(lines)
 
 

@@ -11,6 +11,8 @@ import pytest
 from apps import train_classifier
 from keras_transformer.training.classifier import ClassifierSettings
 from keras_transformer.training.search import SEARCH_SPACE
+from keras_transformer.training.search import SearchTrial
+from keras_transformer.training.search import format_search
 from keras_transformer.training.search import trial_settings
 from tests.classifier_fixtures import TRAIN_FLAGS
 from tests.classifier_fixtures import expect_usage_error
@@ -36,6 +38,18 @@ def test_the_first_trial_is_the_settings_and_later_ones_vary_only_what_is_not_fi
 # The tiny run of TRAIN_FLAGS, but with width, dropout, pooling and learning rate left to the search.
 SEARCH_FLAGS = ["--sequence-length", "32", "--vocab-size", "200", "--num-layers", "1", "--num-heads", "2",
                 "--epochs", "1", "--batch-size", "16", "--verbose", "0"]
+
+
+def test_the_search_table_marks_the_kept_trial_in_aligned_columns():
+    trials = [SearchTrial("0", {"d_model": 128, "pooling": "max"}, 0.9512, 0.2, 3, 1.24),
+              SearchTrial("1", {"d_model": 64, "pooling": "mean"}, 0.9634, 0.3, 12, 2.0)]
+    lines = format_search(trials, trials[1], "val_accuracy").splitlines()
+    assert "kept trial 1" in lines[0]
+    header, first, second = lines[1:]
+    assert header.split() == ["trial", "d_model", "pooling", "val_accuracy", "val_loss", "epochs", "minutes"]
+    assert first.split() == ["0", "128", "max", "0.9512", "0.2000", "3", "1.2"] and not first.startswith("*")
+    assert second.split()[0] == "*" and second.split()[1:3] == ["1", "64"]
+    assert len({len(header), len(first), len(second)}) == 1
 
 
 @pytest.fixture(scope="module")
