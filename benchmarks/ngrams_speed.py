@@ -6,7 +6,8 @@
 The layer counts how often each n-gram occurs in a text. It sorts each row
 of n-gram ids (`_sorted_with_counts`, O(L log L)); it used to compare every
 pair of positions, an `[B, L, L]` tensor (O(L**2) time and memory), which is
-kept here as the reference, `pairwise`. Both are timed as the layer's forward
+kept here as the reference, `pairwise` (the layer with its `_tfidf_weights`
+counting that way). Both are timed as the layer's forward
 pass in a `tf.function` (graph, the way `predict` and the export run it) on
 0-padded ids with repeats, after checking that both give the same outputs;
 interleaved in one process (`bench_common.time_interleaved`). The table
@@ -33,29 +34,17 @@ from keras_transformer.layers import BagOfNgrams  # noqa: E402
 
 
 class PairwiseBagOfNgrams(BagOfNgrams):
-    """The layer with its former counting: every pair of positions compared."""
+    """The layer with its former counting: every pair of positions compared
+    (the weight at each n-gram's first copy)."""
 
-    def call(self, token_ids):
-        weighted, squared_norm = [], 0.0
-        for rows in self.ngram_ids(token_ids):
-            if rows is None:
-                continue
-            present = rows >= 0
-            idf = ops.where(present, ops.take(self.idf, ops.maximum(rows, 0)), 0.0)
-            same = ops.cast(ops.expand_dims(rows, 2) == ops.expand_dims(rows, 1), "float32")
-            count = ops.sum(same, axis=-1)
-            term_frequency = 1.0 + ops.log(count) if self.sublinear_tf else count
-            weight = term_frequency * idf / count
-            squared_norm = squared_norm + ops.sum(weight * term_frequency * idf, axis=-1)
-            weighted.append((rows, weight))
-        norm = ops.sqrt(ops.maximum(squared_norm, 1e-12))
-        outputs = 0.0
-        kernel = ops.cast(self.kernel, "float32") * self.learning_rate_multiplier
-        for rows, weight in weighted:
-            rows_kernel = ops.take(kernel, ops.maximum(rows, 0), axis=0)
-            outputs = outputs + ops.sum(rows_kernel * ops.expand_dims(weight, -1), axis=1)
-        return outputs / ops.expand_dims(norm, -1) + ops.cast(self.bias, "float32")
-
+    def _tfidf_weights(self, rows):
+        idf = ops.where(rows >= 0, ops.take(self.idf, ops.maximum(rows, 0)), 0.0)
+        same = ops.cast(ops.expand_dims(rows, 2) == ops.expand_dims(rows, 1), "float32")
+        count = ops.sum(same, axis=-1)
+        length = ops.shape(rows)[1]
+        is_first = ops.sum(same * ops.tril(ops.ones((length, length)), -1), axis=-1) == 0
+        term_frequency = 1.0 + ops.log(count) if self.sublinear_tf else count
+        return rows, ops.where(is_first, term_frequency * idf, 0.0)
 
 def token_ids(batch, length, vocabulary, seed=0):
     """Zipf-like ids (frequent words repeat, as in text), rows 50-100% full."""

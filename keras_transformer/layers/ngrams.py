@@ -162,19 +162,8 @@ class BagOfNgrams(keras.layers.Layer):
         self.idf.assign(np.where(kept, idf, 0.0).astype("float32"))
 
     def call(self, token_ids):
-        weighted, squared_norm = [], 0.0
-        for rows in self.ngram_ids(token_ids):
-            if rows is None:
-                continue
-            rows, count = _sorted_with_counts(rows)
-            # One weight per distinct n-gram, at the last of its sorted copies:
-            # tf(c) * idf, and 0 at its other copies and at padding (idf 0).
-            idf = ops.where((count > 0) & (rows >= 0), ops.take(self.idf, ops.maximum(rows, 0)), 0.0)
-            count = ops.cast(ops.maximum(count, 1), "float32")
-            term_frequency = 1.0 + ops.log(count) if self.sublinear_tf else count
-            weight = term_frequency * idf
-            squared_norm = squared_norm + ops.sum(ops.square(weight), axis=-1)
-            weighted.append((rows, weight))
+        weighted = [self._tfidf_weights(rows) for rows in self.ngram_ids(token_ids) if rows is not None]
+        squared_norm = sum(ops.sum(ops.square(weight), axis=-1) for _, weight in weighted)
         norm = ops.sqrt(ops.maximum(squared_norm, 1e-12))
         outputs = 0.0
         kernel = ops.cast(self.kernel, "float32") * self.learning_rate_multiplier
@@ -185,6 +174,16 @@ class BagOfNgrams(keras.layers.Layer):
         if self.bias is not None:
             outputs = outputs + ops.cast(self.bias, "float32")
         return ops.cast(outputs, self.compute_dtype)
+
+    def _tfidf_weights(self, rows):
+        """`(rows, weights)` for feature rows `[B, L]` (-1: none): rows in some
+        order and the TF-IDF weight `tf(c) * idf` of each distinct n-gram at
+        one of its positions, 0 at its other copies and at padding (idf 0)."""
+        rows, count = _sorted_with_counts(rows)
+        idf = ops.where((count > 0) & (rows >= 0), ops.take(self.idf, ops.maximum(rows, 0)), 0.0)
+        count = ops.cast(ops.maximum(count, 1), "float32")
+        term_frequency = 1.0 + ops.log(count) if self.sublinear_tf else count
+        return rows, term_frequency * idf
 
     def sparse_features(self, token_ids, batch_size=1024):
         """The TF-IDF features of `token_ids` `[N, T]` (NumPy), as the
