@@ -32,7 +32,8 @@ from keras_transformer.training.runs import say
 SEARCH_FILE = "search.json"
 
 # Field: the values a trial draws from (the settings' own value joins them).
-# `intermediate_dim` follows `d_model` (twice it) unless fixed.
+# `intermediate_dim` keeps its ratio to `d_model` unless fixed. [CLS] pooling
+# is not searched: its tokens (a [CLS] first) are not the other poolings'.
 SEARCH_SPACE = {
     "num_layers": (1, 2, 3),
     "d_model": (64, 128, 256),
@@ -130,9 +131,9 @@ def trial_settings(settings, hyperparameters, fixed):
     default is the settings' value, so the first trial is `settings`)."""
     values = {}
     for name, choices in SEARCH_SPACE.items():
-        if name in fixed:
-            continue
         current = getattr(settings, name)
+        if name in fixed or current == "cls":
+            continue
         values[name] = hyperparameters.Choice(name, sorted(set(choices) | {current}), default=current)
     if "d_model" in values and "intermediate_dim" not in fixed:
         values["intermediate_dim"] = settings.intermediate_dim * values["d_model"] // settings.d_model

@@ -33,6 +33,10 @@ def test_the_first_trial_is_the_settings_and_later_ones_vary_only_what_is_not_fi
     assert drawn.intermediate_dim == 192  # follows the width: 1.5 times it, as given
     assert drawn.pooling == settings.pooling
     assert trial_settings(settings, hyperparameters, fixed={"d_model", "intermediate_dim"}).intermediate_dim == 96
+    # [CLS] pooling's tokens start with [CLS]: the search keeps it.
+    cls = keras_tuner.HyperParameters()
+    assert trial_settings(ClassifierSettings(pooling="cls"), cls, fixed=()).pooling == "cls"
+    assert "pooling" not in cls.values
 
 
 # The tiny run of TRAIN_FLAGS, but with width, dropout, pooling and learning rate left to the search.
