@@ -37,6 +37,7 @@ from apps.training_flags import strategy_and_data
 from apps.training_flags import token_data_and_settings
 from apps.training_flags import train_on_chief
 from keras_transformer.training.classifier import MONITORS
+from keras_transformer.training.classifier import NGRAM_UNITS
 from keras_transformer.training.classifier import ClassifierSettings
 from keras_transformer.training.pretraining import read_unlabeled_texts
 
@@ -60,11 +61,15 @@ def build_parser():
     add_model_size_flags(model, DEFAULTS)
     model.add_argument("--bag-of-ngrams", action=argparse.BooleanOptionalAction, default=DEFAULTS.bag_of_ngrams,
                        help="add to the Transformer's logits those of a logistic regression on the TF-IDF of "
-                            "the texts' WordPiece unigrams and bigrams, fit after the Transformer, at a weight "
-                            "chosen on validation (default: "
+                            "the texts' unigrams and bigrams (see --ngram-units), fit after the Transformer, at a "
+                            "weight chosen on validation (default: "
                             f"{'on' if DEFAULTS.bag_of_ngrams else 'off'})")
     model.add_argument("--ngram-l2", type=float, default=DEFAULTS.ngram_l2,
                        help=default_help(DEFAULTS.ngram_l2, "L2 penalty of the bag of n-grams"))
+    model.add_argument("--ngram-units", choices=list(NGRAM_UNITS), default=DEFAULTS.ngram_units,
+                       help="the bag of n-grams' units: WordPieces, the words they spell, both, or choose between "
+                            "both and words on validation (long texts do best on words, short ones on both) "
+                            f"(default {DEFAULTS.ngram_units})")
     model.add_argument("--ngram-refit", action=argparse.BooleanOptionalAction, default=DEFAULTS.ngram_refit,
                        help="once validation chose the Transformer's weight, fit the bag of n-grams again on the "
                             f"training and validation texts (default: {'on' if DEFAULTS.ngram_refit else 'off'})")
@@ -124,6 +129,7 @@ def settings_from(args):
         bag_of_ngrams=args.bag_of_ngrams,
         ngram_l2=args.ngram_l2,
         ngram_refit=args.ngram_refit,
+        ngram_units=args.ngram_units,
     )
 
 

@@ -1,10 +1,21 @@
-"""A bag of n-grams: a linear model on the TF-IDF of token unigrams and bigrams."""
+"""A bag of n-grams: a linear model on the TF-IDF of token (and word) unigrams and bigrams."""
 
 import keras
 import numpy as np
 from keras import ops
 
 from keras_transformer.layers.initializers import clone_initializer
+
+FEATURE_FAMILIES = ("pieces", "words")
+# What `set_vocabulary` marks each id as.
+NO_WORD, WORD_START, WORD_CONTINUATION = 0, 1, 2
+# A word is hashed from its last `WORD_PIECES_HASHED` pieces, each id times
+# its position's multiplier, modulo a prime below 2**20: every product and
+# sum stays within int32 on every backend (ids below 2**16).
+WORD_PIECES_HASHED = 8
+WORD_HASH_MODULUS = 1048573
+WORD_PIECE_MULTIPLIERS = (1, 7919, 15401, 21011, 26699, 29453, 31327, 32749)
+WORD_BIGRAM_MULTIPLIER = 1031  # below 2**11, so that a word hash times it stays within int32
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -20,6 +31,16 @@ class BagOfNgrams(keras.layers.Layer):
     trainable matrix: with `units` the number of classes, the logits of a
     logistic regression on them. Unigrams are the token ids themselves;
     bigrams are hashed into `num_buckets` rows of their own.
+
+    With `num_word_buckets`, the words the pieces spell are features too: a
+    piece that `set_vocabulary` marks as a continuation (`##ing`) joins the
+    word before it, and each word and each pair of adjacent words is hashed
+    into `num_word_buckets` rows after the pieces' (pieces that are no word,
+    punctuation and reserved tokens, are left out, as scikit-learn's token
+    pattern leaves them out). Both families share one L2 norm. Words are
+    what long texts are classified by; short texts gain from both
+    (benchmarks/BENCHMARKS.md). `adapt(..., features=...)` keeps one family
+    or both.
 
     The document frequencies come from the training ids, by `adapt` (before
     training; they are weights, saved with the model). Until then every idf is
@@ -40,6 +61,8 @@ class BagOfNgrams(keras.layers.Layer):
         units: int. The output width (the number of classes for logits).
         num_buckets: int, defaults to `262139` (a prime near 2**18). Rows for
             hashed bigrams; 0 for unigrams only.
+        num_word_buckets: int, defaults to `0` (no word features). Rows for
+            hashed word unigrams and bigrams; needs `set_vocabulary`.
         learning_rate_multiplier: float, defaults to `30.0`. See above.
         l2: float, defaults to `0.0`. The L2 penalty on the kernel as used,
             added to the loss.
@@ -67,6 +90,17 @@ class BagOfNgrams(keras.layers.Layer):
     >>> tuple(layer(token_ids).shape)
     (2, 3)
 
+    Words spelled by WordPieces, beside the pieces:
+
+    >>> vocabulary = ["[PAD]", "[UNK]", "play", "##ing", "##ed", "cards", "."]
+    >>> layer = BagOfNgrams(vocabulary_size=7, units=2, num_buckets=101, num_word_buckets=101,
+    ...                     min_document_frequency=1)
+    >>> layer.set_vocabulary(vocabulary)
+    >>> token_ids = np.array([[2, 3, 5, 6], [2, 4, 5, 0]], "int32")  # "playing cards ." / "played cards"
+    >>> layer.adapt(token_ids)
+    >>> tuple(layer(token_ids).shape)
+    (2, 2)
+
     References:
         Salton and Buckley, "Term-weighting approaches in automatic text
         retrieval", 1988 (TF-IDF).
@@ -79,6 +113,7 @@ class BagOfNgrams(keras.layers.Layer):
         vocabulary_size,
         units,
         num_buckets=262139,
+        num_word_buckets=0,
         learning_rate_multiplier=30.0,
         l2=0.0,
         use_bias=False,
@@ -89,7 +124,7 @@ class BagOfNgrams(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         for name, value, low in (("vocabulary_size", vocabulary_size, 2), ("units", units, 1),
-                                 ("num_buckets", num_buckets, 0),
+                                 ("num_buckets", num_buckets, 0), ("num_word_buckets", num_word_buckets, 0),
                                  ("min_document_frequency", min_document_frequency, 1)):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
                 raise ValueError(f"`{name}` must be an integer of at least {low}, got {value!r}.")
@@ -100,6 +135,9 @@ class BagOfNgrams(keras.layers.Layer):
         self.vocabulary_size = int(vocabulary_size)
         self.units = int(units)
         self.num_buckets = int(num_buckets)
+        self.num_word_buckets = int(num_word_buckets)
+        if self.num_word_buckets and self.vocabulary_size > 2**16:
+            raise ValueError(f"Word features take a vocabulary of at most {2**16} ids, got {self.vocabulary_size}.")
         self.learning_rate_multiplier = float(learning_rate_multiplier)
         self.l2 = float(l2)
         self.use_bias = bool(use_bias)
@@ -109,7 +147,16 @@ class BagOfNgrams(keras.layers.Layer):
 
     @property
     def num_features(self):
-        return self.vocabulary_size + self.num_buckets
+        return self.vocabulary_size + self.num_buckets + self.num_word_buckets
+
+    def family_rows(self, family):
+        """The `range` of feature rows of `family` (one of `FEATURE_FAMILIES`)."""
+        pieces = self.vocabulary_size + self.num_buckets
+        if family == "pieces":
+            return range(0, pieces)
+        if family == "words":
+            return range(pieces, self.num_features)
+        raise ValueError(f"A feature family is one of {FEATURE_FAMILIES}, got {family!r}.")
 
     def build(self, token_ids_shape=None):
         self.kernel = self.add_weight(
@@ -121,37 +168,110 @@ class BagOfNgrams(keras.layers.Layer):
         if self.use_bias:
             self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
         self.idf = self.add_weight(name="idf", shape=(self.num_features,), initializer="ones", trainable=False)
+        self.piece_kinds = None
+        if self.num_word_buckets:
+            self.piece_kinds = self.add_weight(name="piece_kinds", shape=(self.vocabulary_size,), dtype="int32",
+                                               initializer="zeros", trainable=False)
         self.built = True
+
+    def set_vocabulary(self, vocabulary, continuation_prefix="##"):
+        """Marks each id as a word's first piece, a continuation of the word
+        before it (`continuation_prefix`), or no word: reserved tokens
+        (`[PAD]`, `[UNK]`, ...) and pieces without a letter or digit.
+
+        Args:
+            vocabulary: the tokens, by id (`vocabulary_size` of them).
+            continuation_prefix: str, defaults to `"##"` (WordPiece's).
+        """
+        vocabulary = list(vocabulary)
+        if not self.num_word_buckets:
+            raise ValueError("This BagOfNgrams has no word features (`num_word_buckets=0`).")
+        if len(vocabulary) != self.vocabulary_size:
+            raise ValueError(f"The vocabulary has {len(vocabulary)} tokens, the layer {self.vocabulary_size} ids.")
+        if not self.built:
+            self.build()
+
+        def kind(token):
+            if token.startswith(continuation_prefix) and len(token) > len(continuation_prefix):
+                return WORD_CONTINUATION
+            if token.startswith("[") and token.endswith("]") or not any(map(str.isalnum, token)):
+                return NO_WORD
+            return WORD_START
+
+        self.piece_kinds.assign(np.array([kind(token) for token in vocabulary], "int32"))
 
     def _penalty(self, kernel):
         return self.l2 * ops.sum(ops.square(kernel * self.learning_rate_multiplier))
 
     def ngram_ids(self, token_ids):
-        """`(unigrams [B, T], bigrams [B, T-1])`: each n-gram's feature row,
-        -1 where it touches padding (or ids outside the vocabulary)."""
+        """Each n-gram's feature row, -1 where there is none (padding, ids
+        outside the vocabulary): a list of int `[B, L]` arrays, the piece
+        unigrams `[B, T]`, then (with `num_buckets`) the piece bigrams
+        `[B, T-1]`, then (with `num_word_buckets`) the word unigrams `[B, T]`
+        and bigrams `[B, T-1]`, in the order of the words."""
         token_ids = ops.cast(token_ids, "int32")
         real = (token_ids > 0) & (token_ids < self.vocabulary_size)
-        unigrams = ops.where(real, token_ids, -1)
-        if self.num_buckets == 0:
-            return unigrams, None
-        first, second = token_ids[:, :-1], token_ids[:, 1:]
-        # first * V + second < V**2 stays within int32 for any vocabulary under 46,000.
-        hashed = (first * self.vocabulary_size + second) % self.num_buckets + self.vocabulary_size
-        bigrams = ops.where(real[:, :-1] & real[:, 1:], hashed, -1)
+        rows = [ops.where(real, token_ids, -1)]
+        if self.num_buckets:
+            first, second = token_ids[:, :-1], token_ids[:, 1:]
+            # first * V + second < V**2 stays within int32 for any vocabulary under 46,000.
+            hashed = (first * self.vocabulary_size + second) % self.num_buckets + self.vocabulary_size
+            rows.append(ops.where(real[:, :-1] & real[:, 1:], hashed, -1))
+        if self.num_word_buckets:
+            rows.extend(self._word_ngram_ids(ops.where(real, token_ids, 0)))
+        return rows
+
+    def _word_ngram_ids(self, token_ids):
+        """`(unigrams [B, T], bigrams [B, T-1])` of the words the pieces
+        spell, packed to the left in their order, -1 after the last."""
+        kinds = ops.take(self.piece_kinds, token_ids)
+        kinds = ops.where(token_ids > 0, kinds, NO_WORD)
+        in_word, continues = kinds != NO_WORD, kinds == WORD_CONTINUATION
+        length = ops.shape(token_ids)[1]
+        # A word ends where the next piece does not continue it.
+        ends = in_word & ops.logical_not(ops.concatenate([continues[:, 1:], ops.zeros_like(continues[:, :1])], axis=1))
+
+        def back(values, steps, fill):
+            """`values` moved `steps` places to the right: position i holds i - steps."""
+            if steps == 0:
+                return values
+            return ops.concatenate([ops.full_like(values[:, :steps], fill), values[:, :-steps]], axis=1)
+
+        word_hash = ops.zeros_like(token_ids)
+        reaching = ends  # whether the piece `steps` back from a word's end is still that word's
+        for steps, multiplier in enumerate(WORD_PIECE_MULTIPLIERS[:WORD_PIECES_HASHED]):
+            term = (back(token_ids, steps, 0) * multiplier) % WORD_HASH_MODULUS
+            word_hash = ops.where(reaching, (word_hash + term) % WORD_HASH_MODULUS, word_hash)
+            reaching = reaching & back(continues, steps, False)
+        # The words in order: the sorted end positions, `length` after the last.
+        positions = ops.broadcast_to(ops.arange(length, dtype="int32"), ops.shape(token_ids))
+        end_positions = ops.sort(ops.where(ends, positions, length), axis=-1)
+        is_word = end_positions < length
+        words = ops.take_along_axis(word_hash, ops.minimum(end_positions, length - 1), axis=1)
+        offset = self.vocabulary_size + self.num_buckets
+        unigrams = ops.where(is_word, words % self.num_word_buckets + offset, -1)
+        pairs = (words[:, :-1] * WORD_BIGRAM_MULTIPLIER + words[:, 1:]) % self.num_word_buckets + offset
+        bigrams = ops.where(is_word[:, :-1] & is_word[:, 1:], pairs, -1)
         return unigrams, bigrams
 
-    def adapt(self, token_ids, batch_size=1024):
-        """Sets the inverse document frequencies from training ids `[N, T]`."""
+    def adapt(self, token_ids, batch_size=1024, features=None):
+        """Sets the inverse document frequencies from training ids `[N, T]`.
+
+        Args:
+            token_ids: int `[N, T]`, 0-padded.
+            batch_size: ids counted at a time.
+            features: the families of `FEATURE_FAMILIES` to use, defaults to
+                every one the layer has; the others are no feature (idf 0).
+        """
         token_ids = np.asarray(token_ids)
         if token_ids.ndim != 2 or not np.issubdtype(token_ids.dtype, np.integer):
             raise ValueError(f"`adapt` takes integer token ids of shape [N, T], got {token_ids.dtype} {token_ids.shape}.")
+        features = self._families(features)
         if not self.built:
             self.build(token_ids.shape)
         document_frequency = np.zeros(self.num_features, np.int64)
         for start in range(0, len(token_ids), batch_size):
             for rows in self.ngram_ids(token_ids[start:start + batch_size]):
-                if rows is None:
-                    continue
                 rows = keras.ops.convert_to_numpy(rows)
                 for row in rows:
                     document_frequency[np.unique(row[row >= 0])] += 1
@@ -159,10 +279,22 @@ class BagOfNgrams(keras.layers.Layer):
         idf = np.log((1.0 + count) / (1.0 + document_frequency)) + 1.0
         # An n-gram the training ids never had is no feature (it has no trained weight to add).
         kept = document_frequency >= self.min_document_frequency
-        self.idf.assign(np.where(kept, idf, 0.0).astype("float32"))
+        used = np.zeros(self.num_features, bool)
+        for family in features:
+            used[self.family_rows(family)] = True
+        self.idf.assign(np.where(kept & used, idf, 0.0).astype("float32"))
+
+    def _families(self, features):
+        has = ("pieces", "words") if self.num_word_buckets else ("pieces",)
+        if features is None:
+            return has
+        features = (features,) if isinstance(features, str) else tuple(features)
+        if not features or any(family not in has for family in features):
+            raise ValueError(f"`features` takes some of {has} (the families this layer has), got {features!r}.")
+        return features
 
     def call(self, token_ids):
-        weighted = [self._tfidf_weights(rows) for rows in self.ngram_ids(token_ids) if rows is not None]
+        weighted = [self._tfidf_weights(rows) for rows in self.ngram_ids(token_ids)]
         squared_norm = sum(ops.sum(ops.square(weight), axis=-1) for _, weight in weighted)
         norm = ops.sqrt(ops.maximum(squared_norm, 1e-12))
         outputs = 0.0
@@ -194,7 +326,7 @@ class BagOfNgrams(keras.layers.Layer):
         rows, columns, values = [], [], []
         for start in range(0, len(token_ids), batch_size):
             parts = [np.asarray(keras.ops.convert_to_numpy(ids))
-                     for ids in self.ngram_ids(np.asarray(token_ids[start:start + batch_size])) if ids is not None]
+                     for ids in self.ngram_ids(np.asarray(token_ids[start:start + batch_size]))]
             for offset in range(len(parts[0])):
                 ngrams = np.concatenate([part[offset] for part in parts])
                 features, counts = np.unique(ngrams[ngrams >= 0], return_counts=True)
@@ -232,6 +364,7 @@ class BagOfNgrams(keras.layers.Layer):
             "vocabulary_size": self.vocabulary_size,
             "units": self.units,
             "num_buckets": self.num_buckets,
+            "num_word_buckets": self.num_word_buckets,
             "learning_rate_multiplier": self.learning_rate_multiplier,
             "l2": self.l2,
             "use_bias": self.use_bias,

@@ -58,6 +58,11 @@ from keras_transformer.training.settings import check_settings
 METRICS_FILE = "metrics.json"  # written once a run finished
 TRANSFORMER_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # beside the bag of n-grams' logits (`add_bag_of_ngrams`)
 MONITORS = ("val_accuracy", "val_macro_f1", "val_loss")  # what `--monitor` selects the epoch on
+# `--ngram-units`: the bag of n-grams' feature families (`BagOfNgrams.adapt`), or a choice on validation
+# between both and the words alone: long texts are classified best by their words, short ones by both.
+NGRAM_UNITS = {"pieces": [("pieces",)], "words": [("words",)], "both": [("pieces", "words")],
+               "choose": [("pieces", "words"), ("words",)]}
+WORD_BUCKETS = 262139  # `BagOfNgrams.num_word_buckets` where words are features
 
 
 @dataclasses.dataclass
@@ -99,6 +104,7 @@ class ClassifierSettings:
     bag_of_ngrams: object = True
     ngram_l2: float = None  # the bag of n-grams' L2 penalty (`BagOfNgrams`' l2)
     ngram_refit: bool = True  # fit it again on training + validation once validation chose (`add_bag_of_ngrams`)
+    ngram_units: str = "choose"  # one of NGRAM_UNITS
 
     def validate(self):
         check_settings(self)
@@ -113,6 +119,8 @@ class ClassifierSettings:
                              f"got {self.bag_of_ngrams!r}.")
         if self.ngram_l2 is not None and not (isinstance(self.ngram_l2, (int, float)) and self.ngram_l2 >= 0):
             raise ValueError(f"`ngram_l2` must be a number of at least 0, got {self.ngram_l2!r}.")
+        if self.ngram_units not in NGRAM_UNITS:
+            raise ValueError(f"`ngram_units` must be one of {', '.join(NGRAM_UNITS)}, got {self.ngram_units!r}.")
         if not isinstance(self.ngram_refit, bool):
             raise ValueError(f"`ngram_refit` must be True or False, got {self.ngram_refit!r}.")
         if not isinstance(self.pretrain_epochs, int) or self.pretrain_epochs < 0:
@@ -273,6 +281,8 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
         settings, len(read_vocabulary(vocabulary_path)), len(data.class_names), steps_per_epoch, strategy
     )
     if model.ngrams is not None:
+        if model.ngrams.num_word_buckets:
+            model.ngrams.set_vocabulary(read_vocabulary(vocabulary_path))
         model.ngrams.adapt(train_ids)
     if settings.pretrain_epochs:
         from keras_transformer.text.wordpiece import WordPieceTokenizer  # pretraining masks raw texts
@@ -336,11 +346,13 @@ def add_bag_of_ngrams(model, settings, tokens, verbose=1):
     `TRANSFORMER_WEIGHTS` whose sum does best on validation by
     `settings.monitor` (the validation loss breaks ties; 0 keeps the
     regression alone). Two models trained apart err apart, which a sum
-    trained as one model does not get. With `settings.ngram_refit` the
-    regression is then fit again on the training and validation texts (the
-    penalty scaled to keep its `C`): validation has chosen all it chooses.
-    `_train_classifier` calls it once the kept epoch's weights are back,
-    unless the bag was given `trainable=True` (then `fit` trained it).
+    trained as one model does not get. Where `settings.ngram_units` offers
+    more than one set of feature families (`NGRAM_UNITS`), each is fit and
+    the best pair of families and weight is kept. With `settings.ngram_refit`
+    the regression is then fit again on the training and validation texts
+    (the penalty scaled to keep its `C`): validation has chosen all it
+    chooses. `_train_classifier` calls it once the kept epoch's weights are
+    back, unless the bag was given `trainable=True` (then `fit` trained it).
 
     Returns:
         What was done, as a dict for `metrics.json`.
@@ -348,32 +360,55 @@ def add_bag_of_ngrams(model, settings, tokens, verbose=1):
     ngrams, train, validation = model.ngrams, tokens.train, tokens.validation
     transformer_logits, labels = _validation_outputs(model, tokens, settings.batch_size, lambda ids: np.log(
         np.maximum(model.predict_on_batch(ids), 1e-30)))
-    linear = fit_logistic_regression(ngrams, train.token_ids, train.labels, ngrams.l2)
-    ngram_logits, _ = _validation_outputs(model, tokens, settings.batch_size, ngrams)
-    scores = {weight: _validation_scores(ngram_logits + weight * transformer_logits, labels)
-              for weight in TRANSFORMER_WEIGHTS}
     metric = settings.monitor.removeprefix("val_")
-    best = max(TRANSFORMER_WEIGHTS, key=lambda weight: (
-        -scores[weight]["loss"] if metric == "loss" else scores[weight][metric], -scores[weight]["loss"]))
+
+    def rank(scores):
+        return (-scores["loss"] if metric == "loss" else scores[metric], -scores["loss"])
+
+    def best_value(scores_by_weight):
+        return (min if metric == "loss" else max)(scores[metric] for scores in scores_by_weight.values())
+
+    candidates = NGRAM_UNITS[settings.ngram_units] if ngrams.num_word_buckets else [("pieces",)]
+    tried = {}
+    for features in candidates:
+        ngrams.adapt(train.token_ids, features=features)
+        linear = fit_logistic_regression(ngrams, train.token_ids, train.labels, ngrams.l2)
+        ngram_logits, _ = _validation_outputs(model, tokens, settings.batch_size, ngrams)
+        tried[features] = (linear, {weight: _validation_scores(ngram_logits + weight * transformer_logits, labels)
+                                    for weight in TRANSFORMER_WEIGHTS})
+    features, best = max(((features, weight) for features in candidates for weight in TRANSFORMER_WEIGHTS),
+                         key=lambda pair: rank(tried[pair[0]][1][pair[1]]))
+    linear, scores = tried[features]
     model.head.kernel.assign(keras.ops.convert_to_numpy(model.head.kernel) * best)
     model.head.bias.assign(keras.ops.convert_to_numpy(model.head.bias) * best)
     record = {
+        "features": list(features),
         "transformer_weight": best,
         "validation": {str(weight): scores[weight] for weight in TRANSFORMER_WEIGHTS},
         "logistic_regression": dataclasses.asdict(linear),
     }
-    say(verbose, f"Bag of n-grams: a logistic regression fit in {linear.seconds:.1f} s ({linear.iterations} "
-                 f"iterations, training accuracy {linear.train_accuracy:.4f}); the Transformer's logits added at "
-                 f"weight {best} (validation {metric} "
-                 + ", ".join(f"{weight}: {scores[weight][metric]:.4f}" for weight in TRANSFORMER_WEIGHTS) + ").")
+    if len(candidates) > 1:
+        record["validation_by_features"] = {
+            "+".join(option): {str(weight): tried[option][1][weight] for weight in TRANSFORMER_WEIGHTS}
+            for option in candidates}
+    say(verbose, f"Bag of n-grams ({' and '.join(features)}): a logistic regression fit in {linear.seconds:.1f} s "
+                 f"({linear.iterations} iterations, training accuracy {linear.train_accuracy:.4f}); the Transformer's "
+                 f"logits added at weight {best} (validation {metric} "
+                 + ", ".join(f"{weight}: {scores[weight][metric]:.4f}" for weight in TRANSFORMER_WEIGHTS) + ")"
+                 + "".join(f"; {' and '.join(option)}: at best {best_value(tried[option][1]):.4f}"
+                           for option in candidates if option != features) + ").")
     if settings.ngram_refit:
         token_ids = _stacked_ids(train.token_ids, validation.token_ids)
-        ngrams.adapt(token_ids)
+        ngrams.adapt(token_ids, features=features)
         refit = fit_logistic_regression(ngrams, token_ids, np.concatenate([train.labels, validation.labels]),
                                         ngrams.l2 * len(train) / (len(train) + len(validation)))
         record["refit_on_train_and_validation"] = dataclasses.asdict(refit)
         say(verbose, f"Fit again on the {len(train)} training and {len(validation)} validation texts in "
                      f"{refit.seconds:.1f} s.")
+    elif features != candidates[-1]:
+        # The last fit was another family's: fit the chosen one again (L-BFGS from zeros: the same optimum).
+        ngrams.adapt(train.token_ids, features=features)
+        fit_logistic_regression(ngrams, train.token_ids, train.labels, ngrams.l2)
     return record
 
 
@@ -432,22 +467,25 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
 
 def saved_classifier_settings(saved):
     """The `ClassifierSettings` in a run's `settings.json` (as `saved_run_or_fresh_start` reads it)."""
-    # A run saved before the bag of n-grams existed has none: its checkpoints lack its weights.
-    return ClassifierSettings(**{"bag_of_ngrams": False, **saved["settings"]})
+    # A run saved before the bag of n-grams existed has none, and one saved before its word
+    # features has only the pieces': their checkpoints lack those weights.
+    return ClassifierSettings(**{"bag_of_ngrams": False, "ngram_units": "pieces", **saved["settings"]})
 
 
 def bag_of_ngrams_arguments(settings):
     """The `bag_of_ngrams` argument of `TransformerClassifier` for `settings`:
     None, or `BagOfNgrams` arguments: `ngram_l2` as `l2`, with a bias (the
-    regression's intercept), frozen (`add_bag_of_ngrams` fits it), unless the
-    dict says otherwise."""
+    regression's intercept), word features unless `ngram_units` is
+    `"pieces"`, frozen (`add_bag_of_ngrams` fits it), unless the dict says
+    otherwise."""
     if settings.bag_of_ngrams is False:
         return None
     given = {} if settings.bag_of_ngrams is True else dict(settings.bag_of_ngrams)
     if "l2" not in given:
         check_chosen(settings, "ngram_l2")
         given["l2"] = settings.ngram_l2
-    return {"use_bias": True, "trainable": False, **given}
+    words = {} if settings.ngram_units == "pieces" else {"num_word_buckets": WORD_BUCKETS}
+    return {"use_bias": True, "trainable": False, **words, **given}
 
 
 def build_compiled_model(settings, model_class, total_steps, loss, make_metrics, strategy=None, **model_arguments):

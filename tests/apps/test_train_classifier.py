@@ -399,6 +399,14 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
     assert set(scores) == {str(each) for each in TRANSFORMER_WEIGHTS}
     assert scores[str(weight)]["accuracy"] == max(score["accuracy"] for score in scores.values())
     assert combination["logistic_regression"]["converged"]
+    # Words and pieces, or words alone, chosen on validation; the words spelled by the run's vocabulary.
+    assert combination["features"] in (["pieces", "words"], ["words"])
+    assert set(combination["validation_by_features"]) == {"pieces+words", "words"}
+    with open(os.path.join(run_dir, "vocabulary.txt"), encoding="utf-8") as vocabulary_file:
+        vocabulary = vocabulary_file.read().splitlines()
+    kinds = keras.ops.convert_to_numpy(final.ngrams.piece_kinds)
+    assert [kind == 2 for kind in kinds] == [token.startswith("##") for token in vocabulary]
+    assert kinds[vocabulary.index("goal")] == 1 and kinds[vocabulary.index("[UNK]")] == 0
     np.testing.assert_allclose(keras.ops.convert_to_numpy(final.head.kernel),
                                weight * keras.ops.convert_to_numpy(best.head.kernel), atol=1e-6)
     expected = final.predict(token_ids, verbose=0)
@@ -415,7 +423,8 @@ def test_no_bag_of_ngrams_builds_none(tmp_path):
     assert bag_of_ngrams_arguments(settings) is None
     with pytest.raises(ValueError, match="ngram_l2"):  # chosen from the data by training
         bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams=True))
-    fitted_after = {"use_bias": True, "trainable": False}  # add_bag_of_ngrams fits it once the Transformer trained
+    # add_bag_of_ngrams fits it once the Transformer trained, on words and pieces by default.
+    fitted_after = {"use_bias": True, "trainable": False, "num_word_buckets": 262139}
     assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams=True, ngram_l2=0.5)) == {
         "l2": 0.5, **fitted_after}
     assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams={"l2": 0.1}, ngram_l2=0.5)) == {
@@ -428,6 +437,32 @@ def test_no_bag_of_ngrams_builds_none(tmp_path):
     assert train_classifier.settings_from(no_refit).ngram_refit is False
     with pytest.raises(ValueError, match="bag_of_ngrams"):
         dataclasses.replace(settings, bag_of_ngrams="yes").validate()
+
+
+def test_ngram_units_flag_and_what_it_builds():
+    from keras_transformer.training.classifier import bag_of_ngrams_arguments
+
+    parser = train_classifier.build_parser()
+    assert train_classifier.settings_from(parser.parse_args([])).ngram_units == "choose"
+    for units in ("pieces", "words", "both"):
+        settings = train_classifier.settings_from(parser.parse_args(["--ngram-units", units, "--ngram-l2", "0.1"]))
+        assert settings.ngram_units == units
+        # Pieces alone build the bag without word rows, as before word units existed.
+        assert ("num_word_buckets" in bag_of_ngrams_arguments(settings)) == (units != "pieces")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--ngram-units", "letters"])
+    with pytest.raises(ValueError, match="ngram_units"):
+        dataclasses.replace(settings, ngram_units="letters").validate()
+
+
+def test_a_run_saved_before_the_word_units_resumes_with_pieces_alone():
+    from keras_transformer.training.classifier import ClassifierSettings
+    from keras_transformer.training.classifier import saved_classifier_settings
+
+    fields = dataclasses.asdict(ClassifierSettings())
+    older = {name: value for name, value in fields.items() if name != "ngram_units"}
+    assert saved_classifier_settings({"settings": older}).ngram_units == "pieces"
+    assert saved_classifier_settings({"settings": fields}).ngram_units == "choose"
 
 
 def test_a_run_saved_before_the_bag_of_ngrams_resumes_and_exports_without_it():

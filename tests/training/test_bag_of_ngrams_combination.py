@@ -60,3 +60,73 @@ def test_a_useless_transformer_gets_weight_zero_and_validation_is_fit_after(refi
     assert (idf[VALIDATION_ONLY] > 0) == refit
     assert ("refit_on_train_and_validation" in record) == refit
     assert (np.abs(model.ngrams.effective_kernel[VALIDATION_ONLY]).max() > 1e-3) == refit
+
+
+# Words of two pieces name the class in one corpus, punctuation in the other.
+WORD_VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[START]", "[END]", "[MASK]",
+                   "ab", "cd", "##x", "##yz", "ef", "gh", "ij", "kl", "mn", "!", "?", ".", ",", ";", ":"]
+KEYWORDS = [(7, 9), (7, 10), (8, 9)]  # "abx", "abyz", "cdx": each piece in two classes
+PUNCTUATION_MARKS = [16, 17, 18]  # "!", "?", ".": one a class
+FILLER_WORDS, FILLER_MARKS = [11, 12, 13, 14, 15], [19, 20, 21]
+
+
+def units_split(rows, seed, named_by):
+    """Texts of filler words and marks with the class's keyword (`named_by="words"`) or mark inside."""
+    rng = np.random.default_rng(seed)
+    labels = (np.arange(rows) % 3).astype("int32")
+    token_ids = np.zeros((rows, 12), "int32")
+    for row, label in enumerate(labels):
+        pieces = [int(rng.choice(FILLER_WORDS + FILLER_MARKS)) for _ in range(8)]
+        at = int(rng.integers(0, 8))
+        pieces[at:at] = list(KEYWORDS[label]) if named_by == "words" else [PUNCTUATION_MARKS[label]]
+        token_ids[row, :len(pieces)] = pieces
+    return ClassificationTokens(token_ids, labels)
+
+
+def words_classifier_and_tokens(named_by, l2=1 / (2 * 10 * 90)):
+    keras.utils.set_random_seed(0)
+    model = TransformerClassifier(vocabulary_size=len(WORD_VOCABULARY), num_classes=3, sequence_length=12,
+                                  num_layers=1, d_model=16, num_heads=2, intermediate_dim=16, dropout=0.0,
+                                  bag_of_ngrams={"use_bias": True, "trainable": False, "num_buckets": 1009,
+                                                 "num_word_buckets": 1009, "l2": l2})
+    model.build((None, 12))
+    model.ngrams.set_vocabulary(WORD_VOCABULARY)
+    tokens = types.SimpleNamespace(train=units_split(90, 1, named_by), validation=units_split(60, 2, named_by))
+    model.ngrams.adapt(tokens.train.token_ids)
+    model.head.kernel.assign(np.zeros(model.head.kernel.shape, "float32"))  # a Transformer that knows nothing
+    return model, tokens
+
+
+@pytest.mark.parametrize("named_by, kept", [("words", ["words"]), ("punctuation", ["pieces", "words"])])
+def test_choose_keeps_the_units_that_name_the_class_on_validation(named_by, kept):
+    model, tokens = words_classifier_and_tokens(named_by)
+    settings = ClassifierSettings(batch_size=16, ngram_l2=1 / (2 * 10 * 90), ngram_units="choose", ngram_refit=False)
+    record = add_bag_of_ngrams(model, settings, tokens, verbose=0)
+
+    assert record["features"] == kept
+    by_features = record["validation_by_features"]
+    assert set(by_features) == {"pieces+words", "words"}
+    best = {option: max(scores["accuracy"] for scores in by_weight.values()) for option, by_weight in by_features.items()}
+    if named_by == "punctuation":  # the words alone cannot see the marks
+        assert best["pieces+words"] >= 0.9 and best["words"] < 0.6
+    else:  # both reach the keywords; the words alone, undiluted by the fillers' pieces, are surer of them
+        assert best["words"] >= 0.9
+        assert by_features["words"]["0.0"]["loss"] < by_features["pieces+words"]["0.0"]["loss"]
+    idf = keras.ops.convert_to_numpy(model.ngrams.idf)
+    assert (idf[model.ngrams.family_rows("pieces")].max() > 0) == ("pieces" in kept)
+    assert idf[model.ngrams.family_rows("words")].max() > 0
+    # The model holds the kept units' fit, not the last one tried.
+    probabilities = model.predict(tokens.validation.token_ids, verbose=0)
+    accuracy = np.mean(np.argmax(probabilities, axis=1) == tokens.validation.labels)
+    assert accuracy == pytest.approx(record["validation"][str(record["transformer_weight"])]["accuracy"])
+
+
+@pytest.mark.parametrize("units, kept", [("pieces", ["pieces"]), ("words", ["words"]), ("both", ["pieces", "words"])])
+def test_fixed_units_are_the_ones_fit(units, kept):
+    model, tokens = words_classifier_and_tokens("words")
+    settings = ClassifierSettings(batch_size=16, ngram_l2=1 / (2 * 10 * 90), ngram_units=units)
+    record = add_bag_of_ngrams(model, settings, tokens, verbose=0)
+    assert record["features"] == kept and "validation_by_features" not in record
+    idf = keras.ops.convert_to_numpy(model.ngrams.idf)
+    for family in ("pieces", "words"):
+        assert (idf[model.ngrams.family_rows(family)].max() > 0) == (family in kept)
