@@ -14,6 +14,14 @@ then uncut, then joined back into words at `##` (whole texts, keeping the
 words of two or more word characters, as scikit-learn's token pattern does),
 the joined words cut, and both units in one bag (cut and whole): what
 separates our features from the words, the cut or the units.
+
+With `--ours`, three more columns: our `BagOfNgrams` itself fit as the
+same logistic regression (`keras_transformer.training.linear`, penalty
+`1 / (2 C n)`) on the ids our run sees (cut at its sequence length), with
+its units as `--ngram-units` sets them: the pieces, the words they spell,
+and both.
+
+    .venv/bin/python benchmarks/tfidf_features.py --corpora bbc --seed 1 --c 10 --ours
 """
 
 import argparse
@@ -32,6 +40,7 @@ def main(argv=None):
     parser.add_argument("--corpora", default=",".join(classifier_quality.SUITE))
     parser.add_argument("--seed", type=int, default=classifier_quality.DEFAULT_SEED)
     parser.add_argument("--c", default="3,10,30", help="the regression's C values, comma-separated")
+    parser.add_argument("--ours", action="store_true", help="also our BagOfNgrams on pieces, words and both")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -43,8 +52,9 @@ def main(argv=None):
     from keras_transformer.text.wordpiece import WordPieceTokenizer
 
     print("| corpus | seed | C | words | pieces, cut | pieces, whole texts | pieces joined into words, whole texts "
-          "| joined words, cut | pieces + joined words, cut | pieces + joined words, whole texts |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| joined words, cut | pieces + joined words, cut | pieces + joined words, whole texts |"
+          + (" ours: pieces | ours: words | ours: both |" if args.ours else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.ours else ""))
     for name in args.corpora.split(","):
         data = load_classification_data(classifier_quality.corpus_source(name), seed=args.seed)
         run_dir = os.path.join(classifier_quality.results_dir(args.seed), "runs", f"{name}-ours")
@@ -96,8 +106,32 @@ def main(argv=None):
                 )
                 model.fit(train_inputs, train.labels)
                 accuracies[kind] = float(np.mean(model.predict(test_inputs) == np.asarray(test.labels)))
+            if args.ours:
+                for kind, features in (("ours: pieces", ("pieces",)), ("ours: words", ("words",)),
+                                       ("ours: both", ("pieces", "words"))):
+                    accuracies[kind] = ours_accuracy(tokenizer, vocabulary, sequence_length, data, features, c)
             print(f"| `{name}` | {args.seed} | {c:g} | "
-                  + " | ".join(f"{accuracies[kind]:.4f}" for kind in inputs) + " |", flush=True)
+                  + " | ".join(f"{accuracy:.4f}" for accuracy in accuracies.values()) + " |", flush=True)
+
+
+def ours_accuracy(tokenizer, vocabulary, sequence_length, data, features, c):
+    """Test accuracy of our BagOfNgrams with `features`, fit alone on the training split as
+    `LogisticRegression(C=c)` is, on the ids our run sees."""
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_transformer.layers import BagOfNgrams
+    from keras_transformer.training.classifier import WORD_BUCKETS
+    from keras_transformer.training.linear import fit_logistic_regression
+
+    train_ids = tokenizer.encode(tf.constant(data.train.texts), sequence_length).numpy()
+    test_ids = tokenizer.encode(tf.constant(data.test.texts), sequence_length).numpy()
+    layer = BagOfNgrams(len(vocabulary), len(data.class_names), num_word_buckets=WORD_BUCKETS, use_bias=True)
+    layer.set_vocabulary(vocabulary)
+    layer.adapt(train_ids, features=features)
+    fit_logistic_regression(layer, train_ids, data.train.labels, 1.0 / (2 * c * len(train_ids)))
+    predicted = np.argmax(np.asarray(layer(test_ids)), axis=1)
+    return float(np.mean(predicted == np.asarray(data.test.labels)))
 
 
 if __name__ == "__main__":
