@@ -56,7 +56,8 @@ def settings_from(args):
     """The training settings the flags set, the rest at their defaults."""
     if args.task == "classifier":
         return ClassifierSettings(vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
-                                  max_length=args.max_length, pooling=args.pooling, seed=args.seed)
+                                  ngram_length=args.ngram_length, max_length=args.max_length, pooling=args.pooling,
+                                  seed=args.seed)
     return TranslatorSettings(vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
                               max_length=args.max_length, shared_vocabulary=args.shared_vocabulary, seed=args.seed)
 

@@ -109,6 +109,7 @@ def settings_from(args):
         epochs=args.epochs,
         batch_size=args.batch_size,
         sequence_length=args.sequence_length,
+        ngram_length=args.ngram_length,
         max_length=args.max_length,
         vocabulary_size=args.vocab_size,
         num_layers=args.num_layers,

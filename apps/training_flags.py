@@ -38,7 +38,7 @@ TRANSLATOR_RAW_DATA_FLAGS = ("--max-words", "--max-examples", "--validation-size
 def add_classifier_token_flags(data_group, model_group, defaults, token_folders=True):
     """The flags that decide a classifier's tokens: `--data` (`tokens:DIR` too
     with `token_folders`), `--text-column`, `--label-column`, `--max-examples`,
-    `--sequence-length`, `--max-length`, `--vocab-size`, `--pooling`."""
+    `--sequence-length`, `--ngram-length`, `--max-length`, `--vocab-size`, `--pooling`."""
     from keras_transformer.models.classifier import POOLINGS
 
     tokens = f" | {TOKEN_SOURCE}" if token_folders else ""
@@ -50,6 +50,10 @@ def add_classifier_token_flags(data_group, model_group, defaults, token_folders=
                             help="train on a stratified subset of N training texts (quick runs)")
     model_group.add_argument("--sequence-length", type=int, default=defaults.sequence_length,
                              help=default_help(defaults.sequence_length, "tokens per text; longer texts are cut"))
+    model_group.add_argument("--ngram-length", type=int, default=defaults.ngram_length,
+                             help=default_help(defaults.ngram_length,
+                                               "tokens per text the bag of n-grams reads, the Transformer the first "
+                                               "--sequence-length of them"))
     _add_max_length_flag(model_group, defaults)
     _add_vocabulary_flag(model_group, defaults, "WordPiece vocabulary size")
     model_group.add_argument("--pooling", choices=POOLINGS, default=defaults.pooling,

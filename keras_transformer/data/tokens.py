@@ -43,7 +43,8 @@ TARGET_VOCABULARY = "target_vocabulary.txt"
 SHARED_VOCABULARY = "vocabulary.txt"
 
 # The settings tokenization fixes, per task; training takes them from the folder.
-CLASSIFIER_TOKEN_SETTINGS = ("vocabulary_size", "sequence_length", "max_length", "pooling")
+CLASSIFIER_TOKEN_SETTINGS = ("vocabulary_size", "sequence_length", "max_length", "pooling", "ngram_length")
+OPTIONAL_TOKEN_SETTINGS = {"ngram_length": None}  # what folders written before these settings existed lack
 TRANSLATOR_TOKEN_SETTINGS = (
     "vocabulary_size", "target_vocabulary_size", "sequence_length", "max_length", "shared_vocabulary",
 )
@@ -123,6 +124,14 @@ class TokenizedTranslationData:
     train: TranslationTokens
     validation: TranslationTokens
     test: TranslationTokens
+
+
+def classifier_input_length(settings):
+    """How many tokens a classifier's texts are encoded to: its `sequence_length`,
+    or its bag of n-grams' `ngram_length` where that is longer (a dict of
+    `CLASSIFIER_TOKEN_SETTINGS` or a `ClassifierSettings`)."""
+    values = settings if isinstance(settings, dict) else vars(settings)
+    return max(values["sequence_length"], values.get("ngram_length") or 0)
 
 
 def settings_from_tokens(settings, tokenized, given=None):
@@ -293,8 +302,13 @@ def read_token_folder(path, task, name=None):
         )
     settings = description["settings"]
     expected_settings = CLASSIFIER_TOKEN_SETTINGS if task == "classifier" else TRANSLATOR_TOKEN_SETTINGS
-    _require(isinstance(settings, dict) and set(settings) == set(expected_settings), folder, TOKENS_FILE,
-             f"its settings must name exactly {', '.join(expected_settings)}")
+    optional = {name: value for name, value in OPTIONAL_TOKEN_SETTINGS.items() if name in expected_settings}
+    _require(isinstance(settings, dict) and set(expected_settings) - set(optional) <= set(settings) <= set(expected_settings),
+             folder, TOKENS_FILE, f"its settings must name exactly {', '.join(expected_settings)}")
+    settings = description["settings"] = {**optional, **settings}
+    ngram_length = settings.get("ngram_length")
+    _require(ngram_length is None or (isinstance(ngram_length, int) and ngram_length > 0), folder, TOKENS_FILE,
+             f"ngram_length must be a positive integer or null, got {ngram_length!r}")
     sequence_length = settings["sequence_length"]
     _require(isinstance(sequence_length, int) and sequence_length > 0, folder, TOKENS_FILE,
              f"sequence_length must be a positive integer, got {sequence_length!r}")
@@ -391,8 +405,8 @@ def _read_classification(folder, name, description):
     splits = {}
     for split in SPLITS:
         arrays = _read_split(folder, split, {"token_ids": ("int32", 2, True), "labels": ("int32", 1, True)})
-        _check_ids(folder, split, "token_ids", arrays["token_ids"], settings["sequence_length"], vocabulary_size,
-                   CLASSIFIER_VOCABULARY)
+        _check_ids(folder, split, "token_ids", arrays["token_ids"], classifier_input_length(settings),
+                   vocabulary_size, CLASSIFIER_VOCABULARY)
         labels = arrays["labels"]
         _require(not labels.size or (labels.min() >= 0 and labels.max() < len(class_names)), folder,
                  f"{split}.npz", f"labels must index the {len(class_names)} class_names")

@@ -40,16 +40,15 @@ def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None):
         )
     if add_cls is None:
         add_cls = model.pooling == "cls"
-    sequence_length = model.sequence_length
     names = tf.constant([str(name) for name in class_names])
 
-    def encode(text):
-        return tokenizer.encode(text, sequence_length, add_cls=add_cls)
+    def encode(text, length):
+        return tokenizer.encode(text, length, add_cls=add_cls)
 
     def serve(text):
         # Padding every row shares is dropped: a batch of short texts costs
-        # their length, not `sequence_length`; the probabilities are the same.
-        token_ids = trim_shared_padding(encode(text))
+        # their length, not `input_length`; the probabilities are the same.
+        token_ids = trim_shared_padding(encode(text, model.input_length))
         probabilities = tf.cast(model(token_ids, training=False), tf.float32)
         label = tf.gather(names, tf.argmax(probabilities, axis=-1))
         return {"probabilities": probabilities, "label": label}
@@ -57,7 +56,8 @@ def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None):
     def attention(text):
         # Trimmed as in `serve`: the weights grow with T squared, and at
         # `sequence_length` a short text's would be megabytes of padding.
-        token_ids = trim_shared_padding(encode(text))
+        # The Transformer's tokens: the bag of n-grams may read further, but attends to nothing.
+        token_ids = trim_shared_padding(encode(text, model.sequence_length))
         _, scores = model(token_ids, training=False, return_attention_scores=True)
         tokens = tf.where(token_ids > 0, tokenizer.id_to_token(token_ids), "")
         return {

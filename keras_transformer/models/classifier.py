@@ -36,6 +36,12 @@ class TransformerClassifier(EncoderStack, keras.Model):
         normalize_first: pre-norm blocks (with a final layer norm).
         attention_class: `MultiHeadAttention` or a registered subclass, for
             every block's self-attention.
+        bag_of_ngrams: None, or a dict of `BagOfNgrams` arguments: a bag of
+            n-grams whose logits are added to the head's.
+        ngram_length: None, or the most tokens the bag of n-grams reads,
+            beyond `sequence_length`: the Transformer reads the first
+            `sequence_length` tokens of a longer input, the bag all of them
+            (`input_length` is the longest input worth giving).
         **kwargs: base `keras.Model` arguments (`name`, `dtype`).
 
     Call arguments:
@@ -73,6 +79,7 @@ class TransformerClassifier(EncoderStack, keras.Model):
         normalize_first=False,
         attention_class=MultiHeadAttention,
         bag_of_ngrams=None,
+        ngram_length=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -93,16 +100,30 @@ class TransformerClassifier(EncoderStack, keras.Model):
         self.ngrams = None
         if self.bag_of_ngrams is not None:
             self.ngrams = BagOfNgrams(vocabulary_size, num_classes, dtype="float32", name="ngrams", **self.bag_of_ngrams)
+        if ngram_length is not None:
+            if self.ngrams is None:
+                raise ValueError("`ngram_length` is how far the bag of n-grams reads: it needs `bag_of_ngrams`.")
+            if not isinstance(ngram_length, numbers.Integral) or isinstance(ngram_length, bool) or ngram_length < 1:
+                raise ValueError(f"`ngram_length` must be a positive integer, got {ngram_length!r}.")
+        self.ngram_length = None if ngram_length is None else int(ngram_length)
+
+    @property
+    def input_length(self):
+        """The longest input the model reads all of: `sequence_length`, or the
+        bag of n-grams' `ngram_length` where that is longer."""
+        return max(self.sequence_length, self.ngram_length or 0)
 
     def build(self, token_ids_shape):
-        self._build_encoder_stack(token_ids_shape)
+        length = token_ids_shape[1]
+        self._build_encoder_stack((token_ids_shape[0], None if length is None else min(length, self.sequence_length)))
         self.head.build((token_ids_shape[0], self.d_model))
         if self.ngrams is not None:
             self.ngrams.build(token_ids_shape)
         self.built = True
 
     def call(self, token_ids, training=None, return_attention_scores=False):
-        x, padding_mask, attention_scores = self._encode(token_ids, training, with_attention_scores=return_attention_scores)
+        x, padding_mask, attention_scores = self._encode(
+            self._transformer_ids(token_ids), training, with_attention_scores=return_attention_scores)
         pooled = self._pool(x, padding_mask)
         logits = self.head(self.head_dropout(pooled, training=training))
         if self.ngrams is not None:
@@ -111,6 +132,13 @@ class TransformerClassifier(EncoderStack, keras.Model):
         if return_attention_scores:
             return probabilities, attention_scores
         return probabilities
+
+    def _transformer_ids(self, token_ids):
+        # Only a bag that reads further than the Transformer makes longer inputs valid;
+        # without one, a too long input is an error, as in any encoder.
+        if self.ngram_length is None or self.ngram_length <= self.sequence_length:
+            return token_ids
+        return token_ids[:, :self.sequence_length]
 
     def _pool(self, sequence, padding_mask):
         if self.pooling == "cls":
@@ -129,5 +157,6 @@ class TransformerClassifier(EncoderStack, keras.Model):
     def get_config(self):
         config = super().get_config()
         config.update(self._encoder_config())
-        config.update({"num_classes": self.num_classes, "pooling": self.pooling, "bag_of_ngrams": self.bag_of_ngrams})
+        config.update({"num_classes": self.num_classes, "pooling": self.pooling, "bag_of_ngrams": self.bag_of_ngrams,
+                       "ngram_length": self.ngram_length})
         return config

@@ -20,6 +20,7 @@ from keras_transformer.data.tokens import CLASSIFIER_TOKEN_SETTINGS
 from keras_transformer.data.tokens import CLASSIFIER_VOCABULARY
 from keras_transformer.data.tokens import ClassificationTokens
 from keras_transformer.data.tokens import TokenizedClassificationData
+from keras_transformer.data.tokens import classifier_input_length
 from keras_transformer.data.tokens import copy_vocabularies
 from keras_transformer.data.tokens import settings_from_tokens
 from keras_transformer.models import TransformerClassifier
@@ -74,7 +75,7 @@ class ClassifierSettings:
     chosen `sequence_length`.
     """
 
-    FROM_DATA = ("vocabulary_size", "sequence_length", "batch_size", "warmup_fraction", "ngram_l2")
+    FROM_DATA = ("vocabulary_size", "sequence_length", "batch_size", "warmup_fraction", "ngram_l2", "ngram_length")
 
     epochs: int = 12
     batch_size: int = None
@@ -105,6 +106,7 @@ class ClassifierSettings:
     ngram_l2: float = None  # the bag of n-grams' L2 penalty (`BagOfNgrams`' l2)
     ngram_refit: bool = True  # fit it again on training + validation once validation chose (`add_bag_of_ngrams`)
     ngram_units: str = "choose"  # one of NGRAM_UNITS
+    ngram_length: int = None  # the tokens the bag of n-grams reads, beyond sequence_length for long texts
 
     def validate(self):
         check_settings(self)
@@ -119,6 +121,9 @@ class ClassifierSettings:
                              f"got {self.bag_of_ngrams!r}.")
         if self.ngram_l2 is not None and not (isinstance(self.ngram_l2, (int, float)) and self.ngram_l2 >= 0):
             raise ValueError(f"`ngram_l2` must be a number of at least 0, got {self.ngram_l2!r}.")
+        if self.ngram_length is not None and not (
+                isinstance(self.ngram_length, int) and not isinstance(self.ngram_length, bool) and self.ngram_length > 0):
+            raise ValueError(f"`ngram_length` must be a positive integer, got {self.ngram_length!r}.")
         if self.ngram_units not in NGRAM_UNITS:
             raise ValueError(f"`ngram_units` must be one of {', '.join(NGRAM_UNITS)}, got {self.ngram_units!r}.")
         if not isinstance(self.ngram_refit, bool):
@@ -208,9 +213,9 @@ def tokenize_classification_data(data, settings, vocabulary_dir, verbose=1, unla
 
 
 def encode_classification_data(data, settings, vocabulary_path, chosen_from_data=None):
-    """`data` encoded with the vocabulary at `vocabulary_path` and the
-    `sequence_length` and pooling of `settings` (all chosen), as a
-    `TokenizedClassificationData` named as `data`."""
+    """`data` encoded with the vocabulary at `vocabulary_path`, to the
+    `sequence_length` (or the longer `ngram_length`) and with the pooling of
+    `settings` (all chosen), as a `TokenizedClassificationData` named as `data`."""
     import tensorflow as tf
 
     from keras_transformer.text.wordpiece import WordPieceTokenizer
@@ -219,7 +224,8 @@ def encode_classification_data(data, settings, vocabulary_path, chosen_from_data
     add_cls = settings.pooling == "cls"
 
     def encode(split):
-        token_ids = tokenizer.encode(tf.constant(split.texts, tf.string), settings.sequence_length, add_cls=add_cls)
+        token_ids = tokenizer.encode(tf.constant(split.texts, tf.string), classifier_input_length(settings),
+                                     add_cls=add_cls)
         return ClassificationTokens(token_ids.numpy(), np.asarray(split.labels, np.int32))
 
     return TokenizedClassificationData(
@@ -272,14 +278,18 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
         save_settings(folder, settings.validate(), class_names=tokens.class_names, data=tokens.name,
                       chosen_from_data=choices_record(chosen))
     keras.utils.set_random_seed(settings.seed)
+    steps_per_epoch = math.ceil(len(tokens.train) / settings.batch_size)
+    model = build_classifier_model(
+        settings, len(read_vocabulary(vocabulary_path)), len(data.class_names), steps_per_epoch, strategy
+    )
+    # Tokens encoded for a bag of n-grams that reads further than this model are cut to what it reads.
+    tokens = dataclasses.replace(tokens, **{split: dataclasses.replace(
+        getattr(tokens, split), token_ids=getattr(tokens, split).token_ids[:, :model.input_length])
+        for split in ("train", "validation", "test")})
     train_ids, train_labels = tokens.train.token_ids, tokens.train.labels
     validation_ids, validation_labels = tokens.validation.token_ids, tokens.validation.labels
     test_ids, test_labels = tokens.test.token_ids, tokens.test.labels
 
-    steps_per_epoch = math.ceil(len(train_ids) / settings.batch_size)
-    model = build_classifier_model(
-        settings, len(read_vocabulary(vocabulary_path)), len(data.class_names), steps_per_epoch, strategy
-    )
     if model.ngrams is not None:
         if model.ngrams.num_word_buckets:
             model.ngrams.set_vocabulary(read_vocabulary(vocabulary_path))
@@ -462,6 +472,7 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
         num_classes=num_classes,
         pooling=settings.pooling,
         bag_of_ngrams=bag_of_ngrams_arguments(settings),
+        ngram_length=settings.ngram_length if settings.bag_of_ngrams is not False else None,
     )
 
 

@@ -37,6 +37,10 @@ FREQUENT_WORD_COUNT = 5
 VOCABULARY_SIZE_RANGE = (1000, 8000)
 LENGTH_MULTIPLE = 8
 CLASSIFIER_LENGTH_PERCENTILE = 95
+# The bag of n-grams reads nearly whole texts: long ones are classified by words
+# the Transformer's first `sequence_length` pieces do not reach.
+NGRAM_LENGTH_PERCENTILE = 99
+NGRAM_MAX_LENGTH = 4096
 TRANSLATOR_LENGTH_PERCENTILE = 99
 CLASSIFIER_BATCH_SIZES = (32, 16, 8)  # the first that gives an epoch enough steps
 MIN_STEPS_PER_EPOCH = 50
@@ -74,6 +78,7 @@ LARGE_CORPUS = {
     "target_vocabulary_size": VOCABULARY_SIZE_RANGE[1],
     "batch_size": CLASSIFIER_BATCH_SIZES[0],
     "warmup_fraction": WARMUP_FRACTION_RANGE[0],
+    "ngram_length": None,  # the bag of n-grams reads what the Transformer reads
     "ngram_l2": 1.0 / (2 * NGRAM_INVERSE_REGULARIZATION * 2000),  # BBC News' number of texts
     "warmup_steps": TRANSLATOR_WARMUP_RANGE[1],
     **TRANSLATOR_TIERS[0][2],
@@ -139,23 +144,40 @@ def classifier_settings_from_data(settings, texts, build_tokenizer):
 
 def classifier_tokenization_from_data(settings, texts, build_tokenizer):
     """`classifier_settings_from_data` for the fields tokenization fixes
-    (`vocabulary_size`, `sequence_length`) alone."""
+    (`vocabulary_size`, `sequence_length`, and `ngram_length` with
+    `bag_of_ngrams`) alone."""
     from keras_transformer.text.wordpiece import count_words  # needs TensorFlow
 
     settings, choices = _fill(settings, [
         ("vocabulary_size", lambda current: _vocabulary_size(count_words(texts), f"{len(texts):,} training texts")),
     ])
     tokenizer = build_tokenizer(settings.vocabulary_size)
+    add_cls = settings.pooling == "cls"
+    what = "the training texts' WordPiece lengths" + (" (+1 for [CLS])" if add_cls else "")
+    lengths = []  # counted once, up to the longest either rule may choose
+
+    def lengths_up_to(length):
+        if not lengths:
+            longest = max(settings.max_length, NGRAM_MAX_LENGTH if settings.bag_of_ngrams is not False else 0)
+            lengths.append(_wordpiece_lengths(tokenizer, texts, longest) + int(add_cls))
+        return np.minimum(lengths[0], length)
 
     def sequence_length(current):
-        add_cls = current.pooling == "cls"
-        lengths = _wordpiece_lengths(tokenizer, texts, current.max_length) + int(add_cls)
-        return _sequence_length(
-            lengths, CLASSIFIER_LENGTH_PERCENTILE, current.max_length,
-            "the training texts' WordPiece lengths" + (" (+1 for [CLS])" if add_cls else ""),
-        )
+        return _sequence_length(lengths_up_to(current.max_length), CLASSIFIER_LENGTH_PERCENTILE, current.max_length,
+                                what)
 
-    more_settings, more_choices = _fill(settings, [("sequence_length", sequence_length)])
+    def ngram_length(current):
+        value, reason = _sequence_length(lengths_up_to(NGRAM_MAX_LENGTH), NGRAM_LENGTH_PERCENTILE, NGRAM_MAX_LENGTH,
+                                         what)
+        reason = reason.replace(f"(cap max_length {NGRAM_MAX_LENGTH})", f"(cap {NGRAM_MAX_LENGTH})")
+        if value <= current.sequence_length:
+            return current.sequence_length, f"{reason}: the bag of n-grams reads what the Transformer reads"
+        return value, f"{reason}: the bag of n-grams reads that far, the Transformer the first sequence_length"
+
+    more_settings, more_choices = _fill(settings, [
+        ("sequence_length", sequence_length),
+        *([("ngram_length", ngram_length)] if settings.bag_of_ngrams is not False else []),
+    ])
     return more_settings, choices + more_choices
 
 

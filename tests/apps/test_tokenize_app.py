@@ -123,8 +123,8 @@ def test_tokenize_classifier_writes_a_folder_and_says_what_it_chose(classifier_r
                      r"15 test; \d+ KiB\)", output), output
     # What tokenizing chose is what the raw run chose and printed.
     raw_lines = choice_lines(classifier_runs["outputs"]["raw"][1])
-    assert choice_lines(output) == [line for line in raw_lines if line.startswith("sequence_length ")]
-    assert len(choice_lines(output)) == 1  # --vocab-size was given; only the length is chosen
+    assert choice_lines(output) == [line for line in raw_lines if line.startswith(("sequence_length ", "ngram_length "))]
+    assert len(choice_lines(output)) == 2  # --vocab-size was given; only the lengths are chosen
 
 
 def test_tokenize_translator_with_a_shared_vocabulary(corpora, tmp_path):
@@ -161,7 +161,8 @@ def test_classifier_from_tokens_is_the_raw_run(classifier_runs):
     saved = read_json(os.path.join(classifier_runs["tokens_run"], "settings.json"))
     assert saved["settings"]["pooling"] == "cls"
     # Chosen at tokenize time (the length) and at training time (the rest), all recorded.
-    assert set(saved["chosen_from_data"]) == {"sequence_length", "batch_size", "warmup_fraction", "ngram_l2"}
+    assert set(saved["chosen_from_data"]) == {"sequence_length", "ngram_length", "batch_size", "warmup_fraction",
+                                              "ngram_l2"}
     # The same choices, printed the same way.
     raw_lines = choice_lines(classifier_runs["outputs"]["raw"][1])
     assert "batch_size" in " ".join(raw_lines)

@@ -473,3 +473,57 @@ def test_a_run_saved_before_the_bag_of_ngrams_resumes_and_exports_without_it():
     older = {name: value for name, value in fields.items() if name not in ("bag_of_ngrams", "ngram_l2")}
     assert saved_classifier_settings({"settings": older}).bag_of_ngrams is False
     assert saved_classifier_settings({"settings": fields}).bag_of_ngrams is True
+
+
+def test_the_bag_of_ngrams_reads_past_the_transformer_and_so_does_the_export(tmp_path):
+    """Every text opens with 20 filler words; the class's keyword comes after them, past the
+    Transformer's 8 tokens: only a bag that reads the whole text can tell the classes apart."""
+    import csv
+    import random
+
+    import tensorflow as tf
+
+    from keras_transformer.text import WordPieceTokenizer
+
+    rng = random.Random(3)
+    keywords = {"sport": "goal", "business": "stocks", "culture": "film"}
+    filler = "the a of and to in is was on for with as by at from this that it today news".split()
+
+    def text(label):
+        return " ".join(rng.choice(filler) for _ in range(20)) + f" {keywords[label]} " + rng.choice(filler)
+
+    csv_path = tmp_path / "late.csv"
+    with open(csv_path, "w", newline="", encoding="utf-8") as csv_file:
+        writer = csv.writer(csv_file)
+        writer.writerow(["text", "label"])
+        for index in range(150):
+            label = sorted(keywords)[index % 3]
+            writer.writerow([text(label), label])
+    run_dir, export_dir = str(tmp_path / "run"), str(tmp_path / "export")
+    flags = [flag for flag in TRAIN_FLAGS]
+    flags[flags.index("--sequence-length") + 1] = "8"
+    status = train_classifier.main(["--data", f"csv:{csv_path}", *flags, "--epochs", "1", "--run-dir", run_dir,
+                                    "--export-dir", export_dir])
+    assert status == 0
+    with open(os.path.join(run_dir, "settings.json")) as settings_file:
+        saved = json.load(settings_file)
+    assert saved["settings"]["sequence_length"] == 8 and saved["settings"]["ngram_length"] == 24  # 22 words
+    with open(os.path.join(run_dir, "metrics.json")) as metrics_file:
+        assert json.load(metrics_file)["accuracy"] >= 0.8  # of 15 test texts; chance is 1 in 3
+
+    labels = [index % 3 for index in range(30)]
+    texts = [text(sorted(keywords)[label]) for label in labels]
+    final = keras.models.load_model(os.path.join(run_dir, "model.keras"))
+    assert final.input_length == 24
+    tokenizer = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt"))
+    token_ids = tokenizer.encode(tf.constant(texts), 24)
+    expected = final.predict(token_ids, verbose=0)
+    assert np.mean(np.argmax(expected, axis=1) == labels) >= 0.8
+    # Cut where the Transformer's reach ends, the same texts are all filler.
+    cut = final.predict(tokenizer.encode(tf.constant(texts), 8), verbose=0)
+    assert np.mean(np.argmax(cut, axis=1) == labels) < 0.6
+    exported = tf.saved_model.load(os.path.join(export_dir, "1"))
+    served = exported.signatures["serving_default"](text=tf.constant(texts))
+    np.testing.assert_allclose(served["probabilities"].numpy(), expected, atol=1e-5)
+    attention = exported.signatures["attention"](text=tf.constant(texts))
+    assert attention["tokens"].shape[1] == 8  # what the Transformer reads

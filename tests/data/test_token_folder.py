@@ -2,6 +2,7 @@
 refused with a `DataError` naming the file and the fault, writes that never
 leave half a folder, and reading with no TensorFlow importable."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -42,7 +43,8 @@ def classification_tokens(tmp_path, seed=0):
 
     return TokenizedClassificationData(
         name="csv:texts.csv", source_name="csv:texts.csv",
-        settings={"vocabulary_size": VOCABULARY_SIZE, "sequence_length": LENGTH, "max_length": 512, "pooling": "cls"},
+        settings={"vocabulary_size": VOCABULARY_SIZE, "sequence_length": LENGTH, "max_length": 512, "pooling": "cls",
+                  "ngram_length": None},
         chosen_from_data={"sequence_length": {"value": LENGTH, "reason": "a percentile"}},
         vocabulary_files={"vocabulary.txt": write_vocabulary(tmp_path / "built" / "vocabulary.txt")},
         class_names=["business", "culture", "sport"],
@@ -86,6 +88,35 @@ def classifier_folder(tmp_path):
 
 
 # --- round trip ----------------------------------------------------------------------
+
+
+def test_a_classifier_folder_for_a_bag_that_reads_further_holds_its_longer_ids(tmp_path):
+    written = classification_tokens(tmp_path)
+    written.settings["ngram_length"] = 2 * LENGTH
+    out = write_folder(written, tmp_path / "tokens")
+    with pytest.raises(DataError, match=f"token_ids has {LENGTH} columns, but tokens.json's settings make {2 * LENGTH}"):
+        read_token_folder(out, "classifier")
+    longer = dataclasses.replace(written, **{split: dataclasses.replace(
+        getattr(written, split), token_ids=np.pad(getattr(written, split).token_ids, ((0, 0), (0, LENGTH))))
+        for split in ("train", "validation", "test")})
+    out = write_folder(longer, tmp_path / "longer")
+    assert read_token_folder(out, "classifier").settings["ngram_length"] == 2 * LENGTH
+
+
+def test_a_classifier_folder_written_before_ngram_length_reads_as_reaching_no_further(tmp_path):
+    out = write_folder(classification_tokens(tmp_path), tmp_path / "tokens")
+    path = os.path.join(out, "tokens.json")
+    with open(path, encoding="utf-8") as tokens_file:
+        description = json.load(tokens_file)
+    del description["settings"]["ngram_length"]
+    with open(path, "w", encoding="utf-8") as tokens_file:
+        json.dump(description, tokens_file)
+    assert read_token_folder(out, "classifier").settings["ngram_length"] is None
+    description["settings"]["ngram_length"] = "long"
+    with open(path, "w", encoding="utf-8") as tokens_file:
+        json.dump(description, tokens_file)
+    with pytest.raises(DataError, match="ngram_length must be a positive integer or null"):
+        read_token_folder(out, "classifier")
 
 
 def test_classifier_round_trip(tmp_path):

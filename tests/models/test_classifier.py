@@ -384,3 +384,40 @@ def test_bag_of_ngrams_saves_and_loads_with_the_model(randomize, tmp_path):
 def test_bag_of_ngrams_must_be_a_dict():
     with pytest.raises(ValueError, match="bag_of_ngrams"):
         make_model(bag_of_ngrams=True)
+
+
+def test_a_bag_that_reads_further_sees_the_whole_input_and_the_transformer_its_start(randomize, tmp_path):
+    keras.utils.set_random_seed(5)
+    model = make_model("max", bag_of_ngrams={"num_buckets": 101}, ngram_length=3 * LENGTH)
+    assert model.input_length == 3 * LENGTH
+    long_ids = token_batch([40, 3 * LENGTH, 5], total=3 * LENGTH, seed=3)
+    model(long_ids)
+    model.ngrams.adapt(long_ids)
+    randomize(model, seed=7)
+    sequence = pre_pool_sequence(model, long_ids[:, :LENGTH])
+    pooled = np.where((long_ids[:, :LENGTH] != 0)[..., None], sequence, -np.inf).max(1)
+    bag = as_numpy(model.ngrams(long_ids))
+    # What lies past the Transformer's reach moves the bag's logits.
+    assert np.abs(bag - as_numpy(model.ngrams(long_ids[:, :LENGTH]))).max() > 0.05
+    logits = pooled @ as_numpy(model.head.kernel) + as_numpy(model.head.bias) + bag
+    expected = np.exp(logits - logits.max(-1, keepdims=True))
+    np.testing.assert_allclose(as_numpy(model(long_ids, training=False)), expected / expected.sum(-1, keepdims=True),
+                               atol=ATOL)
+    _, scores = model(long_ids, return_attention_scores=True)
+    assert tuple(scores[0].shape)[-2:] == (LENGTH, LENGTH)  # attention over the Transformer's tokens only
+    path = str(tmp_path / "reach.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.ngram_length == 3 * LENGTH
+    np.testing.assert_allclose(as_numpy(loaded(long_ids)), as_numpy(model(long_ids)), atol=1e-6)
+
+
+def test_without_a_longer_reach_inputs_past_the_sequence_length_are_refused():
+    model = make_model("max", bag_of_ngrams={"num_buckets": 101})
+    assert model.input_length == LENGTH
+    with pytest.raises(ValueError, match="past `sequence_length`"):
+        model(token_batch([LENGTH + 4], total=LENGTH + 4))
+    with pytest.raises(ValueError, match="needs `bag_of_ngrams`"):
+        make_model("max", ngram_length=64)
+    with pytest.raises(ValueError, match="ngram_length"):
+        make_model("max", bag_of_ngrams={}, ngram_length=0)

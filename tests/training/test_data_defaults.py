@@ -95,14 +95,41 @@ def test_long_texts_are_capped_by_max_length(tmp_path):
     assert "cap max_length 60" in {choice.name: choice.reason for choice in choices}["sequence_length"]
 
 
+def test_the_bag_of_ngrams_reads_nearly_whole_texts(tmp_path):
+    # 3 long texts in 100: the Transformer's 95th percentile cuts them, the bag's 99th reads them.
+    texts = [text_of(6, offset) for offset in range(97)] + [text_of(300, offset) for offset in range(3)]
+    settings, choices = classifier_settings_from_data(ClassifierSettings(), texts, tokenizer_builder(tmp_path, texts))
+    assert settings.sequence_length == 8 and settings.ngram_length == 304  # 300 WordPieces, rounded up
+    reason = {choice.name: choice.reason for choice in choices}["ngram_length"]
+    assert "99th percentile" in reason and "the Transformer the first sequence_length" in reason
+    # Short texts alone: the bag reads what the Transformer reads.
+    short = texts[:97]
+    settings, choices = classifier_settings_from_data(ClassifierSettings(), short, tokenizer_builder(tmp_path, short))
+    assert settings.ngram_length == settings.sequence_length == 8
+    # Without a bag of n-grams nothing reads further.
+    settings, choices = classifier_settings_from_data(
+        ClassifierSettings(bag_of_ngrams=False), texts, tokenizer_builder(tmp_path, texts))
+    assert settings.ngram_length is None and "ngram_length" not in chosen_names(choices)
+
+
+def test_the_bag_of_ngrams_reach_is_capped(tmp_path, monkeypatch):
+    from keras_transformer.training import data_defaults
+
+    monkeypatch.setattr(data_defaults, "NGRAM_MAX_LENGTH", 100)
+    texts = [text_of(300, offset) for offset in range(10)]
+    settings, _ = classifier_settings_from_data(ClassifierSettings(max_length=60), texts,
+                                                tokenizer_builder(tmp_path, texts))
+    assert (settings.sequence_length, settings.ngram_length) == (60, 100)
+
+
 def test_set_values_win_and_are_not_reported_as_chosen(tmp_path):
     texts = [text_of(5, offset) for offset in range(100)]
     build = tokenizer_builder(tmp_path, texts)
     given = ClassifierSettings(sequence_length=40, vocabulary_size=300, batch_size=4, warmup_fraction=0.05,
-                               ngram_l2=0.25)
+                               ngram_l2=0.25, ngram_length=64)
     settings, choices = classifier_settings_from_data(given, texts, build)
     assert (settings.sequence_length, settings.vocabulary_size, settings.batch_size, settings.warmup_fraction,
-            settings.ngram_l2) == (40, 300, 4, 0.05, 0.25)
+            settings.ngram_l2, settings.ngram_length) == (40, 300, 4, 0.05, 0.25, 64)
     assert choices == []
     assert build.asked == [300]  # the vocabulary is built at the size that was set
     assert given.sequence_length == 40 and ClassifierSettings().sequence_length is None  # nothing mutated
@@ -116,7 +143,7 @@ def test_vocabulary_size_counts_frequent_word_types_and_the_alphabet():
     words = ["".join(letters[(number // 10 ** place) % 10] for place in range(4)) for number in range(2500)]
     texts = [" ".join(words[:2000])] * 5 + [" ".join(words[2000:])] * 4
     settings, choices = classifier_settings_from_data(
-        ClassifierSettings(sequence_length=16), texts, no_tokenizer
+        ClassifierSettings(sequence_length=16, ngram_length=16), texts, no_tokenizer
     )
     assert settings.vocabulary_size == 2027
     assert "2,000 word types occur at least 5 times" in choices[0].reason
@@ -138,7 +165,7 @@ def test_vocabulary_size_stays_within_its_range(count, expected):
     letters = string.ascii_lowercase
     words = ["".join(letters[(number // 26 ** place) % 26] for place in range(3)) for number in range(count)]
     texts = [" ".join(words)] * 5
-    settings, _ = classifier_settings_from_data(ClassifierSettings(sequence_length=16), texts, no_tokenizer)
+    settings, _ = classifier_settings_from_data(ClassifierSettings(sequence_length=16, ngram_length=16), texts, no_tokenizer)
     assert settings.vocabulary_size == expected
 
 
@@ -147,7 +174,7 @@ def test_small_corpora_get_smaller_batches(num_texts, batch_size):
     # 3000 / 32 = 94 steps an epoch; 1000 / 32 = 32 < 50 but 1000 / 16 = 63; 300 / 16 = 19.
     texts = [text_of(3, offset) for offset in range(num_texts)]
     settings, _ = classifier_settings_from_data(
-        ClassifierSettings(sequence_length=8, vocabulary_size=100), texts, no_tokenizer
+        ClassifierSettings(sequence_length=8, ngram_length=8, vocabulary_size=100), texts, no_tokenizer
     )
     assert settings.batch_size == batch_size
 
@@ -160,7 +187,8 @@ def test_small_corpora_get_smaller_batches(num_texts, batch_size):
 def test_warmup_is_at_least_fifty_steps_within_ten_to_thirty_percent(num_texts, epochs, fraction):
     texts = [text_of(3, offset) for offset in range(num_texts)]
     settings, _ = classifier_settings_from_data(
-        ClassifierSettings(epochs=epochs, sequence_length=8, vocabulary_size=100), texts, no_tokenizer
+        ClassifierSettings(epochs=epochs, sequence_length=8, ngram_length=8, vocabulary_size=100), texts,
+        no_tokenizer
     )
     assert settings.warmup_fraction == pytest.approx(fraction, abs=0.005)
 
@@ -348,11 +376,11 @@ def test_the_classifier_app_chooses_what_no_flag_set(tmp_path, capsys):
     with open(tmp_path / "set" / "settings.json") as settings_file:
         saved = json.load(settings_file)
     assert (saved["settings"]["sequence_length"], saved["settings"]["batch_size"]) == (24, 12)
-    assert set(saved["chosen_from_data"]) == {"vocabulary_size", "warmup_fraction", "ngram_l2"}
+    assert set(saved["chosen_from_data"]) == {"vocabulary_size", "warmup_fraction", "ngram_l2", "ngram_length"}
 
 
 @pytest.mark.parametrize("app, flags", [
-    ("train_classifier", ("--sequence-length", "--vocab-size", "--batch-size", "--warmup-fraction")),
+    ("train_classifier", ("--sequence-length", "--ngram-length", "--vocab-size", "--batch-size", "--warmup-fraction")),
     ("train_translator", ("--sequence-length", "--vocab-size", "--d-model", "--dropout", "--label-smoothing",
                           "--warmup-steps", "--num-layers", "--intermediate-dim")),
 ])
@@ -379,7 +407,7 @@ def test_large_corpus_settings_are_the_sizes_before_defaults_followed_the_data()
 
 def test_the_bag_of_ngrams_penalty_is_a_logistic_regression_s_with_c_10():
     texts = [text_of(5, offset) for offset in range(100)]
-    settings, choices = classifier_settings_from_data(ClassifierSettings(sequence_length=16), texts, no_tokenizer)
+    settings, choices = classifier_settings_from_data(ClassifierSettings(sequence_length=16, ngram_length=16), texts, no_tokenizer)
     assert settings.ngram_l2 == pytest.approx(1 / (2 * 10 * 100))
     assert [choice.name for choice in choices][-1] == "ngram_l2"
     without, choices = classifier_settings_from_data(
