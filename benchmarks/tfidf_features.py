@@ -17,7 +17,7 @@ separates our features from the words, the cut or the units.
 
 With `--ours`, three more columns: our `BagOfNgrams` itself fit as the
 same logistic regression (`keras_transformer.training.linear`, penalty
-`1 / (2 C n)`) on the ids our run sees (cut at its sequence length), with
+`1 / (2 C n)`) on the ids our run's bag sees (cut at its `ngram_length`), with
 its units as `--ngram-units` sets them: the pieces, the words they spell,
 and both.
 
@@ -61,7 +61,10 @@ def main(argv=None):
         if not os.path.exists(os.path.join(run_dir, "settings.json")):
             sys.exit(f"error: {run_dir} has no run: run classifier_quality.py {name} --arms ours --seed {args.seed} first")
         with open(os.path.join(run_dir, "settings.json")) as settings_file:
-            sequence_length = json.load(settings_file)["settings"]["sequence_length"]
+            run_settings = json.load(settings_file)["settings"]
+        sequence_length = run_settings["sequence_length"]
+        # What our bag of n-grams reads: up to its `ngram_length` where the run has one.
+        ngram_length = max(sequence_length, run_settings.get("ngram_length") or 0)
         tokenizer = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt"))
 
         with open(os.path.join(run_dir, "vocabulary.txt"), encoding="utf-8") as vocabulary_file:
@@ -109,12 +112,12 @@ def main(argv=None):
             if args.ours:
                 for kind, features in (("ours: pieces", ("pieces",)), ("ours: words", ("words",)),
                                        ("ours: both", ("pieces", "words"))):
-                    accuracies[kind] = ours_accuracy(tokenizer, vocabulary, sequence_length, data, features, c)
+                    accuracies[kind] = ours_accuracy(tokenizer, vocabulary, ngram_length, data, features, c)
             print(f"| `{name}` | {args.seed} | {c:g} | "
                   + " | ".join(f"{accuracy:.4f}" for accuracy in accuracies.values()) + " |", flush=True)
 
 
-def ours_accuracy(tokenizer, vocabulary, sequence_length, data, features, c):
+def ours_accuracy(tokenizer, vocabulary, length, data, features, c):
     """Test accuracy of our BagOfNgrams with `features`, fit alone on the training split as
     `LogisticRegression(C=c)` is, on the ids our run sees."""
     import numpy as np
@@ -124,8 +127,8 @@ def ours_accuracy(tokenizer, vocabulary, sequence_length, data, features, c):
     from keras_transformer.training.classifier import WORD_BUCKETS
     from keras_transformer.training.linear import fit_logistic_regression
 
-    train_ids = tokenizer.encode(tf.constant(data.train.texts), sequence_length).numpy()
-    test_ids = tokenizer.encode(tf.constant(data.test.texts), sequence_length).numpy()
+    train_ids = tokenizer.encode(tf.constant(data.train.texts), length).numpy()
+    test_ids = tokenizer.encode(tf.constant(data.test.texts), length).numpy()
     layer = BagOfNgrams(len(vocabulary), len(data.class_names), num_word_buckets=WORD_BUCKETS, use_bias=True)
     layer.set_vocabulary(vocabulary)
     layer.adapt(train_ids, features=features)
