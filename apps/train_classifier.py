@@ -68,7 +68,7 @@ def build_parser():
                        help=default_help(DEFAULTS.ngram_l2, "L2 penalty of the bag of n-grams"))
     model.add_argument("--ngram-units", choices=list(NGRAM_UNITS), default=DEFAULTS.ngram_units,
                        help="the bag of n-grams' units: WordPieces, the words they spell, both, or choose between "
-                            "both and words on validation (long texts do best on words, short ones on both) "
+                            "both and words on validation "
                             f"(default {DEFAULTS.ngram_units})")
     model.add_argument("--ngram-refit", action=argparse.BooleanOptionalAction, default=DEFAULTS.ngram_refit,
                        help="once validation chose the Transformer's weight, fit the bag of n-grams again on the "

@@ -37,10 +37,8 @@ class BagOfNgrams(keras.layers.Layer):
     word before it, and each word and each pair of adjacent words is hashed
     into `num_word_buckets` rows after the pieces' (pieces that are no word,
     punctuation and reserved tokens, are left out, as scikit-learn's token
-    pattern leaves them out). Both families share one L2 norm. Words are
-    what long texts are classified by; short texts gain from both
-    (benchmarks/BENCHMARKS.md). `adapt(..., features=...)` keeps one family
-    or both.
+    pattern leaves them out). Both families share one L2 norm.
+    `adapt(..., features=...)` keeps one family or both.
 
     The document frequencies come from the training ids, by `adapt` (before
     training; they are weights, saved with the model). Until then every idf is

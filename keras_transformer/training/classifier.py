@@ -60,7 +60,7 @@ METRICS_FILE = "metrics.json"  # written once a run finished
 TRANSFORMER_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # beside the bag of n-grams' logits (`add_bag_of_ngrams`)
 MONITORS = ("val_accuracy", "val_macro_f1", "val_loss")  # what `--monitor` selects the epoch on
 # `--ngram-units`: the bag of n-grams' feature families (`BagOfNgrams.adapt`), or a choice on validation
-# between both and the words alone: long texts are classified best by their words, short ones by both.
+# between both and the words alone: the pieces add rare stems and punctuation, but can dilute the words.
 NGRAM_UNITS = {"pieces": [("pieces",)], "words": [("words",)], "both": [("pieces", "words")],
                "choose": [("pieces", "words"), ("words",)]}
 WORD_BUCKETS = 262139  # `BagOfNgrams.num_word_buckets` where words are features
