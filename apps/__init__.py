@@ -25,7 +25,9 @@ QUIET_LOG_LEVEL = "3"
 
 # absl's prefix: severity letter, MMDD, time, thread id, file:line].
 _ABSL_INFO_OR_WARNING = re.compile(rb"^[IW]\d{4} [\d:.]+ +\d+ [^ \]]+:\d+\] ")
-_ABSL_BEFORE_INIT = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+_ABSL_BEFORE_INIT = (
+    b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+)
 # Printed as a second line of cpu_feature_guard's INFO message.
 _CPU_FEATURES_CONTINUATION = b"To enable the following instructions:"
 
@@ -66,7 +68,7 @@ class _QuietLoader(importlib.abc.Loader):
                 caught.seek(0)
                 kept = memoryview(b"".join(line for line in caught if not is_chatter(line)))
                 while kept:
-                    kept = kept[os.write(2, kept):]
+                    kept = kept[os.write(2, kept) :]
 
 
 class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):

@@ -27,7 +27,9 @@ def build_parser():
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--configurations", type=int, default=60, help="how many configurations (default 60)")
+    parser.add_argument(
+        "--configurations", type=int, default=60, help="how many configurations (default 60)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random configurations")
     return parser
 

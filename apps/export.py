@@ -24,11 +24,19 @@ DEFAULT_LENGTH_PENALTY = 0.6
 
 def add_translator_export_flags(group):
     """`--beam-width`, `--length-penalty`: the translator export's beam search."""
-    group.add_argument("--beam-width", type=int, default=DEFAULT_BEAM_WIDTH,
-                       help=f"of the export's serving_default (default {DEFAULT_BEAM_WIDTH})")
-    group.add_argument("--length-penalty", type=float, default=DEFAULT_LENGTH_PENALTY,
-                       help="GNMT length penalty alpha of the export's beam search "
-                            f"(default {DEFAULT_LENGTH_PENALTY})")
+    group.add_argument(
+        "--beam-width",
+        type=int,
+        default=DEFAULT_BEAM_WIDTH,
+        help=f"of the export's serving_default (default {DEFAULT_BEAM_WIDTH})",
+    )
+    group.add_argument(
+        "--length-penalty",
+        type=float,
+        default=DEFAULT_LENGTH_PENALTY,
+        help="GNMT length penalty alpha of the export's beam search "
+        f"(default {DEFAULT_LENGTH_PENALTY})",
+    )
 
 
 def check_translator_export_flags(args):
@@ -63,37 +71,70 @@ def export_run_and_say(run_dir, export_dir, **options):
     return exported.version_dir
 
 
-def _export_in_tensorflow_process(run_dir, export_dir, model_file=None, beam_width=DEFAULT_BEAM_WIDTH,
-                                  length_penalty=DEFAULT_LENGTH_PENALTY):
+def _export_in_tensorflow_process(
+    run_dir,
+    export_dir,
+    model_file=None,
+    beam_width=DEFAULT_BEAM_WIDTH,
+    length_penalty=DEFAULT_LENGTH_PENALTY,
+):
     command = f"python -m apps.export {run_dir} --export-dir {export_dir}"
     if importlib.util.find_spec("tensorflow") is None:
-        print(f"TensorFlow is not installed here, so the run is not exported. Where it is: {command}", flush=True)
+        print(
+            f"TensorFlow is not installed here, so the run is not exported. Where it is: {command}",
+            flush=True,
+        )
         return
-    argv = [sys.executable, "-m", "apps.export", os.fspath(run_dir), "--export-dir", os.fspath(export_dir),
-            "--beam-width", str(beam_width), "--length-penalty", str(length_penalty)]
+    argv = [
+        sys.executable,
+        "-m",
+        "apps.export",
+        os.fspath(run_dir),
+        "--export-dir",
+        os.fspath(export_dir),
+        "--beam-width",
+        str(beam_width),
+        "--length-penalty",
+        str(length_penalty),
+    ]
     if model_file is not None:
         argv += ["--model-file", os.fspath(model_file)]
     print(f"Exporting under TensorFlow: {command}", flush=True)
     sys.stdout.flush()
     exported = subprocess.run(argv, env={**os.environ, "KERAS_BACKEND": "tensorflow"}, check=False)
     if exported.returncode:
-        raise SystemExit(f"error: the export failed (exit status {exported.returncode}); the run folder is "
-                         f"complete, so {command} can try again.")
+        raise SystemExit(
+            f"error: the export failed (exit status {exported.returncode}); the run folder is "
+            f"complete, so {command} can try again."
+        )
 
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="python -m apps.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m apps.export",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run folder of a finished training run")
-    parser.add_argument("--export-dir", default=None,
-                        help="the model's base folder (default exported_models/classifier or "
-                             "exported_models/translator, by the run's task)")
-    parser.add_argument("--model-file", default=None, metavar="PATH",
-                        help="the .keras file to export (default RUN_DIR/model.keras, written when the run "
-                             "finished; an unfinished run's RUN_DIR/checkpoints/best.keras is its best epoch "
-                             "so far)")
-    add_translator_export_flags(parser.add_argument_group("translator runs", "a classifier's run ignores these"))
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="the run folder of a finished training run"
+    )
+    parser.add_argument(
+        "--export-dir",
+        default=None,
+        help="the model's base folder (default exported_models/classifier or "
+        "exported_models/translator, by the run's task)",
+    )
+    parser.add_argument(
+        "--model-file",
+        default=None,
+        metavar="PATH",
+        help="the .keras file to export (default RUN_DIR/model.keras, written when the run "
+        "finished; an unfinished run's RUN_DIR/checkpoints/best.keras is its best epoch "
+        "so far)",
+    )
+    add_translator_export_flags(
+        parser.add_argument_group("translator runs", "a classifier's run ignores these")
+    )
     return parser
 
 
@@ -113,8 +154,13 @@ def main(argv=None):
 
     try:
         export_dir = args.export_dir or os.path.join("exported_models", read_run(args.run_dir).task)
-        export_run_and_say(args.run_dir, export_dir, model_file=args.model_file,
-                           beam_width=args.beam_width, length_penalty=args.length_penalty)
+        export_run_and_say(
+            args.run_dir,
+            export_dir,
+            model_file=args.model_file,
+            beam_width=args.beam_width,
+            length_penalty=args.length_penalty,
+        )
     except RunFolderError as error:
         parser.exit(2, f"error: {error}\n")
     return 0

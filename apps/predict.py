@@ -59,7 +59,11 @@ def print_prediction(text, label, probabilities, class_names, as_json):
     names = class_names or [str(index) for index in range(len(probabilities))]
     if as_json:
         by_class = {name: round(float(p), 4) for name, p in zip(names, probabilities)}
-        print(json.dumps({"text": text, "label": label, "probabilities": by_class}, ensure_ascii=False))
+        print(
+            json.dumps(
+                {"text": text, "label": label, "probabilities": by_class}, ensure_ascii=False
+            )
+        )
         return
     preview = " ".join(text.split())
     preview = preview if len(preview) <= 70 else preview[:67] + "..."
@@ -75,7 +79,9 @@ def plot_attention(model, text, out_path, layer):
     from keras_transformer import plots
 
     if "attention" not in model.signatures:
-        raise ValueError("This export has no `attention` signature (exported by an older version?).")
+        raise ValueError(
+            "This export has no `attention` signature (exported by an older version?)."
+        )
     outputs = model.signatures["attention"](text=tf.constant([text], tf.string))
     tokens = [token.decode("utf-8", errors="replace") for token in outputs["tokens"].numpy()[0]]
     scores = outputs["attention_scores"].numpy()[0]  # [layers, heads, T, T]
@@ -86,7 +92,10 @@ def plot_attention(model, text, out_path, layer):
     weights = np.asarray(scores[layer, :, :length, :length])
     tokens = tokens[:length]
     plots.plot_attention(
-        weights, tokens, tokens, out_path,
+        weights,
+        tokens,
+        tokens,
+        out_path,
         title=f"Encoder block {layer} self-attention ({length} tokens)",
     )
     return out_path

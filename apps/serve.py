@@ -46,61 +46,129 @@ def cannot_listen(host, port):
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     models = parser.add_mutually_exclusive_group(required=True)
-    models.add_argument("--model", action="append", type=parse_model, metavar="NAME=PATH",
-                        help="a model name and its base path (repeatable); serves its newest version")
-    models.add_argument("--model-config-file", metavar="PATH",
-                        help="TensorFlow Serving's model config file (model_config_list in protobuf text "
-                             "format: name, base_path, model_version_policy, version_labels per model)")
-    parser.add_argument("--signatures", action="append", default=[], metavar="NAME[,NAME...]",
-                        help="signatures served beside serving_default (repeatable); MODEL:NAME for one "
-                             "model only. An export's other signatures are hidden from every API")
-    parser.add_argument("--explorer", action="store_true",
-                        help="serve the attention explorer, a web page at / that sends a text to a model and "
-                             "draws its answer and attention weights; also makes every model's `attention` "
-                             "signature public, at most 4 examples a request")
+    models.add_argument(
+        "--model",
+        action="append",
+        type=parse_model,
+        metavar="NAME=PATH",
+        help="a model name and its base path (repeatable); serves its newest version",
+    )
+    models.add_argument(
+        "--model-config-file",
+        metavar="PATH",
+        help="TensorFlow Serving's model config file (model_config_list in protobuf text "
+        "format: name, base_path, model_version_policy, version_labels per model)",
+    )
+    parser.add_argument(
+        "--signatures",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME...]",
+        help="signatures served beside serving_default (repeatable); MODEL:NAME for one "
+        "model only. An export's other signatures are hidden from every API",
+    )
+    parser.add_argument(
+        "--explorer",
+        action="store_true",
+        help="serve the attention explorer, a web page at / that sends a text to a model and "
+        "draws its answer and attention weights; also makes every model's `attention` "
+        "signature public, at most 4 examples a request",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8501)
-    parser.add_argument("--grpc-port", type=int, default=8500,
-                        help="port of TensorFlow Serving's gRPC API (PredictionService, ModelService) on --host; "
-                             "0 turns it off")
-    parser.add_argument("--poll-seconds", type=float, default=1.0,
-                        help="how often to look for new versions (0: never)")
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        default=8500,
+        help="port of TensorFlow Serving's gRPC API (PredictionService, ModelService) on --host; "
+        "0 turns it off",
+    )
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=1.0,
+        help="how often to look for new versions (0: never)",
+    )
     parser.add_argument("--max-body-bytes", type=int, default=1 << 20)
-    parser.add_argument("--max-instances", type=int, default=256, help="most examples in one request")
-    parser.add_argument("--no-batching", dest="batching", action="store_false",
-                        help="run every request on its own instead of merging concurrent ones")
+    parser.add_argument(
+        "--max-instances", type=int, default=256, help="most examples in one request"
+    )
+    parser.add_argument(
+        "--no-batching",
+        dest="batching",
+        action="store_false",
+        help="run every request on its own instead of merging concurrent ones",
+    )
     parser.add_argument("--max-batch-size", type=int, default=64)
-    parser.add_argument("--batch-timeout-ms", type=float, default=5.0,
-                        help="how long a batch waits for company once a model thread is free; "
-                             "only while other requests to its signature are running")
+    parser.add_argument(
+        "--batch-timeout-ms",
+        type=float,
+        default=5.0,
+        help="how long a batch waits for company once a model thread is free; "
+        "only while other requests to its signature are running",
+    )
     parser.add_argument("--num-threads", type=int, default=2, help="model calls running at once")
-    parser.add_argument("--max-queued-examples", type=int, default=256,
-                        help="most examples waiting for a model call, per model version and signature; a "
-                             "request that would go past it gets 503 at once (a request into an empty queue is "
-                             "always taken). Counted in examples, not requests, because a request's cost grows "
-                             "with its examples. The default is a queue that even a slow model works off well inside "
-                             "--request-timeout, so admitted requests get answers rather than 504s")
-    parser.add_argument("--request-timeout", type=float, default=30.0,
-                        help="seconds a predict request may take once its body is read; past it the client "
-                             "gets 504, and work whose batch had not started is dropped (TensorFlow Serving's "
-                             "--rest_api_timeout_in_ms is 30 s too)")
-    parser.add_argument("--max-response-bytes", type=int, default=8 << 20,
-                        help="largest JSON answer sent; a larger one gets 413 naming its size")
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    parser.add_argument("--header-timeout", type=float, default=10.0,
-                        help="seconds a client has to send a request's headers, counted from when its connection "
-                             "opened or its previous response ended; then the connection is closed")
-    parser.add_argument("--body-timeout", type=float, default=30.0,
-                        help="seconds a client has to send a request's whole body, counted from its headers' end; "
-                             "then it gets 408 (or, with a response already started, the connection is closed)")
-    parser.add_argument("--idle-timeout", type=float, default=5.0,
-                        help="seconds a connection may wait for a request's first byte, new or kept alive; "
-                             "then it is closed")
-    parser.add_argument("--max-connections", type=int, default=1000,
-                        help="most connections open at once; one more is answered 503 and closed")
-    parser.add_argument("--shutdown-grace", type=float, default=10.0,
-                        help="on SIGTERM or SIGINT: stop accepting, let requests in flight finish, "
-                             "and exit within this many seconds whatever the clients do")
+    parser.add_argument(
+        "--max-queued-examples",
+        type=int,
+        default=256,
+        help="most examples waiting for a model call, per model version and signature; a "
+        "request that would go past it gets 503 at once (a request into an empty queue is "
+        "always taken). Counted in examples, not requests, because a request's cost grows "
+        "with its examples. The default is a queue that even a slow model works off well inside "
+        "--request-timeout, so admitted requests get answers rather than 504s",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a predict request may take once its body is read; past it the client "
+        "gets 504, and work whose batch had not started is dropped (TensorFlow Serving's "
+        "--rest_api_timeout_in_ms is 30 s too)",
+    )
+    parser.add_argument(
+        "--max-response-bytes",
+        type=int,
+        default=8 << 20,
+        help="largest JSON answer sent; a larger one gets 413 naming its size",
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a client has to send a request's headers, counted from when its connection "
+        "opened or its previous response ended; then the connection is closed",
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a client has to send a request's whole body, counted from its headers' end; "
+        "then it gets 408 (or, with a response already started, the connection is closed)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=5.0,
+        help="seconds a connection may wait for a request's first byte, new or kept alive; "
+        "then it is closed",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        help="most connections open at once; one more is answered 503 and closed",
+    )
+    parser.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=10.0,
+        help="on SIGTERM or SIGINT: stop accepting, let requests in flight finish, "
+        "and exit within this many seconds whatever the clients do",
+    )
     return parser
 
 
@@ -134,14 +202,26 @@ def served_models(args):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
     configs = served_models(args)
-    for value, flag in ((args.max_body_bytes, "--max-body-bytes"), (args.max_instances, "--max-instances"),
-                        (args.max_batch_size, "--max-batch-size"), (args.num_threads, "--num-threads")):
+    for value, flag in (
+        (args.max_body_bytes, "--max-body-bytes"),
+        (args.max_instances, "--max-instances"),
+        (args.max_batch_size, "--max-batch-size"),
+        (args.num_threads, "--num-threads"),
+    ):
         if value < 1:
             sys.exit(f"error: {flag} must be at least 1, got {value}")
-    for value, flag in ((args.header_timeout, "--header-timeout"), (args.body_timeout, "--body-timeout"),
-                        (args.idle_timeout, "--idle-timeout"), (args.shutdown_grace, "--shutdown-grace")):
+    for value, flag in (
+        (args.header_timeout, "--header-timeout"),
+        (args.body_timeout, "--body-timeout"),
+        (args.idle_timeout, "--idle-timeout"),
+        (args.shutdown_grace, "--shutdown-grace"),
+    ):
         if not 0 < value < float("inf"):
             sys.exit(f"error: {flag} must be a positive number of seconds, got {value:g}")
     if args.max_connections < 1:
@@ -156,7 +236,9 @@ def main(argv=None):
     if args.max_queued_examples < 1:
         sys.exit(f"error: --max-queued-examples must be at least 1, got {args.max_queued_examples}")
     if not 0 < args.request_timeout < float("inf"):
-        sys.exit(f"error: --request-timeout must be a finite number of seconds above 0, got {args.request_timeout}")
+        sys.exit(
+            f"error: --request-timeout must be a finite number of seconds above 0, got {args.request_timeout}"
+        )
     if args.max_response_bytes < 1:
         sys.exit(f"error: --max-response-bytes must be at least 1, got {args.max_response_bytes}")
 
@@ -171,21 +253,39 @@ def main(argv=None):
 
     repository = ModelRepository(configs, poll_seconds=args.poll_seconds)
     settings = ServerSettings(
-        max_body_bytes=args.max_body_bytes, max_instances=args.max_instances, batching=args.batching,
-        max_batch_size=args.max_batch_size, batch_timeout_ms=args.batch_timeout_ms, num_threads=args.num_threads,
-        max_queued_examples=args.max_queued_examples, request_timeout=args.request_timeout,
+        max_body_bytes=args.max_body_bytes,
+        max_instances=args.max_instances,
+        batching=args.batching,
+        max_batch_size=args.max_batch_size,
+        batch_timeout_ms=args.batch_timeout_ms,
+        num_threads=args.num_threads,
+        max_queued_examples=args.max_queued_examples,
+        request_timeout=args.request_timeout,
         max_response_bytes=args.max_response_bytes,
-        grpc_port=args.grpc_port, grpc_host=args.host, explorer=args.explorer,
-        signature_max_instances={ATTENTION_SIGNATURE: ATTENTION_MAX_INSTANCES} if args.explorer else None,
+        grpc_port=args.grpc_port,
+        grpc_host=args.host,
+        explorer=args.explorer,
+        signature_max_instances={ATTENTION_SIGNATURE: ATTENTION_MAX_INSTANCES}
+        if args.explorer
+        else None,
     )
     connections = ConnectionSettings(
-        header_timeout=args.header_timeout, body_timeout=args.body_timeout, idle_timeout=args.idle_timeout,
-        max_connections=args.max_connections, shutdown_grace=args.shutdown_grace,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        idle_timeout=args.idle_timeout,
+        max_connections=args.max_connections,
+        shutdown_grace=args.shutdown_grace,
     )
     if args.explorer:
         host = f"[{args.host}]" if ":" in args.host else args.host
-        logging.getLogger("keras_transformer.serving").info("Attention explorer at http://%s:%d/", host, args.port)
-    run_server(build_server(create_app(repository, settings), args.host, args.port, connections, args.log_level))
+        logging.getLogger("keras_transformer.serving").info(
+            "Attention explorer at http://%s:%d/", host, args.port
+        )
+    run_server(
+        build_server(
+            create_app(repository, settings), args.host, args.port, connections, args.log_level
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -37,17 +37,27 @@ from keras_transformer.training.translator import tokenize_translation_data
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="python -m apps.tokenize", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m apps.tokenize",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tasks = parser.add_subparsers(dest="task", required=True, metavar="{classifier,translator}")
     for task, add_token_flags, defaults in (
         ("classifier", add_classifier_token_flags, ClassifierSettings()),
         ("translator", add_translator_token_flags, TranslatorSettings()),
     ):
-        task_parser = tasks.add_parser(task, help=f"the data and vocabulary flags of python -m apps.train_{task}")
-        task_parser.add_argument("--out", required=True, metavar="DIR", help="the token folder to write")
-        add_token_flags(task_parser.add_argument_group("data"), task_parser.add_argument_group("tokens"), defaults,
-                        token_folders=False)
+        task_parser = tasks.add_parser(
+            task, help=f"the data and vocabulary flags of python -m apps.train_{task}"
+        )
+        task_parser.add_argument(
+            "--out", required=True, metavar="DIR", help="the token folder to write"
+        )
+        add_token_flags(
+            task_parser.add_argument_group("data"),
+            task_parser.add_argument_group("tokens"),
+            defaults,
+            token_folders=False,
+        )
         add_seed_flag(task_parser, defaults.seed)
     return parser
 
@@ -55,11 +65,21 @@ def build_parser():
 def settings_from(args):
     """The training settings the flags set, the rest at their defaults."""
     if args.task == "classifier":
-        return ClassifierSettings(vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
-                                  ngram_length=args.ngram_length, max_length=args.max_length, pooling=args.pooling,
-                                  seed=args.seed)
-    return TranslatorSettings(vocabulary_size=args.vocab_size, sequence_length=args.sequence_length,
-                              max_length=args.max_length, shared_vocabulary=args.shared_vocabulary, seed=args.seed)
+        return ClassifierSettings(
+            vocabulary_size=args.vocab_size,
+            sequence_length=args.sequence_length,
+            ngram_length=args.ngram_length,
+            max_length=args.max_length,
+            pooling=args.pooling,
+            seed=args.seed,
+        )
+    return TranslatorSettings(
+        vocabulary_size=args.vocab_size,
+        sequence_length=args.sequence_length,
+        max_length=args.max_length,
+        shared_vocabulary=args.shared_vocabulary,
+        seed=args.seed,
+    )
 
 
 def main(argv=None):
@@ -71,13 +91,21 @@ def main(argv=None):
             raise ValueError(f"--max-examples must be at least 2, got {args.max_examples}.")
         if args.task == "classifier":
             data = classification_data_from_flags(args)
-            print(f"{data.name}: {len(data.train)} train, {len(data.validation)} validation, "
-                  f"{len(data.test)} test texts; classes {', '.join(data.class_names)}", flush=True)
+            print(
+                f"{data.name}: {len(data.train)} train, {len(data.validation)} validation, "
+                f"{len(data.test)} test texts; classes {', '.join(data.class_names)}",
+                flush=True,
+            )
         else:
             data = translation_data_from_flags(args)
-            print(f"{data.name} ({data.source_language} -> {data.target_language}): {len(data.train)} train, "
-                  f"{len(data.validation)} validation, {len(data.test)} test pairs", flush=True)
-        tokenize = tokenize_classification_data if args.task == "classifier" else tokenize_translation_data
+            print(
+                f"{data.name} ({data.source_language} -> {data.target_language}): {len(data.train)} train, "
+                f"{len(data.validation)} validation, {len(data.test)} test pairs",
+                flush=True,
+            )
+        tokenize = (
+            tokenize_classification_data if args.task == "classifier" else tokenize_translation_data
+        )
         with token_folder_writer(args.out) as folder:
             tokenized = tokenize(data, settings, folder)
             for choice in choices_from_record(tokenized.chosen_from_data):
@@ -89,8 +117,10 @@ def main(argv=None):
     counts = ", ".join(f"{len(getattr(written, split))} {split}" for split in SPLITS)
     size = folder_size(args.out)
     size = f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 2**10:.0f} KiB"
-    print(f"Token folder: {args.out} ({counts}; {size}). "
-          f"Train from it: python -m apps.train_{args.task} --data tokens:{args.out}")
+    print(
+        f"Token folder: {args.out} ({counts}; {size}). "
+        f"Train from it: python -m apps.train_{args.task} --data tokens:{args.out}"
+    )
     return 0
 
 

@@ -53,47 +53,90 @@ def build_parser():
     data = parser.add_argument_group("data")
     model = parser.add_argument_group("model")
     add_classifier_token_flags(data, model, DEFAULTS)
-    data.add_argument("--unlabeled", default=None, metavar="PATH",
-                      help="UTF-8 file of unlabelled texts, one a line, for the vocabulary and "
-                           "--pretrain-epochs (give it again with --resume)")
+    data.add_argument(
+        "--unlabeled",
+        default=None,
+        metavar="PATH",
+        help="UTF-8 file of unlabelled texts, one a line, for the vocabulary and "
+        "--pretrain-epochs (give it again with --resume)",
+    )
 
     model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers)
     add_model_size_flags(model, DEFAULTS)
-    model.add_argument("--bag-of-ngrams", action=argparse.BooleanOptionalAction, default=DEFAULTS.bag_of_ngrams,
-                       help="add to the Transformer's logits those of a logistic regression on the TF-IDF of "
-                            "the texts' unigrams and bigrams (see --ngram-units), fit after the Transformer, at a "
-                            "weight chosen on validation (default: "
-                            f"{'on' if DEFAULTS.bag_of_ngrams else 'off'})")
-    model.add_argument("--ngram-l2", type=float, default=DEFAULTS.ngram_l2,
-                       help=default_help(DEFAULTS.ngram_l2, "L2 penalty of the bag of n-grams"))
-    model.add_argument("--ngram-units", choices=list(NGRAM_UNITS), default=DEFAULTS.ngram_units,
-                       help="the bag of n-grams' units: WordPieces, the words they spell, both, or choose between "
-                            "both and words on validation "
-                            f"(default {DEFAULTS.ngram_units})")
-    model.add_argument("--ngram-refit", action=argparse.BooleanOptionalAction, default=DEFAULTS.ngram_refit,
-                       help="once validation chose the Transformer's weight, fit the bag of n-grams again on the "
-                            f"training and validation texts (default: {'on' if DEFAULTS.ngram_refit else 'off'})")
+    model.add_argument(
+        "--bag-of-ngrams",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULTS.bag_of_ngrams,
+        help="add to the Transformer's logits those of a logistic regression on the TF-IDF of "
+        "the texts' unigrams and bigrams (see --ngram-units), fit after the Transformer, at a "
+        "weight chosen on validation (default: "
+        f"{'on' if DEFAULTS.bag_of_ngrams else 'off'})",
+    )
+    model.add_argument(
+        "--ngram-l2",
+        type=float,
+        default=DEFAULTS.ngram_l2,
+        help=default_help(DEFAULTS.ngram_l2, "L2 penalty of the bag of n-grams"),
+    )
+    model.add_argument(
+        "--ngram-units",
+        choices=list(NGRAM_UNITS),
+        default=DEFAULTS.ngram_units,
+        help="the bag of n-grams' units: WordPieces, the words they spell, both, or choose between "
+        "both and words on validation "
+        f"(default {DEFAULTS.ngram_units})",
+    )
+    model.add_argument(
+        "--ngram-refit",
+        action=argparse.BooleanOptionalAction,
+        default=DEFAULTS.ngram_refit,
+        help="once validation chose the Transformer's weight, fit the bag of n-grams again on the "
+        f"training and validation texts (default: {'on' if DEFAULTS.ngram_refit else 'off'})",
+    )
 
     training = parser.add_argument_group("training")
     training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
-    training.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size,
-                          help=default_help(DEFAULTS.batch_size))
-    training.add_argument("--learning-rate", type=float, default=DEFAULTS.learning_rate,
-                          help="peak of the warmup-then-cosine schedule, which ends "
-                               "after --epochs or with --time-budget, whichever comes first")
+    training.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULTS.batch_size,
+        help=default_help(DEFAULTS.batch_size),
+    )
+    training.add_argument(
+        "--learning-rate",
+        type=float,
+        default=DEFAULTS.learning_rate,
+        help="peak of the warmup-then-cosine schedule, which ends "
+        "after --epochs or with --time-budget, whichever comes first",
+    )
     training.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
-    training.add_argument("--warmup-fraction", type=float, default=DEFAULTS.warmup_fraction,
-                          help=default_help(DEFAULTS.warmup_fraction,
-                                            "share of the planned steps that warm the learning rate up"))
-    training.add_argument("--pretrain-epochs", type=int, default=DEFAULTS.pretrain_epochs, metavar="N",
-                          help="first pretrain the encoder for N epochs to predict masked tokens of the "
-                               "training texts and --unlabeled, within half of --time-budget at most "
-                               f"(default {DEFAULTS.pretrain_epochs}: no pretraining)")
-    training.add_argument("--search", type=int, default=0, metavar="N",
-                          help="try N configurations (blocks, width, dropout, pooling, learning rate; not those "
-                               "given as flags) with KerasTuner, the first the flags as given, each in an equal "
-                               "share of --time-budget, and keep the best by --monitor on validation; "
-                               "RUN_DIR/search.json lists them (default 0: train once)")
+    training.add_argument(
+        "--warmup-fraction",
+        type=float,
+        default=DEFAULTS.warmup_fraction,
+        help=default_help(
+            DEFAULTS.warmup_fraction, "share of the planned steps that warm the learning rate up"
+        ),
+    )
+    training.add_argument(
+        "--pretrain-epochs",
+        type=int,
+        default=DEFAULTS.pretrain_epochs,
+        metavar="N",
+        help="first pretrain the encoder for N epochs to predict masked tokens of the "
+        "training texts and --unlabeled, within half of --time-budget at most "
+        f"(default {DEFAULTS.pretrain_epochs}: no pretraining)",
+    )
+    training.add_argument(
+        "--search",
+        type=int,
+        default=0,
+        metavar="N",
+        help="try N configurations (blocks, width, dropout, pooling, learning rate; not those "
+        "given as flags) with KerasTuner, the first the flags as given, each in an equal "
+        "share of --time-budget, and keep the best by --monitor on validation; "
+        "RUN_DIR/search.json lists them (default 0: train once)",
+    )
     add_run_flags(training, DEFAULTS, run_dir="runs/classifier")
     add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
     add_hardware_flags(parser)
@@ -142,7 +185,9 @@ def check_flags(args):
     if args.search < 0:
         raise ValueError(f"--search takes the number of configurations to try, got {args.search}.")
     if args.search and args.pretrain_epochs:
-        raise ValueError("--search does not pretrain its trials: drop --pretrain-epochs or --search.")
+        raise ValueError(
+            "--search does not pretrain its trials: drop --pretrain-epochs or --search."
+        )
 
 
 def main(argv=None):
@@ -153,7 +198,10 @@ def main(argv=None):
     def load_data():
         # Pretraining masks raw texts: a token folder has none to give it.
         tokens = token_data_and_settings(
-            args, given, "classifier", settings_from(args),
+            args,
+            given,
+            "classifier",
+            settings_from(args),
             (*CLASSIFIER_RAW_DATA_FLAGS, "--unlabeled", "--pretrain-epochs"),
         )
         if tokens is not None:

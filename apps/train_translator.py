@@ -49,33 +49,67 @@ def build_parser():
     data = parser.add_argument_group("data")
     model = parser.add_argument_group("model")
     add_translator_token_flags(data, model, DEFAULTS)
-    model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers,
-                       help=default_help(DEFAULTS.num_layers,
-                                         "encoder blocks (and decoder blocks unless --decoder-layers)"))
-    model.add_argument("--decoder-layers", type=int, default=DEFAULTS.num_decoder_layers,
-                       help="decoder blocks (default: --num-layers)")
+    model.add_argument(
+        "--num-layers",
+        type=int,
+        default=DEFAULTS.num_layers,
+        help=default_help(
+            DEFAULTS.num_layers, "encoder blocks (and decoder blocks unless --decoder-layers)"
+        ),
+    )
+    model.add_argument(
+        "--decoder-layers",
+        type=int,
+        default=DEFAULTS.num_decoder_layers,
+        help="decoder blocks (default: --num-layers)",
+    )
     add_model_size_flags(model, DEFAULTS)
 
     training = parser.add_argument_group("training")
     training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
-    training.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size,
-                          help=default_help(DEFAULTS.batch_size))
-    training.add_argument("--label-smoothing", type=float, default=DEFAULTS.label_smoothing,
-                          help=default_help(DEFAULTS.label_smoothing))
-    training.add_argument("--warmup-steps", type=int, default=DEFAULTS.warmup_steps,
-                          help=default_help(DEFAULTS.warmup_steps))
-    training.add_argument("--learning-rate-scale", type=float, default=DEFAULTS.learning_rate_scale,
-                          help="multiplies the paper's warmup schedule (the peak of both schedules)")
-    training.add_argument("--schedule", choices=SCHEDULES, default=DEFAULTS.schedule,
-                          help="after the warmup: inverse_sqrt (the paper's 1/sqrt(step)) or cosine (to 0 "
-                               "at the last planned step, or where --time-budget ends; "
-                               f"{default_help(DEFAULTS.schedule)})")
+    training.add_argument(
+        "--batch-size",
+        type=int,
+        default=DEFAULTS.batch_size,
+        help=default_help(DEFAULTS.batch_size),
+    )
+    training.add_argument(
+        "--label-smoothing",
+        type=float,
+        default=DEFAULTS.label_smoothing,
+        help=default_help(DEFAULTS.label_smoothing),
+    )
+    training.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=DEFAULTS.warmup_steps,
+        help=default_help(DEFAULTS.warmup_steps),
+    )
+    training.add_argument(
+        "--learning-rate-scale",
+        type=float,
+        default=DEFAULTS.learning_rate_scale,
+        help="multiplies the paper's warmup schedule (the peak of both schedules)",
+    )
+    training.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default=DEFAULTS.schedule,
+        help="after the warmup: inverse_sqrt (the paper's 1/sqrt(step)) or cosine (to 0 "
+        "at the last planned step, or where --time-budget ends; "
+        f"{default_help(DEFAULTS.schedule)})",
+    )
     add_run_flags(training, DEFAULTS, run_dir="runs/translator")
     add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
-    training.add_argument("--chrf-pairs", type=int, default=DEFAULTS.chrf_pairs, metavar="N",
-                          help="validation pairs (a seeded subset) translated greedily after every epoch "
-                               f"to log val_chrf (default {DEFAULTS.chrf_pairs}; 0 = none, which needs "
-                               "another --monitor)")
+    training.add_argument(
+        "--chrf-pairs",
+        type=int,
+        default=DEFAULTS.chrf_pairs,
+        metavar="N",
+        help="validation pairs (a seeded subset) translated greedily after every epoch "
+        f"to log val_chrf (default {DEFAULTS.chrf_pairs}; 0 = none, which needs "
+        "another --monitor)",
+    )
     add_hardware_flags(parser)
 
     export = parser.add_argument_group("export")
@@ -94,23 +128,39 @@ def main(argv=None):
     args = parser.parse_args(argv)
     given = flags_given(parser, argv)
     settings = TranslatorSettings(
-        epochs=args.epochs, batch_size=args.batch_size, sequence_length=args.sequence_length,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        sequence_length=args.sequence_length,
         max_length=args.max_length,
-        vocabulary_size=args.vocab_size, num_layers=args.num_layers,
-        num_decoder_layers=args.decoder_layers, d_model=args.d_model,
-        num_heads=args.num_heads, intermediate_dim=args.intermediate_dim, dropout=args.dropout,
-        label_smoothing=args.label_smoothing, warmup_steps=args.warmup_steps,
-        learning_rate_scale=args.learning_rate_scale, patience=args.patience, seed=args.seed,
-        mixed_precision=args.mixed_precision, jit_compile=args.jit_compile,
-        monitor=args.monitor, chrf_pairs=args.chrf_pairs, shared_vocabulary=args.shared_vocabulary,
+        vocabulary_size=args.vocab_size,
+        num_layers=args.num_layers,
+        num_decoder_layers=args.decoder_layers,
+        d_model=args.d_model,
+        num_heads=args.num_heads,
+        intermediate_dim=args.intermediate_dim,
+        dropout=args.dropout,
+        label_smoothing=args.label_smoothing,
+        warmup_steps=args.warmup_steps,
+        learning_rate_scale=args.learning_rate_scale,
+        patience=args.patience,
+        seed=args.seed,
+        mixed_precision=args.mixed_precision,
+        jit_compile=args.jit_compile,
+        monitor=args.monitor,
+        chrf_pairs=args.chrf_pairs,
+        shared_vocabulary=args.shared_vocabulary,
         schedule=args.schedule,
     )
 
     def load_data():
-        tokens = token_data_and_settings(args, given, "translator", settings, TRANSLATOR_RAW_DATA_FLAGS)
+        tokens = token_data_and_settings(
+            args, given, "translator", settings, TRANSLATOR_RAW_DATA_FLAGS
+        )
         return tokens if tokens is not None else (translation_data_from_flags(args), settings)
 
-    strategy, data, settings = strategy_and_data(parser, args, settings, load_data, check_flags=check_flags)
+    strategy, data, settings = strategy_and_data(
+        parser, args, settings, load_data, check_flags=check_flags
+    )
 
     from keras_transformer.training.translator import train_translator
 
@@ -124,8 +174,12 @@ def main(argv=None):
         return 0
     print(f"Run folder: {run.run_dir} (samples.json, learning_curves.png, model.keras)")
     if not args.no_export:
-        export_run_and_say(run.run_dir, args.export_dir, beam_width=args.beam_width,
-                           length_penalty=args.length_penalty)
+        export_run_and_say(
+            run.run_dir,
+            args.export_dir,
+            beam_width=args.beam_width,
+            length_penalty=args.length_penalty,
+        )
     return 0
 
 

@@ -34,8 +34,11 @@ def build_parser():
         plot_help="draw the decoder's cross-attention for TEXT instead of translating",
         layer_help="decoder block to draw, 0-based; negative counts from the last (default -1)",
     )
-    parser.add_argument("--greedy", action="store_true",
-                        help="greedy decoding (the `greedy` signature) instead of beam search")
+    parser.add_argument(
+        "--greedy",
+        action="store_true",
+        help="greedy decoding (the `greedy` signature) instead of beam search",
+    )
     return parser
 
 
@@ -59,7 +62,9 @@ def check_signature(model, name):
         raise ValueError(f"This export has no `{name}` signature (is it a translator?).")
     outputs = model.signatures[name].structured_outputs
     if "translation" not in outputs:
-        raise ValueError(f"The `{name}` signature has no `translation` output (is it a translator?).")
+        raise ValueError(
+            f"The `{name}` signature has no `translation` output (is it a translator?)."
+        )
 
 
 def translate(model, texts, batch_size, greedy=False):
@@ -93,7 +98,9 @@ def plot_attention(model, text, out_path, layer):
         raise ValueError("This export has no `attention` signature (is it a translator?).")
     outputs = model.signatures["attention"](text=tf.constant([text], tf.string))
     if "cross_attention" not in outputs:
-        raise ValueError("The `attention` signature has no `cross_attention` output (is it a translator?).")
+        raise ValueError(
+            "The `attention` signature has no `cross_attention` output (is it a translator?)."
+        )
 
     def words(tokens):
         return [token.decode("utf-8", errors="replace") for token in tokens if token]
@@ -108,7 +115,10 @@ def plot_attention(model, text, out_path, layer):
     layer = layer_index(layer, scores.shape[0], "decoder block(s)")
     weights = np.asarray(scores[layer, :, : len(target_tokens), : len(source_tokens)])
     plots.plot_attention(
-        weights, target_tokens, source_tokens, out_path,
+        weights,
+        target_tokens,
+        source_tokens,
+        out_path,
         title=f"Decoder block {layer} cross-attention (greedy translation)",
     )
     return out_path

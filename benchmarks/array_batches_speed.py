@@ -40,9 +40,13 @@ def tf_data_batches(sources, targets, settings):
         return {"source_ids": source_ids, "target_ids": target_ids[:, :-1]}, target_ids[:, 1:]
 
     dataset = tf.data.Dataset.from_tensor_slices((sources, targets))
-    dataset = dataset.shuffle(len(sources), seed=settings.seed, reshuffle_each_iteration=True).repeat()
+    dataset = dataset.shuffle(
+        len(sources), seed=settings.seed, reshuffle_each_iteration=True
+    ).repeat()
     dataset = dataset.bucket_by_sequence_length(
-        longest_row, bucket_boundaries=boundaries, bucket_batch_sizes=[settings.batch_size] * (len(boundaries) + 1)
+        longest_row,
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=[settings.batch_size] * (len(boundaries) + 1),
     )
     return dataset.map(teacher_forcing).prefetch(tf.data.AUTOTUNE)
 
@@ -60,20 +64,36 @@ def made_up_pairs(count, sequence_length, vocabulary_size, seed=0):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--pairs", type=int, default=4096, help="made-up training pairs")
-    parser.add_argument("--rounds", type=int, default=4, help="timed epochs per pipeline (median taken)")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="timed epochs per pipeline (median taken)"
+    )
     parser.add_argument("--sequence-length", type=int, default=48)
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
     settings = TranslatorSettings(
-        epochs=1, batch_size=args.batch_size, sequence_length=args.sequence_length, vocabulary_size=4000,
-        target_vocabulary_size=4000, num_layers=2, d_model=128, num_heads=4, intermediate_dim=512, dropout=0.1,
-        label_smoothing=0.1, warmup_steps=100, schedule="inverse_sqrt",
+        epochs=1,
+        batch_size=args.batch_size,
+        sequence_length=args.sequence_length,
+        vocabulary_size=4000,
+        target_vocabulary_size=4000,
+        num_layers=2,
+        d_model=128,
+        num_heads=4,
+        intermediate_dim=512,
+        dropout=0.1,
+        label_smoothing=0.1,
+        warmup_steps=100,
+        schedule="inverse_sqrt",
     )
     keras.utils.set_random_seed(settings.seed)
     sources, targets = made_up_pairs(args.pairs, settings.sequence_length, settings.vocabulary_size)
-    model = build_compiled_translator(settings, settings.vocabulary_size, settings.target_vocabulary_size)
+    model = build_compiled_translator(
+        settings, settings.vocabulary_size, settings.target_vocabulary_size
+    )
     steps = math.ceil(args.pairs / settings.batch_size)
     array_batches = _translation_batches(sources, targets, settings, shuffle=True)
     pipelines = {
@@ -96,8 +116,10 @@ def main():
         for name in order:
             seconds[name].append(epoch(name))
     for name, values in seconds.items():
-        print(f"{name:>12}: median {statistics.median(values):.2f} s/epoch of {steps} steps "
-              f"({', '.join(f'{value:.2f}' for value in values)})")
+        print(
+            f"{name:>12}: median {statistics.median(values):.2f} s/epoch of {steps} steps "
+            f"({', '.join(f'{value:.2f}' for value in values)})"
+        )
     ratio = statistics.median(seconds["ArrayBatches"]) / statistics.median(seconds["tf.data"])
     print(f"ArrayBatches / tf.data: {ratio:.3f} (<= 1.0: no slower)")
 

@@ -125,13 +125,19 @@ def benchmark_length(length, args, seed):
     layers = build_layers(args.d_model, args.heads, args.batch, length)
     rng = np.random.default_rng(seed)
     inputs = tf.constant(rng.standard_normal((args.batch, length, args.d_model)).astype("float32"))
-    cotangent = tf.constant(rng.standard_normal((args.batch, length, args.d_model)).astype("float32"))
+    cotangent = tf.constant(
+        rng.standard_normal((args.batch, length, args.d_model)).astype("float32")
+    )
     step_args = (inputs, cotangent)
     error = check_same_output(layers, inputs, args.causal)
     steps = {kind: make_steps(layers[kind], args.causal) for kind in KINDS}
     result = {
-        "length": length, "batch": args.batch, "d_model": args.d_model, "heads": args.heads,
-        "causal": args.causal, "max_output_error": error,
+        "length": length,
+        "batch": args.batch,
+        "d_model": args.d_model,
+        "heads": args.heads,
+        "causal": args.causal,
+        "max_output_error": error,
         "attention_matrix_bytes": args.batch * args.heads * length * length * 4,
     }
     for mode in MODES:
@@ -139,7 +145,9 @@ def benchmark_length(length, args, seed):
         for call in functions.values():
             call().numpy()  # trace and warm up, so the peak below is the step's, not the tracing's
         peaks = {kind: peak_step_bytes(steps[kind][mode], step_args) for kind in KINDS}
-        seconds = time_interleaved(functions, args.rounds, calls=args.steps, wait=lambda result: result.numpy())
+        seconds = time_interleaved(
+            functions, args.rounds, calls=args.steps, wait=lambda result: result.numpy()
+        )
         for kind in KINDS:
             times = [1000.0 * s for s in seconds[kind]]
             result[f"{kind}_{mode}_ms"] = statistics.median(times)
@@ -153,16 +161,25 @@ def format_table(results):
     header = ["T", "attn matrix MiB"]
     for mode in MODES:
         label = "fwd" if mode == "forward" else "fwd+bwd"
-        header += [f"ours {label} ms", f"keras {label} ms", f"keras/ours {label}",
-                   f"ours {label} MiB", f"keras {label} MiB"]
+        header += [
+            f"ours {label} ms",
+            f"keras {label} ms",
+            f"keras/ours {label}",
+            f"ours {label} MiB",
+            f"keras {label} MiB",
+        ]
     rows = []
     mib = 1024 * 1024
     for r in results:
         row = [str(r["length"]), f"{r['attention_matrix_bytes'] / mib:.1f}"]
         for mode in MODES:
-            row += [f"{r[f'ours_{mode}_ms']:.2f}", f"{r[f'keras_{mode}_ms']:.2f}",
-                    f"{r[f'{mode}_keras_over_ours']:.3f}",
-                    f"{r[f'ours_{mode}_peak_bytes'] / mib:.1f}", f"{r[f'keras_{mode}_peak_bytes'] / mib:.1f}"]
+            row += [
+                f"{r[f'ours_{mode}_ms']:.2f}",
+                f"{r[f'keras_{mode}_ms']:.2f}",
+                f"{r[f'{mode}_keras_over_ours']:.3f}",
+                f"{r[f'ours_{mode}_peak_bytes'] / mib:.1f}",
+                f"{r[f'keras_{mode}_peak_bytes'] / mib:.1f}",
+            ]
         rows.append(row)
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
 
@@ -184,13 +201,31 @@ def plot(results, path, title):
     for kind in KINDS:
         for mode, marker in (("forward", "o"), ("backward", "s")):
             label = f"{kind} {'forward' if mode == 'forward' else 'forward+backward'}"
-            time_axes.plot(lengths, [r[f"{kind}_{mode}_ms"] for r in results], styles[kind],
-                           marker=marker, label=label)
-            memory_axes.plot(lengths, [r[f"{kind}_{mode}_peak_bytes"] / 2**20 for r in results], styles[kind],
-                             marker=marker, label=label)
-    memory_axes.plot(lengths, [r["attention_matrix_bytes"] / 2**20 for r in results], ":", color="grey",
-                     label="one attention matrix (analytic)")
-    for axes, ylabel in ((time_axes, "milliseconds per step"), (memory_axes, "peak MiB allocated by the step")):
+            time_axes.plot(
+                lengths,
+                [r[f"{kind}_{mode}_ms"] for r in results],
+                styles[kind],
+                marker=marker,
+                label=label,
+            )
+            memory_axes.plot(
+                lengths,
+                [r[f"{kind}_{mode}_peak_bytes"] / 2**20 for r in results],
+                styles[kind],
+                marker=marker,
+                label=label,
+            )
+    memory_axes.plot(
+        lengths,
+        [r["attention_matrix_bytes"] / 2**20 for r in results],
+        ":",
+        color="grey",
+        label="one attention matrix (analytic)",
+    )
+    for axes, ylabel in (
+        (time_axes, "milliseconds per step"),
+        (memory_axes, "peak MiB allocated by the step"),
+    ):
         axes.set_xscale("log", base=2)
         axes.set_yscale("log")
         axes.set_xlabel("sequence length T")
@@ -210,15 +245,26 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--causal", action="store_true", help="causal self-attention in both layers")
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per layer and mode (median)")
+    parser.add_argument(
+        "--causal", action="store_true", help="causal self-attention in both layers"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="timed rounds per layer and mode (median)"
+    )
     parser.add_argument("--steps", type=int, default=2, help="steps per round")
-    parser.add_argument("--quick", action="store_true", help="lengths 32 and 64, 3 rounds of 1 step")
+    parser.add_argument(
+        "--quick", action="store_true", help="lengths 32 and 64, 3 rounds of 1 step"
+    )
     parser.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: all)")
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--output", default=None,
-                        help=f"JSON path (default {RESULTS}; with --quick, attention_scaling_quick.json)")
-    parser.add_argument("--plot", default=None, help=f"PNG path (default {PLOT}; with --quick, none)")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help=f"JSON path (default {RESULTS}; with --quick, attention_scaling_quick.json)",
+    )
+    parser.add_argument(
+        "--plot", default=None, help=f"PNG path (default {PLOT}; with --quick, none)"
+    )
     args = parser.parse_args(argv)
     set_tensorflow_threads(args.threads)
     if args.quick:
@@ -228,13 +274,18 @@ def main(argv=None):
     if args.plot is None and not args.quick:
         args.plot = PLOT
     if not memory_info_works():
-        sys.exit("tf.config.experimental.get_memory_info('CPU:0') does not count allocations here; "
-                 "this benchmark needs it for peak memory.")
+        sys.exit(
+            "tf.config.experimental.get_memory_info('CPU:0') does not count allocations here; "
+            "this benchmark needs it for peak memory."
+        )
     lengths = [int(length) for length in args.lengths.split(",")]
-    print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} CPUs, "
-          f"threads {args.threads or 'all'}, batch {args.batch}, d {args.d_model}, {args.heads} heads, "
-          f"{'causal' if args.causal else 'no mask'}, {args.rounds} rounds x {args.steps} steps, "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"TensorFlow {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} CPUs, "
+        f"threads {args.threads or 'all'}, batch {args.batch}, d {args.d_model}, {args.heads} heads, "
+        f"{'causal' if args.causal else 'no mask'}, {args.rounds} rounds x {args.steps} steps, "
+        f"load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     started = time.perf_counter()
     results = []
     for length in lengths:
@@ -242,24 +293,39 @@ def main(argv=None):
         length_started = time.perf_counter()
         result = benchmark_length(length, args, args.seed + length)
         results.append(result)
-        print(f"fwd+bwd ours {result['ours_backward_ms']:.1f} ms, keras {result['keras_backward_ms']:.1f} ms "
-              f"({time.perf_counter() - length_started:.0f} s)", flush=True)
+        print(
+            f"fwd+bwd ours {result['ours_backward_ms']:.1f} ms, keras {result['keras_backward_ms']:.1f} ms "
+            f"({time.perf_counter() - length_started:.0f} s)",
+            flush=True,
+        )
     print()
     print(format_table(results))
-    print(f"\nms: median per step. keras/ours > 1: ours is faster. MiB: peak bytes the step allocates "
-          f"on top of what was live before it (TensorFlow's CPU allocator count).\n"
-          f"total {time.perf_counter() - started:.0f} s, load average now {os.getloadavg()[0]:.2f}")
+    print(
+        f"\nms: median per step. keras/ours > 1: ours is faster. MiB: peak bytes the step allocates "
+        f"on top of what was live before it (TensorFlow's CPU allocator count).\n"
+        f"total {time.perf_counter() - started:.0f} s, load average now {os.getloadavg()[0]:.2f}"
+    )
     report = {
-        "tensorflow": tf.__version__, "keras": keras.__version__, "python": platform.python_version(),
-        "cpus": os.cpu_count(), "threads": args.threads, "rounds": args.rounds, "steps": args.steps,
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "steps": args.steps,
         "memory": "tf.config.experimental.get_memory_info('CPU:0'): peak during the step minus current before",
-        "load_average_at_end": os.getloadavg()[0], "results": results,
+        "load_average_at_end": os.getloadavg()[0],
+        "results": results,
     }
     write_json(args.output, report)
     print(f"wrote {args.output}")
     if args.plot:
-        plot(results, args.plot, f"One attention layer, batch {args.batch}, d {args.d_model}, {args.heads} heads"
-             f"{', causal' if args.causal else ''} ({os.cpu_count()} CPUs)")
+        plot(
+            results,
+            args.plot,
+            f"One attention layer, batch {args.batch}, d {args.d_model}, {args.heads} heads"
+            f"{', causal' if args.causal else ''} ({os.cpu_count()} CPUs)",
+        )
         print(f"wrote {args.plot}")
     return report
 

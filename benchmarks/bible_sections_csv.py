@@ -38,7 +38,9 @@ def bible_database():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("out", help="CSV path to write (columns text,label)")
     parser.add_argument("--per-section", type=int, default=600)
     parser.add_argument("--seed", type=int, default=0)

@@ -86,13 +86,19 @@ class Corpus:
 SUITE = {
     "bbc": Corpus("bbc", "news articles, 5 topics"),
     "bible-sections": Corpus(
-        "csv:benchmarks/results/bible_sections.csv", "Bible verses by section, 6 classes", bible_sections_csv.main
+        "csv:benchmarks/results/bible_sections.csv",
+        "Bible verses by section, 6 classes",
+        bible_sections_csv.main,
     ),
     "rotten-tomatoes": Corpus(
-        f"csv:{rotten_tomatoes_csv.DEFAULT_OUT}", "review snippets, fresh / rotten", rotten_tomatoes_csv.main
+        f"csv:{rotten_tomatoes_csv.DEFAULT_OUT}",
+        "review snippets, fresh / rotten",
+        rotten_tomatoes_csv.main,
     ),
     "fortunes": Corpus(
-        f"csv:{fortunes_csv.DEFAULT_OUT}", f"fortune quotes, {len(fortunes_csv.TOPICS)} topics", fortunes_csv.main
+        f"csv:{fortunes_csv.DEFAULT_OUT}",
+        f"fortune quotes, {len(fortunes_csv.TOPICS)} topics",
+        fortunes_csv.main,
     ),
 }
 
@@ -155,7 +161,9 @@ def run_tfidf(data, args):
         data.train.texts + data.validation.texts,
         list(data.train.labels) + list(data.validation.labels),
     )
-    report = classification_report(data.test.labels, baseline.predict(data.test.texts), data.class_names)
+    report = classification_report(
+        data.test.labels, baseline.predict(data.test.texts), data.class_names
+    )
     return report, {"training_seconds": round(time.monotonic() - started, 1)}
 
 
@@ -165,15 +173,25 @@ def run_ours(data, args, corpus_name):
 
     settings = ClassifierSettings(seed=args.seed, **json.loads(args.settings))
     arm_name = saved_arm_name(args, "ours")
-    run_dir = os.path.join(results_dir(args.seed), "runs",
-                           os.path.basename(result_path(corpus_name, arm_name))[: -len(".json")])
+    run_dir = os.path.join(
+        results_dir(args.seed),
+        "runs",
+        os.path.basename(result_path(corpus_name, arm_name))[: -len(".json")],
+    )
     if args.search:
         from keras_transformer.training.search import SEARCH_SPACE
         from keras_transformer.training.search import search_classifier
 
         # The budget covers the tokenization and every trial's evaluation too.
-        run = search_classifier(data, settings, run_dir, trials=args.search, time_budget_minutes=args.minutes,
-                                verbose=2, fixed=set(json.loads(args.settings)) & {*SEARCH_SPACE, "intermediate_dim"})
+        run = search_classifier(
+            data,
+            settings,
+            run_dir,
+            trials=args.search,
+            time_budget_minutes=args.minutes,
+            verbose=2,
+            fixed=set(json.loads(args.settings)) & {*SEARCH_SPACE, "intermediate_dim"},
+        )
     else:
         run = train_classifier(data, settings, run_dir, time_budget_minutes=args.minutes, verbose=2)
     return run.report, {
@@ -194,7 +212,9 @@ def recipe_sequence_length(texts, longer):
         return RECIPE["sequence_length"]
     import numpy as np
 
-    percentile = np.percentile([len(text.split()) for text in texts], LONG_RECIPE["length_percentile"])
+    percentile = np.percentile(
+        [len(text.split()) for text in texts], LONG_RECIPE["length_percentile"]
+    )
     return max(1, min(LONG_RECIPE["max_sequence_length"], math.ceil(percentile)))
 
 
@@ -209,7 +229,9 @@ def build_recipe_model(num_classes, sequence_length):
             self.positions = keras.layers.Embedding(length, dim)
 
         def call(self, token_ids):
-            return self.tokens(token_ids) + self.positions(keras.ops.arange(keras.ops.shape(token_ids)[-1]))
+            return self.tokens(token_ids) + self.positions(
+                keras.ops.arange(keras.ops.shape(token_ids)[-1])
+            )
 
     dim, dropout = RECIPE["embed_dim"], RECIPE["dropout"]
     token_ids = keras.Input(shape=(sequence_length,), dtype="int32")
@@ -218,7 +240,9 @@ def build_recipe_model(num_classes, sequence_length):
     x = keras.layers.LayerNormalization(epsilon=1e-6)(x + keras.layers.Dropout(dropout)(attention))
     feed_forward = keras.layers.Dense(RECIPE["ff_dim"], activation="relu")(x)
     feed_forward = keras.layers.Dense(dim)(feed_forward)
-    x = keras.layers.LayerNormalization(epsilon=1e-6)(x + keras.layers.Dropout(dropout)(feed_forward))
+    x = keras.layers.LayerNormalization(epsilon=1e-6)(
+        x + keras.layers.Dropout(dropout)(feed_forward)
+    )
     x = keras.layers.GlobalAveragePooling1D()(x)
     x = keras.layers.Dropout(dropout)(x)
     x = keras.layers.Dense(RECIPE["dense_units"], activation="relu")(x)
@@ -243,15 +267,22 @@ def run_recipe(data, args, longer):
 
     def token_ids(texts):
         ids = vectorize(np.array(texts, dtype=object)).to_list()
-        return keras.utils.pad_sequences(ids, maxlen=sequence_length)  # front padding and truncating, as the recipe
+        return keras.utils.pad_sequences(
+            ids, maxlen=sequence_length
+        )  # front padding and truncating, as the recipe
 
     model = build_recipe_model(data.num_classes, sequence_length)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     callbacks = []
     if longer:
-        callbacks.append(keras.callbacks.EarlyStopping(
-            monitor="val_accuracy", mode="max", patience=LONG_RECIPE["patience"], restore_best_weights=True
-        ))
+        callbacks.append(
+            keras.callbacks.EarlyStopping(
+                monitor="val_accuracy",
+                mode="max",
+                patience=LONG_RECIPE["patience"],
+                restore_best_weights=True,
+            )
+        )
     history = model.fit(
         token_ids(data.train.texts),
         np.asarray(data.train.labels),
@@ -263,13 +294,17 @@ def run_recipe(data, args, longer):
     )
     training_seconds = time.monotonic() - started
     probabilities = model.predict(token_ids(data.test.texts), batch_size=256, verbose=0)
-    report = classification_report(data.test.labels, probabilities.argmax(axis=-1), data.class_names)
+    report = classification_report(
+        data.test.labels, probabilities.argmax(axis=-1), data.class_names
+    )
     validation_accuracy = history.history["val_accuracy"]
     return report, {
         "training_seconds": round(training_seconds, 1),
         "sequence_length": sequence_length,
         "epochs_completed": len(validation_accuracy),
-        "kept_epoch": (int(np.argmax(validation_accuracy)) + 1) if longer else len(validation_accuracy),
+        "kept_epoch": (int(np.argmax(validation_accuracy)) + 1)
+        if longer
+        else len(validation_accuracy),
         "hyper_parameters": {**RECIPE, **(LONG_RECIPE if longer else {})},
     }
 
@@ -308,27 +343,36 @@ def run_corpus(corpus_name, args):
         "test": len(data.test),
         "classes": data.num_classes,
     }
-    print(f"\n== {corpus_name}: {split['train']} train / {split['validation']} validation / {split['test']} test, "
-          f"{data.num_classes} classes", flush=True)
+    print(
+        f"\n== {corpus_name}: {split['train']} train / {split['validation']} validation / {split['test']} test, "
+        f"{data.num_classes} classes",
+        flush=True,
+    )
     for arm in args.arms:
         arm_name = saved_arm_name(args, arm)
         print(f"-- {corpus_name}, {arm_title(arm_name)}", flush=True)
         report, details = run_arm(arm, data, args, corpus_name)
-        print(f"{corpus_name}, {arm_title(arm_name)}: accuracy {report['accuracy']:.4f}, "
-              f"macro-F1 {report['macro_f1']:.4f} ({details['training_seconds']:.0f} s)", flush=True)
-        write_json(result_path(corpus_name, arm_name, args.seed), {
-            "corpus": corpus_name,
-            "source": data.name,
-            "arm": arm_name,
-            "split": split,
-            "accuracy": report["accuracy"],
-            "macro_f1": report["macro_f1"],
-            **details,
-        })
+        print(
+            f"{corpus_name}, {arm_title(arm_name)}: accuracy {report['accuracy']:.4f}, "
+            f"macro-F1 {report['macro_f1']:.4f} ({details['training_seconds']:.0f} s)",
+            flush=True,
+        )
+        write_json(
+            result_path(corpus_name, arm_name, args.seed),
+            {
+                "corpus": corpus_name,
+                "source": data.name,
+                "arm": arm_name,
+                "split": split,
+                "accuracy": report["accuracy"],
+                "macro_f1": report["macro_f1"],
+                **details,
+            },
+        )
 
 
 def arm_title(arm_name):
-    return ARMS.get(arm_name) or f"ours {arm_name[len('ours-'):]}"
+    return ARMS.get(arm_name) or f"ours {arm_name[len('ours-') :]}"
 
 
 def load_results(corpus_names, seed=DEFAULT_SEED):
@@ -339,7 +383,7 @@ def load_results(corpus_names, seed=DEFAULT_SEED):
     for corpus_name in corpus_names:
         prefix = os.path.basename(result_path(corpus_name, "ours-"))[: -len(".json")]
         variants = sorted(
-            name[len(prefix) - len("ours-"): -len(".json")]
+            name[len(prefix) - len("ours-") : -len(".json")]
             for name in (os.listdir(directory) if os.path.isdir(directory) else ())
             if name.startswith(prefix) and name.endswith(".json")
         )
@@ -368,8 +412,9 @@ def mean_results(results_by_seed):
             for metric in ("accuracy", "macro_f1"):
                 values = [run[metric] for run in runs]
                 mean[metric] = sum(values) / len(values)
-                mean[f"{metric}_sd"] = (sum((value - mean[metric]) ** 2 for value in values)
-                                        / max(1, len(values) - 1)) ** 0.5
+                mean[f"{metric}_sd"] = (
+                    sum((value - mean[metric]) ** 2 for value in values) / max(1, len(values) - 1)
+                ) ** 0.5
             means.setdefault(corpus_name, {})[arm] = mean
     return means
 
@@ -411,15 +456,20 @@ def markdown_table(results):
                 if arm.startswith("ours") and result is not None:
                     if "tfidf" in by_arm and result[metric] < by_arm["tfidf"][metric]:
                         marks += "↓T"
-                    if any(result[metric] < by_arm[other][metric]
-                           for other in ("keras-io", "keras-io-long") if other in by_arm):
+                    if any(
+                        result[metric] < by_arm[other][metric]
+                        for other in ("keras-io", "keras-io-long")
+                        if other in by_arm
+                    ):
                         marks += "↓K"
                 metric_cells.append(_cell(result, metric, marks))
             cells.append(" / ".join(metric_cells) if result is not None else "–")
         lines.append(f"| {label} | {sizes} | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append("Each cell: test accuracy / macro-F1. ↓T: ours below TF-IDF + LR on that metric; "
-                 "↓K: ours below a keras.io arm.")
+    lines.append(
+        "Each cell: test accuracy / macro-F1. ↓T: ours below TF-IDF + LR on that metric; "
+        "↓K: ours below a keras.io arm."
+    )
     return "\n".join(lines)
 
 
@@ -454,11 +504,15 @@ def report(corpus_names, seeds=(DEFAULT_SEED,)):
     if len(seeds) > 1:
         results = mean_results({seed: load_results(corpus_names, seed) for seed in seeds})
         if not results:
-            sys.exit(f"No results of every seed {', '.join(map(str, seeds))} for {', '.join(corpus_names)}.")
+            sys.exit(
+                f"No results of every seed {', '.join(map(str, seeds))} for {', '.join(corpus_names)}."
+            )
         print()
         print(markdown_table(results))
-        print(f"Means over the seeds {', '.join(map(str, seeds))} (split and training), ± the standard "
-              "deviation between seeds; marks compare the means.")
+        print(
+            f"Means over the seeds {', '.join(map(str, seeds))} (split and training), ± the standard "
+            "deviation between seeds; marks compare the means."
+        )
         return
     results = load_results(corpus_names, seeds[0])
     if not results:
@@ -470,36 +524,74 @@ def report(corpus_names, seeds=(DEFAULT_SEED,)):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("data", nargs="?", default=None,
-                        help=f"one corpus: a suite name ({', '.join(SUITE)}) or any classification source")
-    parser.add_argument("--suite", action="store_true", help="every corpus of the suite, one after the other")
-    parser.add_argument("--corpora", default=None, help=f"comma-separated suite corpora, among: {', '.join(SUITE)}")
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated arms, among: {', '.join(ARMS)}")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "data",
+        nargs="?",
+        default=None,
+        help=f"one corpus: a suite name ({', '.join(SUITE)}) or any classification source",
+    )
+    parser.add_argument(
+        "--suite", action="store_true", help="every corpus of the suite, one after the other"
+    )
+    parser.add_argument(
+        "--corpora", default=None, help=f"comma-separated suite corpora, among: {', '.join(SUITE)}"
+    )
+    parser.add_argument(
+        "--arms", default=",".join(ARMS), help=f"comma-separated arms, among: {', '.join(ARMS)}"
+    )
     parser.add_argument("--report", action="store_true", help="only print the saved results' table")
-    parser.add_argument("--text-column", default=None, help="csv:/tsv: column of the texts (default text)")
-    parser.add_argument("--label-column", default=None, help="csv:/tsv: column of the labels (default label)")
+    parser.add_argument(
+        "--text-column", default=None, help="csv:/tsv: column of the texts (default text)"
+    )
+    parser.add_argument(
+        "--label-column", default=None, help="csv:/tsv: column of the labels (default label)"
+    )
     parser.add_argument("--minutes", type=float, default=10.0, help="training budget for ours")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the split and of every arm")
-    parser.add_argument("--seeds", default=None,
-                        help="comma-separated seeds: each corpus and arm once per seed (its own split), "
-                             "and a report of the means over them")
-    parser.add_argument("--max-examples", type=int, default=None,
-                        help="keep this many training texts (quick tries; the table says so)")
-    parser.add_argument("--settings", default="{}",
-                        help='JSON overrides of ClassifierSettings for ours, e.g. \'{"pretrain_epochs": 3}\'; '
-                             "needs --variant")
-    parser.add_argument("--search", type=int, default=0, metavar="N",
-                        help="ours tries N configurations within --minutes (apps.train_classifier --search); "
-                             "needs --variant")
-    parser.add_argument("--variant", default=None,
-                        help="name under which ours with --settings is saved (arm ours-NAME, its own column)")
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help="seed of the split and of every arm"
+    )
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="comma-separated seeds: each corpus and arm once per seed (its own split), "
+        "and a report of the means over them",
+    )
+    parser.add_argument(
+        "--max-examples",
+        type=int,
+        default=None,
+        help="keep this many training texts (quick tries; the table says so)",
+    )
+    parser.add_argument(
+        "--settings",
+        default="{}",
+        help="JSON overrides of ClassifierSettings for ours, e.g. '{\"pretrain_epochs\": 3}'; "
+        "needs --variant",
+    )
+    parser.add_argument(
+        "--search",
+        type=int,
+        default=0,
+        metavar="N",
+        help="ours tries N configurations within --minutes (apps.train_classifier --search); "
+        "needs --variant",
+    )
+    parser.add_argument(
+        "--variant",
+        default=None,
+        help="name under which ours with --settings is saved (arm ours-NAME, its own column)",
+    )
     args = parser.parse_args(argv)
     if args.seeds is None:
         args.seeds = [args.seed]
     else:
         try:
-            args.seeds = list(dict.fromkeys(int(seed) for seed in args.seeds.split(",") if seed.strip()))
+            args.seeds = list(
+                dict.fromkeys(int(seed) for seed in args.seeds.split(",") if seed.strip())
+            )
         except ValueError:
             args.seeds = []
         if not args.seeds:
@@ -512,7 +604,9 @@ def parse_args(argv):
         args.corpus_names = [name.strip() for name in args.corpora.split(",") if name.strip()]
         unknown = [name for name in args.corpus_names if name not in SUITE]
         if unknown or not args.corpus_names:
-            parser.error(f"--corpora: unknown {', '.join(unknown) or 'nothing given'}; choose among {', '.join(SUITE)}")
+            parser.error(
+                f"--corpora: unknown {', '.join(unknown) or 'nothing given'}; choose among {', '.join(SUITE)}"
+            )
     elif args.data:
         args.corpus_names = [args.data]
     elif args.suite or args.report:
@@ -522,7 +616,9 @@ def parse_args(argv):
     args.arms = [arm.strip() for arm in args.arms.split(",") if arm.strip()]
     unknown = [arm for arm in args.arms if arm not in ARMS]
     if unknown or not args.arms:
-        parser.error(f"--arms: unknown {', '.join(unknown) or 'nothing given'}; choose among {', '.join(ARMS)}")
+        parser.error(
+            f"--arms: unknown {', '.join(unknown) or 'nothing given'}; choose among {', '.join(ARMS)}"
+        )
     try:
         overrides = json.loads(args.settings)
     except json.JSONDecodeError as error:
@@ -530,11 +626,17 @@ def parse_args(argv):
     if not isinstance(overrides, dict):
         parser.error("--settings must be a JSON object of ClassifierSettings fields")
     if args.search and not args.variant:
-        parser.error("--search needs --variant NAME, so that its results do not replace the defaults' ones")
+        parser.error(
+            "--search needs --variant NAME, so that its results do not replace the defaults' ones"
+        )
     if overrides and not args.variant:
-        parser.error("--settings needs --variant NAME, so that its results do not replace the defaults' ones")
+        parser.error(
+            "--settings needs --variant NAME, so that its results do not replace the defaults' ones"
+        )
     if args.variant is not None and not re.fullmatch(r"[A-Za-z0-9_+.]+", args.variant):
-        parser.error("--variant takes letters, digits, '_', '+' and '.' (it names files), e.g. pretrain3")
+        parser.error(
+            "--variant takes letters, digits, '_', '+' and '.' (it names files), e.g. pretrain3"
+        )
     return args
 
 

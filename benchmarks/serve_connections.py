@@ -42,11 +42,24 @@ def free_port():
 
 def start_server(classifier, server_args, log_path):
     port = free_port()
-    command = [sys.executable, "-m", "apps.serve", "--port", str(port), "--model", f"classifier={classifier}",
-               *server_args]
+    command = [
+        sys.executable,
+        "-m",
+        "apps.serve",
+        "--port",
+        str(port),
+        "--model",
+        f"classifier={classifier}",
+        *server_args,
+    ]
     log = open(log_path, "wb")
-    process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    process = subprocess.Popen(
+        command,
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -63,17 +76,21 @@ def start_server(classifier, server_args, log_path):
 
 
 def predict_head(length):
-    return (f"POST {PREDICT} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {length}\r\n\r\n").encode("ascii")
+    return (
+        f"POST {PREDICT} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode("ascii")
 
 
 def slow_connections(port, count, interval, give_up_after):
     """Opens `count` connections (a third of each kind) and trickles until all are closed or time is up."""
     selector = selectors.DefaultSelector()
     body = json.dumps({"instances": ["the cat"]}).encode() + b" " * 10000
-    kinds = {"silent": (b"", b""),
-             "slow headers": (b"GET /healthz HTTP/1.1\r\n", b"X-Slow: " + b"a" * 10000),
-             "slow body": (predict_head(len(body)) + body[:20], body[20:])}
+    kinds = {
+        "silent": (b"", b""),
+        "slow headers": (b"GET /healthz HTTP/1.1\r\n", b"X-Slow: " + b"a" * 10000),
+        "slow body": (predict_head(len(body)) + body[:20], body[20:]),
+    }
     connections = []
     for index in range(count):
         kind = list(kinds)[index % 3]
@@ -81,8 +98,14 @@ def slow_connections(port, count, interval, give_up_after):
         sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         sock.sendall(first)
         sock.setblocking(False)
-        connection = {"kind": kind, "socket": sock, "opened": time.monotonic(), "trickle": trickle,
-                      "received": b"", "closed_after": None}
+        connection = {
+            "kind": kind,
+            "socket": sock,
+            "opened": time.monotonic(),
+            "trickle": trickle,
+            "received": b"",
+            "closed_after": None,
+        }
         selector.register(sock, selectors.EVENT_READ, connection)
         connections.append(connection)
     deadline = time.monotonic() + give_up_after
@@ -131,9 +154,17 @@ def report_connections(connections):
     for kind in ("silent", "slow headers", "slow body"):
         mine = [c for c in connections if c["kind"] == kind]
         closed = [c["closed_after"] for c in mine if c["closed_after"] is not None]
-        answers = sorted({c["received"].split(b"\r\n", 1)[0].decode("latin-1") or "(nothing)" for c in mine})
-        timing = f"median {statistics.median(closed):.2f} s, slowest {max(closed):.2f} s" if closed else "-"
-        print(f"  {kind:13s} {len(closed)}/{len(mine)} closed by the server ({timing}); got: {', '.join(answers)}")
+        answers = sorted(
+            {c["received"].split(b"\r\n", 1)[0].decode("latin-1") or "(nothing)" for c in mine}
+        )
+        timing = (
+            f"median {statistics.median(closed):.2f} s, slowest {max(closed):.2f} s"
+            if closed
+            else "-"
+        )
+        print(
+            f"  {kind:13s} {len(closed)}/{len(mine)} closed by the server ({timing}); got: {', '.join(answers)}"
+        )
 
 
 def shutdown_with_slow_clients(process, port):
@@ -163,7 +194,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--classifier", required=True, help="a classifier export's base folder")
     parser.add_argument("--connections", type=int, default=200)
-    parser.add_argument("--interval", type=float, default=0.5, help="seconds between a slow client's bytes")
+    parser.add_argument(
+        "--interval", type=float, default=0.5, help="seconds between a slow client's bytes"
+    )
     parser.add_argument("--give-up-after", type=float, default=60.0)
     parser.add_argument("--server-args", default="", help="extra apps.serve flags, space-separated")
     parser.add_argument("--log", default="/tmp/serve_connections.log")
@@ -171,22 +204,34 @@ def main():
 
     process, port, url = start_server(args.classifier, args.server_args.split(), args.log)
     try:
-        print(f"{args.connections} slow or silent connections, one byte every {args.interval:g} s "
-              f"(server flags: {args.server_args or 'defaults'}):")
+        print(
+            f"{args.connections} slow or silent connections, one byte every {args.interval:g} s "
+            f"(server flags: {args.server_args or 'defaults'}):"
+        )
         stop, latencies = threading.Event(), []
-        timer = threading.Thread(target=time_ordinary_requests, args=(url, stop, latencies), daemon=True)
+        timer = threading.Thread(
+            target=time_ordinary_requests, args=(url, stop, latencies), daemon=True
+        )
         timer.start()
         connections = slow_connections(port, args.connections, args.interval, args.give_up_after)
         stop.set()
         timer.join(timeout=70)
         report_connections(connections)
         statuses = sorted({str(status) for status, _ in latencies})
-        print(f"  ordinary GET /healthz meanwhile: {len(latencies)} requests, statuses {statuses}, "
-              f"slowest {max(seconds for _, seconds in latencies):.3f} s")
+        print(
+            f"  ordinary GET /healthz meanwhile: {len(latencies)} requests, statuses {statuses}, "
+            f"slowest {max(seconds for _, seconds in latencies):.3f} s"
+        )
         answer, exited, status = shutdown_with_slow_clients(process, port)
-        ending = "still running 60 s later" if exited is None else f"exited after {exited:.2f} s (status {status})"
-        print(f"SIGTERM with a slow upload and a silent connection open: {ending}; "
-              f"the request completed after the signal got {answer!r}")
+        ending = (
+            "still running 60 s later"
+            if exited is None
+            else f"exited after {exited:.2f} s (status {status})"
+        )
+        print(
+            f"SIGTERM with a slow upload and a silent connection open: {ending}; "
+            f"the request completed after the signal got {answer!r}"
+        )
     finally:
         if process.poll() is None:
             process.kill()

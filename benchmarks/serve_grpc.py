@@ -70,19 +70,36 @@ APIS = ("rest", "grpc")
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default="classifier,translator", help="comma-separated: classifier, translator")
-    parser.add_argument("--classifier", help="a classifier export base folder (default: a random-weight export)")
-    parser.add_argument("--translator", help="a translator export base folder (default: a random-weight export)")
-    parser.add_argument("--classifier-texts", choices=("articles", "headlines"), default="headlines",
-                        help="BBC headlines (~8 tokens: the API's cost shows) or whole articles (~400 tokens)")
+    parser.add_argument(
+        "--models", default="classifier,translator", help="comma-separated: classifier, translator"
+    )
+    parser.add_argument(
+        "--classifier", help="a classifier export base folder (default: a random-weight export)"
+    )
+    parser.add_argument(
+        "--translator", help="a translator export base folder (default: a random-weight export)"
+    )
+    parser.add_argument(
+        "--classifier-texts",
+        choices=("articles", "headlines"),
+        default="headlines",
+        help="BBC headlines (~8 tokens: the API's cost shows) or whole articles (~400 tokens)",
+    )
     parser.add_argument("--clients", default="1,16", help="numbers of concurrent clients")
-    parser.add_argument("--seconds", type=float, default=15.0,
-                        help="measured seconds per cell and API (classifier)")
-    parser.add_argument("--translator-seconds", type=float, default=20.0,
-                        help="measured seconds per cell and API (translator)")
+    parser.add_argument(
+        "--seconds", type=float, default=15.0, help="measured seconds per cell and API (classifier)"
+    )
+    parser.add_argument(
+        "--translator-seconds",
+        type=float,
+        default=20.0,
+        help="measured seconds per cell and API (translator)",
+    )
     parser.add_argument("--rounds", type=int, default=2, help="segments per cell and API, run ABBA")
     parser.add_argument("--server-args", default="", help="extra flags for the server")
-    parser.add_argument("--startup-timeout", type=float, default=300.0, help="seconds to wait for /healthz")
+    parser.add_argument(
+        "--startup-timeout", type=float, default=300.0, help="seconds to wait for /healthz"
+    )
     parser.add_argument("--output", default=RESULTS)
     args = parser.parse_args()
     models = [name.strip() for name in args.models.split(",") if name.strip()]
@@ -91,7 +108,9 @@ def main():
             parser.error(f"--models: unknown model {name!r}; choose from {', '.join(MODELS)}.")
     clients = [int(count) for count in args.clients.split(",")]
     if not models or not clients or min(clients) < 1 or args.rounds < 1:
-        parser.error("need at least one model, client counts of at least 1 and --rounds of at least 1.")
+        parser.error(
+            "need at least one model, client counts of at least 1 and --rounds of at least 1."
+        )
     load_before = os.getloadavg()
 
     with tempfile.TemporaryDirectory(prefix="serve_grpc_") as folder:
@@ -110,10 +129,15 @@ def main():
 
         grpc_port = _free_port()
         extra = shlex.split(args.server_args)
-        server = Server(paths, extra + ["--grpc-port", str(grpc_port)], os.path.join(folder, "server.log"))
+        server = Server(
+            paths, extra + ["--grpc-port", str(grpc_port)], os.path.join(folder, "server.log")
+        )
         server.grpc_target = f"127.0.0.1:{grpc_port}"
         try:
-            print(f"Starting the server: REST port {server.port}, gRPC port {grpc_port}...", flush=True)
+            print(
+                f"Starting the server: REST port {server.port}, gRPC port {grpc_port}...",
+                flush=True,
+            )
             server.wait_ready(args.startup_timeout)
             rows = []
             for name in models:
@@ -151,7 +175,10 @@ def main():
     write_json(args.output, result)
     print(f"Results: {args.output}")
     if errors:
-        print(f"{errors} request(s) erred; the server's log tail is in the results file.", file=sys.stderr)
+        print(
+            f"{errors} request(s) erred; the server's log tail is in the results file.",
+            file=sys.stderr,
+        )
         sys.exit(1)
 
 
@@ -194,14 +221,19 @@ async def _run_grpc_clients(target, name, texts, count, seconds, offset):
             try:
                 request = predict_pb2.PredictRequest()
                 request.model_spec.name = name
-                request.inputs["text"].CopyFrom(tensor_pb2.TensorProto(
-                    dtype=types_pb2.DT_STRING, string_val=[text.encode("utf-8")],
-                    tensor_shape={"dim": [{"size": 1}]},
-                ))
+                request.inputs["text"].CopyFrom(
+                    tensor_pb2.TensorProto(
+                        dtype=types_pb2.DT_STRING,
+                        string_val=[text.encode("utf-8")],
+                        tensor_shape={"dim": [{"size": 1}]},
+                    )
+                )
                 response = await stub.Predict(request, timeout=300.0)
                 finished = time.perf_counter()
-                sizes = [tensor.tensor_shape.dim[0].size if tensor.tensor_shape.dim else None
-                         for tensor in response.outputs.values()]
+                sizes = [
+                    tensor.tensor_shape.dim[0].size if tensor.tensor_shape.dim else None
+                    for tensor in response.outputs.values()
+                ]
                 if not sizes or sizes != [1] * len(sizes):
                     raise ValueError(f"not one answer per output: {str(response)[:200]}")
                 latencies.append(finished - started)
@@ -212,7 +244,12 @@ async def _run_grpc_clients(target, name, texts, count, seconds, offset):
                 first_error = first_error or f"{type(error).__name__}: {error}"
             if time.perf_counter() >= deadline[0]:
                 break
-        results[index] = {"latencies": latencies, "words": words, "errors": errors, "first_error": first_error}
+        results[index] = {
+            "latencies": latencies,
+            "words": words,
+            "errors": errors,
+            "first_error": first_error,
+        }
 
     tasks = [asyncio.create_task(client(index, channels[index])) for index in range(count)]
     started = time.perf_counter()
@@ -233,11 +270,14 @@ async def _run_grpc_clients(target, name, texts, count, seconds, offset):
 
 def measure_cell(server, name, texts, count, seconds, rounds):
     """`rounds` segments per API, ABBA; returns {api: merged measurements}."""
-    cells = {api: {"latencies": [], "words": [], "errors": 0, "first_error": None, "elapsed": 0.0} for api in APIS}
+    cells = {
+        api: {"latencies": [], "words": [], "errors": 0, "first_error": None, "elapsed": 0.0}
+        for api in APIS
+    }
     segment = seconds / rounds
     offset = 0
     for round_index in range(rounds):
-        for api in (APIS if round_index % 2 == 0 else APIS[::-1]):
+        for api in APIS if round_index % 2 == 0 else APIS[::-1]:
             cpu_before = server_cpu_seconds(server)
             if api == "rest":
                 result = run_clients(server.url, name, texts, count, segment, offset)
@@ -250,7 +290,9 @@ def measure_cell(server, name, texts, count, seconds, rounds):
             cell["first_error"] = cell["first_error"] or result["first_error"]
             cell["elapsed"] += result["elapsed"]
             if cpu_before is not None:
-                cell["server_cpu"] = cell.get("server_cpu", 0.0) + server_cpu_seconds(server) - cpu_before
+                cell["server_cpu"] = (
+                    cell.get("server_cpu", 0.0) + server_cpu_seconds(server) - cpu_before
+                )
         offset += 1009  # each round sends other texts, the same to both APIs
     return cells
 
@@ -268,23 +310,34 @@ def server_cpu_seconds(server):
 def summarize(name, count, api, cell):
     done = len(cell["latencies"])
     return {
-        "model": name, "clients": count, "api": api, **cell_summary(cell),
-        "server_cpu_ms_per_request": 1000.0 * cell["server_cpu"] / done if done and "server_cpu" in cell else None,
+        "model": name,
+        "clients": count,
+        "api": api,
+        **cell_summary(cell),
+        "server_cpu_ms_per_request": 1000.0 * cell["server_cpu"] / done
+        if done and "server_cpu" in cell
+        else None,
         "mean_output_words": float(np.mean(cell["words"])) if cell["words"] else None,
     }
 
 
 def format_row(row):
-    return (f"{row['model']:11} {row['clients']:7d} {row['api']:>5} {row['requests']:8d} "
-            f"{row['requests_per_second']:8.2f} {_ms(row['p50_ms'])} {_ms(row['p99_ms'])} "
-            f" {_ms(row['server_cpu_ms_per_request'])} {row['errors']:6d}")
+    return (
+        f"{row['model']:11} {row['clients']:7d} {row['api']:>5} {row['requests']:8d} "
+        f"{row['requests_per_second']:8.2f} {_ms(row['p50_ms'])} {_ms(row['p99_ms'])} "
+        f" {_ms(row['server_cpu_ms_per_request'])} {row['errors']:6d}"
+    )
 
 
 def print_table(rows, ratios, load_before, load_after):
-    print(f"\nClosed-loop clients, one text per request; latency at the client "
-          f"(load average before {load_before[0]:.2f}, after {load_after[0]:.2f}, {os.cpu_count()} CPUs)")
-    print(f"{'model':11} {'clients':>7} {'api':>5} {'requests':>8} {'req/s':>8} {'p50 ms':>9} {'p99 ms':>9} "
-          f"{'cpu ms/req':>10} {'errors':>6}")
+    print(
+        f"\nClosed-loop clients, one text per request; latency at the client "
+        f"(load average before {load_before[0]:.2f}, after {load_after[0]:.2f}, {os.cpu_count()} CPUs)"
+    )
+    print(
+        f"{'model':11} {'clients':>7} {'api':>5} {'requests':>8} {'req/s':>8} {'p50 ms':>9} {'p99 ms':>9} "
+        f"{'cpu ms/req':>10} {'errors':>6}"
+    )
     for row in rows:
         print(format_row(row))
     for model, by_clients in ratios.items():
@@ -292,7 +345,9 @@ def print_table(rows, ratios, load_before, load_after):
         print(f"{model}: throughput gRPC / REST: {text}")
     for row in rows:
         if row["first_error"]:
-            print(f"first error ({row['model']}, {row['clients']} clients, {row['api']}): {row['first_error']}")
+            print(
+                f"first error ({row['model']}, {row['clients']} clients, {row['api']}): {row['first_error']}"
+            )
 
 
 if __name__ == "__main__":

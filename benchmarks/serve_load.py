@@ -78,21 +78,48 @@ MODES = ("on", "off")  # batching
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default="classifier,translator", help="comma-separated: classifier, translator")
-    parser.add_argument("--classifier", help="a classifier export base folder (default: a random-weight export)")
-    parser.add_argument("--translator", help="a translator export base folder (default: a random-weight export)")
-    parser.add_argument("--classifier-texts", choices=("articles", "headlines"), default="articles",
-                        help="whole BBC articles (~400 tokens), or their headlines (~8 tokens)")
+    parser.add_argument(
+        "--models", default="classifier,translator", help="comma-separated: classifier, translator"
+    )
+    parser.add_argument(
+        "--classifier", help="a classifier export base folder (default: a random-weight export)"
+    )
+    parser.add_argument(
+        "--translator", help="a translator export base folder (default: a random-weight export)"
+    )
+    parser.add_argument(
+        "--classifier-texts",
+        choices=("articles", "headlines"),
+        default="articles",
+        help="whole BBC articles (~400 tokens), or their headlines (~8 tokens)",
+    )
     parser.add_argument("--clients", default="1,16", help="numbers of concurrent clients")
-    parser.add_argument("--seconds", type=float, default=20.0,
-                        help="measured seconds per cell and batching mode (classifier)")
-    parser.add_argument("--translator-seconds", type=float, default=20.0,
-                        help="measured seconds per cell and batching mode (translator)")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="segments per cell and mode, run ABBA between the two servers")
-    parser.add_argument("--server-args", default="",
-                        help="extra flags for both servers, e.g. \"--num-threads 1 --batch-timeout-ms 2\"")
-    parser.add_argument("--startup-timeout", type=float, default=300.0, help="seconds to wait for /healthz")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=20.0,
+        help="measured seconds per cell and batching mode (classifier)",
+    )
+    parser.add_argument(
+        "--translator-seconds",
+        type=float,
+        default=20.0,
+        help="measured seconds per cell and batching mode (translator)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="segments per cell and mode, run ABBA between the two servers",
+    )
+    parser.add_argument(
+        "--server-args",
+        default="",
+        help='extra flags for both servers, e.g. "--num-threads 1 --batch-timeout-ms 2"',
+    )
+    parser.add_argument(
+        "--startup-timeout", type=float, default=300.0, help="seconds to wait for /healthz"
+    )
     parser.add_argument("--output", default=RESULTS)
     args = parser.parse_args()
     models = [name.strip() for name in args.models.split(",") if name.strip()]
@@ -101,7 +128,9 @@ def main():
             parser.error(f"--models: unknown model {name!r}; choose from {', '.join(MODELS)}.")
     clients = [int(count) for count in args.clients.split(",")]
     if not models or not clients or min(clients) < 1 or args.rounds < 1:
-        parser.error("need at least one model, client counts of at least 1 and --rounds of at least 1.")
+        parser.error(
+            "need at least one model, client counts of at least 1 and --rounds of at least 1."
+        )
     load_before = os.getloadavg()
 
     with tempfile.TemporaryDirectory(prefix="serve_load_") as folder:
@@ -117,10 +146,15 @@ def main():
                 built[name] = f"given ({given})"
         missing = [name for name in models if name not in paths]
         if missing:
-            print(f"Writing random-weight exports of the default sizes: {', '.join(missing)}...", flush=True)
+            print(
+                f"Writing random-weight exports of the default sizes: {', '.join(missing)}...",
+                flush=True,
+            )
             for name in missing:
                 paths[name] = build_export(name, os.path.join(folder, name))
-                built[name] = f"random weights, default {'ClassifierSettings' if name == 'classifier' else 'TranslatorSettings'} sizes"
+                built[name] = (
+                    f"random weights, default {'ClassifierSettings' if name == 'classifier' else 'TranslatorSettings'} sizes"
+                )
 
         extra = shlex.split(args.server_args)
         servers = {}
@@ -128,8 +162,10 @@ def main():
             for mode in MODES:
                 flags = extra + ([] if mode == "on" else ["--no-batching"])
                 servers[mode] = Server(paths, flags, os.path.join(folder, f"server-{mode}.log"))
-            print(f"Starting servers: batching on (port {servers['on'].port}), off (port {servers['off'].port})...",
-                  flush=True)
+            print(
+                f"Starting servers: batching on (port {servers['on'].port}), off (port {servers['off'].port})...",
+                flush=True,
+            )
             for server in servers.values():
                 server.wait_ready(args.startup_timeout)
             for name in models:
@@ -179,14 +215,17 @@ def main():
         json.dump(result, results_file, indent=2)
     print(f"Results: {args.output}")
     if errors:
-        print(f"{errors} request(s) erred; server log tails are in the results file.", file=sys.stderr)
+        print(
+            f"{errors} request(s) erred; server log tails are in the results file.", file=sys.stderr
+        )
         sys.exit(1)
 
 
 def _commit():
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPOSITORY, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPOSITORY, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -201,7 +240,8 @@ def load_texts(models, classifier_texts="articles"):
         articles = load_classification_data("bbc", seed=1337).test.texts
         # A BBC article's first line is its headline.
         texts["classifier"] = [
-            article.split("\n", 1)[0] if classifier_texts == "headlines" else article for article in articles
+            article.split("\n", 1)[0] if classifier_texts == "headlines" else article
+            for article in articles
         ]
     if "translator" in models:
         texts["translator"] = list(load_translation_data("bible:es-en", seed=1337).test.sources)
@@ -227,14 +267,21 @@ def build_export(name, base_dir):
 
         settings = large_corpus_settings(ClassifierSettings())
         data = load_classification_data("bbc", seed=1337, max_examples=300)
-        tokenizer = WordPieceTokenizer(save_vocabulary(
-            build_vocabulary(data.train.texts, settings.vocabulary_size),
-            os.path.join(vocabulary_dir, "vocabulary.txt"),
-        ))
+        tokenizer = WordPieceTokenizer(
+            save_vocabulary(
+                build_vocabulary(data.train.texts, settings.vocabulary_size),
+                os.path.join(vocabulary_dir, "vocabulary.txt"),
+            )
+        )
         model = TransformerClassifier(
-            vocabulary_size=tokenizer.vocabulary_size, num_classes=len(data.class_names),
-            sequence_length=settings.sequence_length, num_layers=settings.num_layers, d_model=settings.d_model,
-            num_heads=settings.num_heads, intermediate_dim=settings.intermediate_dim, dropout=settings.dropout,
+            vocabulary_size=tokenizer.vocabulary_size,
+            num_classes=len(data.class_names),
+            sequence_length=settings.sequence_length,
+            num_layers=settings.num_layers,
+            d_model=settings.d_model,
+            num_heads=settings.num_heads,
+            intermediate_dim=settings.intermediate_dim,
+            dropout=settings.dropout,
             pooling=settings.pooling,
         )
         model.build((None, settings.sequence_length))
@@ -248,17 +295,24 @@ def build_export(name, base_dir):
 
         settings = large_corpus_settings(TranslatorSettings())
         data = load_translation_data("bible:es-en", seed=1337, max_examples=2000)
-        source = WordPieceTokenizer(save_vocabulary(
-            build_vocabulary(data.train.sources, settings.vocabulary_size),
-            os.path.join(vocabulary_dir, "source.txt"),
-        ))
-        target = WordPieceTokenizer(save_vocabulary(
-            build_vocabulary(data.train.targets, settings.vocabulary_size, lower_case=False),
-            os.path.join(vocabulary_dir, "target.txt"),
-        ), lower_case=False)
+        source = WordPieceTokenizer(
+            save_vocabulary(
+                build_vocabulary(data.train.sources, settings.vocabulary_size),
+                os.path.join(vocabulary_dir, "source.txt"),
+            )
+        )
+        target = WordPieceTokenizer(
+            save_vocabulary(
+                build_vocabulary(data.train.targets, settings.vocabulary_size, lower_case=False),
+                os.path.join(vocabulary_dir, "target.txt"),
+            ),
+            lower_case=False,
+        )
         model = build_translator_model(settings, source.vocabulary_size, target.vocabulary_size)
         # As apps/train_translator.py exports it.
-        export_translator(model, source, target, base_dir, max_output_length=settings.sequence_length)
+        export_translator(
+            model, source, target, base_dir, max_output_length=settings.sequence_length
+        )
     return base_dir
 
 
@@ -270,30 +324,44 @@ class Server:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        command = [sys.executable, "-m", "apps.serve", "--port", str(self.port), "--host", "127.0.0.1",
-                   "--grpc-port", "0"]  # a --grpc-port in `flags` comes later and wins
+        command = [
+            sys.executable,
+            "-m",
+            "apps.serve",
+            "--port",
+            str(self.port),
+            "--host",
+            "127.0.0.1",
+            "--grpc-port",
+            "0",
+        ]  # a --grpc-port in `flags` comes later and wins
         for name, path in paths.items():
             command += ["--model", f"{name}={path}"]
         command += flags
         environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         self._log = open(log_path, "w")
-        self.process = subprocess.Popen(command, cwd=REPOSITORY, env=environment, stdout=self._log,
-                                        stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            command, cwd=REPOSITORY, env=environment, stdout=self._log, stderr=subprocess.STDOUT
+        )
 
     def wait_ready(self, timeout):
         deadline = time.monotonic() + timeout
         with httpx.Client(base_url=self.url, timeout=5.0) as client:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
-                    raise SystemExit(f"The server on port {self.port} exited ({self.process.returncode}):\n"
-                                     f"{self.log_tail()}")
+                    raise SystemExit(
+                        f"The server on port {self.port} exited ({self.process.returncode}):\n"
+                        f"{self.log_tail()}"
+                    )
                 try:
                     if client.get("/healthz").status_code == 200:
                         return
                 except httpx.TransportError:
                     pass
                 time.sleep(0.5)
-        raise SystemExit(f"The server on port {self.port} was not ready after {timeout:.0f} s:\n{self.log_tail()}")
+        raise SystemExit(
+            f"The server on port {self.port} was not ready after {timeout:.0f} s:\n{self.log_tail()}"
+        )
 
     def stop(self):
         if self.process.poll() is None:
@@ -381,7 +449,12 @@ async def _run_clients(host, port, path, texts, count, seconds, offset):
             if time.perf_counter() >= deadline[0]:
                 break
         writer.close()
-        results[index] = {"latencies": latencies, "words": words, "errors": errors, "first_error": first_error}
+        results[index] = {
+            "latencies": latencies,
+            "words": words,
+            "errors": errors,
+            "first_error": first_error,
+        }
 
     tasks = [asyncio.create_task(client(index, *connections[index])) for index in range(count)]
     started = time.perf_counter()
@@ -415,8 +488,10 @@ async def _read_response(reader):
 
 def measure_cell(servers, name, texts, count, seconds, rounds):
     """`rounds` segments per mode, ABBA; returns {mode: merged measurements}."""
-    cells = {mode: {"latencies": [], "words": [], "errors": 0, "first_error": None, "elapsed": 0.0}
-             for mode in MODES}
+    cells = {
+        mode: {"latencies": [], "words": [], "errors": 0, "first_error": None, "elapsed": 0.0}
+        for mode in MODES
+    }
     segment = seconds / rounds
     offset = 0
     for round_index in range(rounds):
@@ -459,8 +534,13 @@ def throughput_ratios(rows, key="batching", compared=True, baseline=False):
     ratios = {}
     for row in rows:
         if row[key] == compared:
-            other = next(other for other in rows if other["model"] == row["model"]
-                         and other["clients"] == row["clients"] and other[key] == baseline)
+            other = next(
+                other
+                for other in rows
+                if other["model"] == row["model"]
+                and other["clients"] == row["clients"]
+                and other[key] == baseline
+            )
             if other["requests_per_second"]:
                 ratios.setdefault(row["model"], {})[str(row["clients"])] = (
                     row["requests_per_second"] / other["requests_per_second"]
@@ -473,16 +553,22 @@ def _ms(value):
 
 
 def format_row(row):
-    return (f"{row['model']:11} {row['clients']:7d} {'on' if row['batching'] else 'off':>8} "
-            f"{row['requests']:8d} {row['requests_per_second']:8.2f} {_ms(row['p50_ms'])} {_ms(row['p99_ms'])} "
-            f"{row['errors']:6d}")
+    return (
+        f"{row['model']:11} {row['clients']:7d} {'on' if row['batching'] else 'off':>8} "
+        f"{row['requests']:8d} {row['requests_per_second']:8.2f} {_ms(row['p50_ms'])} {_ms(row['p99_ms'])} "
+        f"{row['errors']:6d}"
+    )
 
 
 def print_table(rows, ratios, load_before, load_after):
-    print(f"\nClosed-loop clients, one text per request; latency at the client "
-          f"(load average before {load_before[0]:.2f}, after {load_after[0]:.2f}, {os.cpu_count()} CPUs)")
-    print(f"{'model':11} {'clients':>7} {'batching':>8} {'requests':>8} {'req/s':>8} {'p50 ms':>9} {'p99 ms':>9} "
-          f"{'errors':>6}")
+    print(
+        f"\nClosed-loop clients, one text per request; latency at the client "
+        f"(load average before {load_before[0]:.2f}, after {load_after[0]:.2f}, {os.cpu_count()} CPUs)"
+    )
+    print(
+        f"{'model':11} {'clients':>7} {'batching':>8} {'requests':>8} {'req/s':>8} {'p50 ms':>9} {'p99 ms':>9} "
+        f"{'errors':>6}"
+    )
     for row in rows:
         print(format_row(row))
     for model, by_clients in ratios.items():
@@ -490,8 +576,10 @@ def print_table(rows, ratios, load_before, load_after):
         print(f"{model}: throughput batching on / off: {text}")
     for row in rows:
         if row["first_error"]:
-            print(f"first error ({row['model']}, {row['clients']} clients, batching "
-                  f"{'on' if row['batching'] else 'off'}): {row['first_error']}")
+            print(
+                f"first error ({row['model']}, {row['clients']} clients, batching "
+                f"{'on' if row['batching'] else 'off'}): {row['first_error']}"
+            )
 
 
 if __name__ == "__main__":

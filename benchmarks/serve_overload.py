@@ -61,12 +61,23 @@ RECOVERY_REQUESTS = 5
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=("classifier", "translator"), default="translator")
-    parser.add_argument("--export", help="the model's export base folder (default: a random-weight export)")
-    parser.add_argument("--capacity-seconds", type=float, default=15.0, help="closed-loop seconds to measure capacity")
+    parser.add_argument(
+        "--export", help="the model's export base folder (default: a random-weight export)"
+    )
+    parser.add_argument(
+        "--capacity-seconds",
+        type=float,
+        default=15.0,
+        help="closed-loop seconds to measure capacity",
+    )
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of open-loop overload")
-    parser.add_argument("--overload", type=float, default=2.0, help="arrival rate as a multiple of the capacity")
+    parser.add_argument(
+        "--overload", type=float, default=2.0, help="arrival rate as a multiple of the capacity"
+    )
     parser.add_argument("--server-args", default="", help="extra flags for the server")
-    parser.add_argument("--startup-timeout", type=float, default=300.0, help="seconds to wait for /healthz")
+    parser.add_argument(
+        "--startup-timeout", type=float, default=300.0, help="seconds to wait for /healthz"
+    )
     parser.add_argument("--output", default=RESULTS)
     args = parser.parse_args()
     extra = shlex.split(args.server_args)
@@ -78,40 +89,64 @@ def main():
         if args.export:
             path, built = os.path.abspath(args.export), f"given ({args.export})"
         else:
-            print(f"Writing a random-weight {args.model} export of the default sizes...", flush=True)
-            path, built = build_export(args.model, os.path.join(folder, args.model)), "random weights, default sizes"
+            print(
+                f"Writing a random-weight {args.model} export of the default sizes...", flush=True
+            )
+            path, built = (
+                build_export(args.model, os.path.join(folder, args.model)),
+                "random weights, default sizes",
+            )
         server = Server({args.model: path}, extra, os.path.join(folder, "server.log"))
         try:
             server.wait_ready(args.startup_timeout)
             warm_up(server, args.model, texts, CAPACITY_CLIENTS)
-            measured = run_clients(server.url, args.model, texts, CAPACITY_CLIENTS, args.capacity_seconds, offset=0)
+            measured = run_clients(
+                server.url, args.model, texts, CAPACITY_CLIENTS, args.capacity_seconds, offset=0
+            )
             capacity = len(measured["latencies"]) / measured["elapsed"]
             rate = args.overload * capacity
-            print(f"Capacity: {capacity:.1f} requests/s ({CAPACITY_CLIENTS} closed-loop clients, "
-                  f"{measured['errors']} errors); sending {rate:.1f}/s for {args.seconds:.0f} s...", flush=True)
-            outcomes, lateness = asyncio.run(open_loop(server.url, args.model, texts, rate, args.seconds,
-                                                       client_timeout=2 * request_timeout))
-            recovery = asyncio.run(recovery_latencies(server.url, args.model, texts, client_timeout=2 * request_timeout))
+            print(
+                f"Capacity: {capacity:.1f} requests/s ({CAPACITY_CLIENTS} closed-loop clients, "
+                f"{measured['errors']} errors); sending {rate:.1f}/s for {args.seconds:.0f} s...",
+                flush=True,
+            )
+            outcomes, lateness = asyncio.run(
+                open_loop(
+                    server.url,
+                    args.model,
+                    texts,
+                    rate,
+                    args.seconds,
+                    client_timeout=2 * request_timeout,
+                )
+            )
+            recovery = asyncio.run(
+                recovery_latencies(
+                    server.url, args.model, texts, client_timeout=2 * request_timeout
+                )
+            )
         finally:
             server.stop()
         log_tail = server.log_tail()
 
     load_after = os.getloadavg()
     report = summarize(outcomes, recovery)
-    report.update({
-        "machine": platform.processor() or platform.machine(),
-        "commit": _commit(),
-        "cpus": os.cpu_count(),
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "model": args.model,
-        "export": built,
-        "server_args": extra,
-        "capacity_requests_per_second": capacity,
-        "offered_requests_per_second": rate,
-        "overload_seconds": args.seconds,
-        "schedule_lateness_max_ms": 1000 * max(lateness, default=0.0),
-    })
+    report.update(
+        {
+            "machine": platform.processor() or platform.machine(),
+            "commit": _commit(),
+            "cpus": os.cpu_count(),
+            "load_average_before": load_before,
+            "load_average_after": load_after,
+            "model": args.model,
+            "export": built,
+            "server_args": extra,
+            "capacity_requests_per_second": capacity,
+            "offered_requests_per_second": rate,
+            "overload_seconds": args.seconds,
+            "schedule_lateness_max_ms": 1000 * max(lateness, default=0.0),
+        }
+    )
     healthy = report["unexpected"] == 0 and report["recovered"]
     if not healthy:
         report["server_log_tail"] = log_tail
@@ -135,8 +170,10 @@ def _flag_value(flags, name, default):
 async def post_once(host, port, path, text, client_timeout):
     """(status or an error name, seconds) of one request on a connection of its own."""
     body = json.dumps({"instances": [text]}).encode()
-    request = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
     started = time.perf_counter()
     writer = None
     try:
@@ -165,14 +202,21 @@ async def open_loop(url, model, texts, rate, seconds, client_timeout):
         if delay > 0:
             await asyncio.sleep(delay)
         lateness.append(max(0.0, loop.time() - due))
-        tasks.append(asyncio.create_task(post_once(host, int(port), path, texts[index % len(texts)], client_timeout)))
+        tasks.append(
+            asyncio.create_task(
+                post_once(host, int(port), path, texts[index % len(texts)], client_timeout)
+            )
+        )
     return await asyncio.gather(*tasks), lateness
 
 
 async def recovery_latencies(url, model, texts, client_timeout):
     host, port = url.removeprefix("http://").rsplit(":", 1)
     path = f"/v1/models/{model}:predict"
-    return [await post_once(host, int(port), path, texts[index], client_timeout) for index in range(RECOVERY_REQUESTS)]
+    return [
+        await post_once(host, int(port), path, texts[index], client_timeout)
+        for index in range(RECOVERY_REQUESTS)
+    ]
 
 
 def _percentiles_ms(seconds):
@@ -187,7 +231,11 @@ def summarize(outcomes, recovery):
     for status, seconds in outcomes:
         by_status.setdefault(status, []).append(seconds)
     total = len(outcomes)
-    unexpected = {str(status): len(values) for status, values in by_status.items() if status not in (200, 503, 504)}
+    unexpected = {
+        str(status): len(values)
+        for status, values in by_status.items()
+        if status not in (200, 503, 504)
+    }
     recovery_ok = all(status == 200 for status, _ in recovery)
     return {
         "requests": total,
@@ -212,19 +260,29 @@ def _ms(value):
 
 
 def print_report(report):
-    print(f"\n{report['model']}: capacity {report['capacity_requests_per_second']:.1f} req/s, offered "
-          f"{report['offered_requests_per_second']:.1f} req/s for {report['overload_seconds']:.0f} s "
-          f"(load average before {report['load_average_before'][0]:.2f}, after {report['load_average_after'][0]:.2f}, "
-          f"{report['cpus']} CPUs; generator at most {report['schedule_lateness_max_ms']:.0f} ms behind schedule)")
+    print(
+        f"\n{report['model']}: capacity {report['capacity_requests_per_second']:.1f} req/s, offered "
+        f"{report['offered_requests_per_second']:.1f} req/s for {report['overload_seconds']:.0f} s "
+        f"(load average before {report['load_average_before'][0]:.2f}, after {report['load_average_after'][0]:.2f}, "
+        f"{report['cpus']} CPUs; generator at most {report['schedule_lateness_max_ms']:.0f} ms behind schedule)"
+    )
     print(f"  requests {report['requests']}: {report['counts']}")
-    print(f"  admitted {100 * report['admitted_share']:.1f}%: p50 {_ms(report['admitted']['p50_ms'])}, "
-          f"p99 {_ms(report['admitted']['p99_ms'])}")
-    print(f"  refused (503) {100 * report['rejected_share']:.1f}%: p50 {_ms(report['rejected']['p50_ms'])}, "
-          f"p99 {_ms(report['rejected']['p99_ms'])}")
+    print(
+        f"  admitted {100 * report['admitted_share']:.1f}%: p50 {_ms(report['admitted']['p50_ms'])}, "
+        f"p99 {_ms(report['admitted']['p99_ms'])}"
+    )
+    print(
+        f"  refused (503) {100 * report['rejected_share']:.1f}%: p50 {_ms(report['rejected']['p50_ms'])}, "
+        f"p99 {_ms(report['rejected']['p99_ms'])}"
+    )
     print(f"  past the deadline (504) {100 * report['deadline_share']:.1f}%")
-    print(f"  other answers or transport errors: {report['unexpected']} {report['unexpected_counts'] or ''}")
-    print(f"  afterwards: {', '.join(f'{value:.0f} ms' for value in report['recovery_ms'])} "
-          f"({'healthy' if report['recovered'] else 'NOT healthy'})")
+    print(
+        f"  other answers or transport errors: {report['unexpected']} {report['unexpected_counts'] or ''}"
+    )
+    print(
+        f"  afterwards: {', '.join(f'{value:.0f} ms' for value in report['recovery_ms'])} "
+        f"({'healthy' if report['recovered'] else 'NOT healthy'})"
+    )
 
 
 if __name__ == "__main__":

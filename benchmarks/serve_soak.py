@@ -60,20 +60,38 @@ TEXTS = [
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--classifier", help="a classifier export base folder (default: a random-weight export)")
-    parser.add_argument("--swaps", type=int, default=20, help="new versions published, one after another")
-    parser.add_argument("--clients", type=int, default=2, help="threads sending requests during the soak")
-    parser.add_argument("--interval", type=float, default=0.1, help="seconds between one client's requests")
-    parser.add_argument("--settle", type=float, default=3.0,
-                        help="seconds under load after a swap before the RSS is read")
-    parser.add_argument("--poll-seconds", type=float, default=0.25, help="the server's --poll-seconds")
+    parser.add_argument(
+        "--classifier", help="a classifier export base folder (default: a random-weight export)"
+    )
+    parser.add_argument(
+        "--swaps", type=int, default=20, help="new versions published, one after another"
+    )
+    parser.add_argument(
+        "--clients", type=int, default=2, help="threads sending requests during the soak"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=0.1, help="seconds between one client's requests"
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=3.0,
+        help="seconds under load after a swap before the RSS is read",
+    )
+    parser.add_argument(
+        "--poll-seconds", type=float, default=0.25, help="the server's --poll-seconds"
+    )
     parser.add_argument("--swap-timeout", type=float, default=120.0, help="seconds a swap may take")
     parser.add_argument("--server-args", default="", help="extra flags for the server")
-    parser.add_argument("--startup-timeout", type=float, default=300.0, help="seconds to wait for /healthz")
+    parser.add_argument(
+        "--startup-timeout", type=float, default=300.0, help="seconds to wait for /healthz"
+    )
     parser.add_argument("--output", default=RESULTS)
     args = parser.parse_args()
     if args.swaps < 1 or args.clients < 0 or args.interval < 0 or args.settle < 0:
-        parser.error("need --swaps of at least 1 and non-negative --clients, --interval and --settle.")
+        parser.error(
+            "need --swaps of at least 1 and non-negative --clients, --interval and --settle."
+        )
     if not os.path.isdir("/proc/self"):
         parser.error("reads the server's memory from /proc: Linux only.")
     load_before = os.getloadavg()
@@ -85,7 +103,9 @@ def main():
         base = os.path.join(folder, "classifier")
         if args.classifier:
             source = latest_version_dir(args.classifier)
-            write_new_version(base, lambda target: shutil.copytree(source, target, dirs_exist_ok=True))
+            write_new_version(
+                base, lambda target: shutil.copytree(source, target, dirs_exist_ok=True)
+            )
             model = f"given ({args.classifier})"
         else:
             print("Writing a random-weight export of the default classifier sizes...", flush=True)
@@ -101,20 +121,32 @@ def main():
             load = Load(server.url, args.clients, args.interval)
             load.start()
             time.sleep(args.settle)
-            samples = [{"swap": 0, "version": 1, "rss_mib": rss_mib(server.process.pid), "seconds": 0.0}]
+            samples = [
+                {"swap": 0, "version": 1, "rss_mib": rss_mib(server.process.pid), "seconds": 0.0}
+            ]
             print(f"  before any swap: {samples[0]['rss_mib']:.1f} MiB", flush=True)
             for swap in range(1, args.swaps + 1):
                 started = time.monotonic()
                 published = write_new_version(
-                    base, lambda target: shutil.copytree(first_version, target, dirs_exist_ok=True))
+                    base, lambda target: shutil.copytree(first_version, target, dirs_exist_ok=True)
+                )
                 version = int(os.path.basename(published))
                 wait_for_swap(server.url, version, args.swap_timeout)
                 seconds = time.monotonic() - started
                 time.sleep(args.settle)
-                samples.append({"swap": swap, "version": version, "rss_mib": rss_mib(server.process.pid),
-                                "seconds": round(seconds, 2)})
-                print(f"  swap {swap:2d} -> version {version:2d} ({seconds:.1f} s): "
-                      f"{samples[-1]['rss_mib']:.1f} MiB", flush=True)
+                samples.append(
+                    {
+                        "swap": swap,
+                        "version": version,
+                        "rss_mib": rss_mib(server.process.pid),
+                        "seconds": round(seconds, 2),
+                    }
+                )
+                print(
+                    f"  swap {swap:2d} -> version {version:2d} ({seconds:.1f} s): "
+                    f"{samples[-1]['rss_mib']:.1f} MiB",
+                    flush=True,
+                )
         finally:
             if load is not None:
                 load.stop()
@@ -157,7 +189,10 @@ def main():
     print(json.dumps(summary, indent=2))
     print(f"Results: {args.output}")
     if summary["errors"]:
-        print(f"{summary['errors']} request(s) erred; the server log's tail is in the results file.", file=sys.stderr)
+        print(
+            f"{summary['errors']} request(s) erred; the server log's tail is in the results file.",
+            file=sys.stderr,
+        )
         sys.exit(1)
 
 
@@ -181,7 +216,9 @@ def wait_for_swap(url, version, timeout):
             ):
                 return
             time.sleep(0.1)
-    raise SystemExit(f"Version {version} did not replace the others within {timeout:.0f} s: {statuses}")
+    raise SystemExit(
+        f"Version {version} did not replace the others within {timeout:.0f} s: {statuses}"
+    )
 
 
 class Load:
@@ -195,8 +232,10 @@ class Load:
         self.error_examples = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._client, args=(index,), daemon=True)
-                         for index in range(clients)]
+        self._threads = [
+            threading.Thread(target=self._client, args=(index,), daemon=True)
+            for index in range(clients)
+        ]
 
     def start(self):
         for thread in self._threads:
@@ -214,8 +253,14 @@ class Load:
                 text = TEXTS[(index + count) % len(TEXTS)]
                 count += 1
                 try:
-                    response = client.post("/v1/models/classifier:predict", json={"instances": [text]})
-                    error = None if response.status_code == 200 else f"{response.status_code}: {response.text[:200]}"
+                    response = client.post(
+                        "/v1/models/classifier:predict", json={"instances": [text]}
+                    )
+                    error = (
+                        None
+                        if response.status_code == 200
+                        else f"{response.status_code}: {response.text[:200]}"
+                    )
                 except httpx.HTTPError as failure:
                     error = f"{type(failure).__name__}: {failure}"
                 with self._lock:

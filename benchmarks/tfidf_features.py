@@ -40,7 +40,9 @@ def main(argv=None):
     parser.add_argument("--corpora", default=",".join(classifier_quality.SUITE))
     parser.add_argument("--seed", type=int, default=classifier_quality.DEFAULT_SEED)
     parser.add_argument("--c", default="3,10,30", help="the regression's C values, comma-separated")
-    parser.add_argument("--ours", action="store_true", help="also our BagOfNgrams on pieces, words and both")
+    parser.add_argument(
+        "--ours", action="store_true", help="also our BagOfNgrams on pieces, words and both"
+    )
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -51,15 +53,19 @@ def main(argv=None):
     from keras_transformer.data import load_classification_data
     from keras_transformer.text.wordpiece import WordPieceTokenizer
 
-    print("| corpus | seed | C | words | pieces, cut | pieces, whole texts | pieces joined into words, whole texts "
-          "| joined words, cut | pieces + joined words, cut | pieces + joined words, whole texts |"
-          + (" ours: pieces | ours: words | ours: both |" if args.ours else ""))
+    print(
+        "| corpus | seed | C | words | pieces, cut | pieces, whole texts | pieces joined into words, whole texts "
+        "| joined words, cut | pieces + joined words, cut | pieces + joined words, whole texts |"
+        + (" ours: pieces | ours: words | ours: both |" if args.ours else "")
+    )
     print("|---|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.ours else ""))
     for name in args.corpora.split(","):
         data = load_classification_data(classifier_quality.corpus_source(name), seed=args.seed)
         run_dir = os.path.join(classifier_quality.results_dir(args.seed), "runs", f"{name}-ours")
         if not os.path.exists(os.path.join(run_dir, "settings.json")):
-            sys.exit(f"error: {run_dir} has no run: run classifier_quality.py {name} --arms ours --seed {args.seed} first")
+            sys.exit(
+                f"error: {run_dir} has no run: run classifier_quality.py {name} --arms ours --seed {args.seed} first"
+            )
         with open(os.path.join(run_dir, "settings.json")) as settings_file:
             run_settings = json.load(settings_file)["settings"]
         sequence_length = run_settings["sequence_length"]
@@ -71,7 +77,10 @@ def main(argv=None):
             vocabulary = vocabulary_file.read().splitlines()
 
         def pieces(texts, cut=None):
-            return [" ".join(f"t{piece}" for piece in ids[:cut]) for ids in tokenizer.tokenize(texts).to_list()]
+            return [
+                " ".join(f"t{piece}" for piece in ids[:cut])
+                for ids in tokenizer.tokenize(texts).to_list()
+            ]
 
         def joined_words(texts, cut=None, prefix=""):
             texts_words = []
@@ -82,7 +91,9 @@ def main(argv=None):
                         words[-1] += vocabulary[piece][2:]
                     else:
                         words.append(vocabulary[piece])
-                texts_words.append(" ".join(prefix + word for word in words if re.fullmatch(r"\w\w+", word)))
+                texts_words.append(
+                    " ".join(prefix + word for word in words if re.fullmatch(r"\w\w+", word))
+                )
             return texts_words
 
         train, test = data.train, data.test
@@ -91,30 +102,50 @@ def main(argv=None):
             "pieces": (pieces(train.texts, sequence_length), pieces(test.texts, sequence_length)),
             "whole": (pieces(train.texts), pieces(test.texts)),
             "joined": (joined_words(train.texts), joined_words(test.texts)),
-            "joined, cut": (joined_words(train.texts, sequence_length), joined_words(test.texts, sequence_length)),
+            "joined, cut": (
+                joined_words(train.texts, sequence_length),
+                joined_words(test.texts, sequence_length),
+            ),
         }
         # Both kinds of feature in one bag (one norm), as one model could hold them; the
         # words are marked so that no word is read as a piece.
         for kind, cut in (("pieces + joined, cut", sequence_length), ("pieces + joined", None)):
             inputs[kind] = tuple(
-                [f"{a} {b}" for a, b in zip(pieces(texts, cut), joined_words(texts, cut, prefix="w_"))]
-                for texts in (train.texts, test.texts))
+                [
+                    f"{a} {b}"
+                    for a, b in zip(pieces(texts, cut), joined_words(texts, cut, prefix="w_"))
+                ]
+                for texts in (train.texts, test.texts)
+            )
         for c in [float(value) for value in args.c.split(",")]:
             accuracies = {}
             for kind, (train_inputs, test_inputs) in inputs.items():
                 pattern = r"(?u)\b\w\w+\b" if kind == "words" else r"\S+"
                 model = make_pipeline(
-                    TfidfVectorizer(sublinear_tf=True, ngram_range=(1, 2), min_df=2, token_pattern=pattern),
+                    TfidfVectorizer(
+                        sublinear_tf=True, ngram_range=(1, 2), min_df=2, token_pattern=pattern
+                    ),
                     LogisticRegression(C=c, max_iter=3000),
                 )
                 model.fit(train_inputs, train.labels)
-                accuracies[kind] = float(np.mean(model.predict(test_inputs) == np.asarray(test.labels)))
+                accuracies[kind] = float(
+                    np.mean(model.predict(test_inputs) == np.asarray(test.labels))
+                )
             if args.ours:
-                for kind, features in (("ours: pieces", ("pieces",)), ("ours: words", ("words",)),
-                                       ("ours: both", ("pieces", "words"))):
-                    accuracies[kind] = ours_accuracy(tokenizer, vocabulary, ngram_length, data, features, c)
-            print(f"| `{name}` | {args.seed} | {c:g} | "
-                  + " | ".join(f"{accuracy:.4f}" for accuracy in accuracies.values()) + " |", flush=True)
+                for kind, features in (
+                    ("ours: pieces", ("pieces",)),
+                    ("ours: words", ("words",)),
+                    ("ours: both", ("pieces", "words")),
+                ):
+                    accuracies[kind] = ours_accuracy(
+                        tokenizer, vocabulary, ngram_length, data, features, c
+                    )
+            print(
+                f"| `{name}` | {args.seed} | {c:g} | "
+                + " | ".join(f"{accuracy:.4f}" for accuracy in accuracies.values())
+                + " |",
+                flush=True,
+            )
 
 
 def ours_accuracy(tokenizer, vocabulary, length, data, features, c):
@@ -129,7 +160,9 @@ def ours_accuracy(tokenizer, vocabulary, length, data, features, c):
 
     train_ids = tokenizer.encode(tf.constant(data.train.texts), length).numpy()
     test_ids = tokenizer.encode(tf.constant(data.test.texts), length).numpy()
-    layer = BagOfNgrams(len(vocabulary), len(data.class_names), num_word_buckets=WORD_BUCKETS, use_bias=True)
+    layer = BagOfNgrams(
+        len(vocabulary), len(data.class_names), num_word_buckets=WORD_BUCKETS, use_bias=True
+    )
     layer.set_vocabulary(vocabulary)
     layer.adapt(train_ids, features=features)
     fit_logistic_regression(layer, train_ids, data.train.labels, 1.0 / (2 * c * len(train_ids)))

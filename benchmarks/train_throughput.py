@@ -133,28 +133,48 @@ def attention_layer_flops(batch, query_length, key_length, model_dim, num_heads,
 
 
 def feed_forward_flops(tokens, model_dim, intermediate_dim):
-    return dense_flops(tokens, model_dim, intermediate_dim) + dense_flops(tokens, intermediate_dim, model_dim)
+    return dense_flops(tokens, model_dim, intermediate_dim) + dense_flops(
+        tokens, intermediate_dim, model_dim
+    )
 
 
-def classifier_forward_flops(batch, length, model_dim, num_heads, intermediate_dim, num_layers, num_classes):
+def classifier_forward_flops(
+    batch, length, model_dim, num_heads, intermediate_dim, num_layers, num_classes
+):
     """Forward matmul FLOPs of an encoder classifier (blocks and head)."""
-    block = attention_layer_flops(batch, length, length, model_dim, num_heads, model_dim // num_heads)
+    block = attention_layer_flops(
+        batch, length, length, model_dim, num_heads, model_dim // num_heads
+    )
     block += feed_forward_flops(batch * length, model_dim, intermediate_dim)
     return num_layers * block + dense_flops(batch, model_dim, num_classes)
 
 
-def seq2seq_forward_flops(batch, source_length, target_length, model_dim, num_heads, key_dim,
-                          intermediate_dim, num_layers, target_vocabulary_size):
+def seq2seq_forward_flops(
+    batch,
+    source_length,
+    target_length,
+    model_dim,
+    num_heads,
+    key_dim,
+    intermediate_dim,
+    num_layers,
+    target_vocabulary_size,
+):
     """Forward matmul FLOPs of an encoder-decoder (blocks and output projection)."""
     sources, targets = batch * source_length, batch * target_length
-    encoder_block = attention_layer_flops(batch, source_length, source_length, model_dim, num_heads, key_dim)
+    encoder_block = attention_layer_flops(
+        batch, source_length, source_length, model_dim, num_heads, key_dim
+    )
     encoder_block += feed_forward_flops(sources, model_dim, intermediate_dim)
-    decoder_block = attention_layer_flops(batch, target_length, target_length, model_dim, num_heads, key_dim)
-    decoder_block += attention_layer_flops(batch, target_length, source_length, model_dim, num_heads, key_dim)
+    decoder_block = attention_layer_flops(
+        batch, target_length, target_length, model_dim, num_heads, key_dim
+    )
+    decoder_block += attention_layer_flops(
+        batch, target_length, source_length, model_dim, num_heads, key_dim
+    )
     decoder_block += feed_forward_flops(targets, model_dim, intermediate_dim)
-    return (
-        num_layers * (encoder_block + decoder_block)
-        + dense_flops(targets, model_dim, target_vocabulary_size)
+    return num_layers * (encoder_block + decoder_block) + dense_flops(
+        targets, model_dim, target_vocabulary_size
     )
 
 
@@ -168,8 +188,9 @@ def matmul_ceiling(size, repeats=10):
     a = tf.random.normal((size, size), seed=1)
     b = tf.random.normal((size, size), seed=2)
     matmul = tf.function(tf.linalg.matmul)
-    seconds = time_interleaved({"matmul": lambda: matmul(a, b)}, repeats, warmup=1,
-                               wait=lambda product: product.numpy())["matmul"]
+    seconds = time_interleaved(
+        {"matmul": lambda: matmul(a, b)}, repeats, warmup=1, wait=lambda product: product.numpy()
+    )["matmul"]
     return 2 * size**3 / min(seconds)
 
 
@@ -185,7 +206,9 @@ class ReferenceClassifier(keras.Model):
     dropout and a float32 softmax head. Id 0 is padding.
     """
 
-    def __init__(self, blocks, vocabulary_size, num_classes, sequence_length, model_dim, dropout, **kwargs):
+    def __init__(
+        self, blocks, vocabulary_size, num_classes, sequence_length, model_dim, dropout, **kwargs
+    ):
         super().__init__(**kwargs)
         self.model_dim = model_dim
         self.sequence_length = sequence_length
@@ -195,12 +218,15 @@ class ReferenceClassifier(keras.Model):
         self.embedding_dropout = keras.layers.Dropout(dropout)
         self.blocks = blocks
         self.head_dropout = keras.layers.Dropout(dropout)
-        self.head = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="head")
+        self.head = keras.layers.Dense(
+            num_classes, activation="softmax", dtype="float32", name="head"
+        )
 
     def build(self, token_ids_shape):
         self.token_embedding.build(token_ids_shape)
         self.position_embeddings = self.add_weight(
-            name="position_embeddings", shape=(self.sequence_length, self.model_dim),
+            name="position_embeddings",
+            shape=(self.sequence_length, self.model_dim),
             initializer="glorot_uniform",
         )
         for block in self.blocks:
@@ -223,44 +249,74 @@ class ReferenceClassifier(keras.Model):
 
 def classifier_config(num_layers, model_dim, length):
     return dict(
-        name=f"L{num_layers} d{model_dim} T{length}", num_layers=num_layers, d_model=model_dim,
-        num_heads=model_dim // HEAD_SIZE, intermediate_dim=4 * model_dim, length=length,
+        name=f"L{num_layers} d{model_dim} T{length}",
+        num_layers=num_layers,
+        d_model=model_dim,
+        num_heads=model_dim // HEAD_SIZE,
+        intermediate_dim=4 * model_dim,
+        length=length,
         batch=max(1, TOKENS_PER_CLASSIFIER_BATCH // length),
     )
 
 
 def build_classifier(kind, config):
     """A built classifier of `config`'s sizes; `kind` is ours, keras or keras-hub."""
-    common = dict(vocabulary_size=VOCABULARY_SIZE, num_classes=NUM_CLASSES, sequence_length=config["length"])
+    common = dict(
+        vocabulary_size=VOCABULARY_SIZE, num_classes=NUM_CLASSES, sequence_length=config["length"]
+    )
     if kind == "ours":
         model = TransformerClassifier(
-            num_layers=config["num_layers"], d_model=config["d_model"], num_heads=config["num_heads"],
-            intermediate_dim=config["intermediate_dim"], dropout=DROPOUT, pooling="mean",
-            positional="learned", normalize_first=False, name="ours", **common,
+            num_layers=config["num_layers"],
+            d_model=config["d_model"],
+            num_heads=config["num_heads"],
+            intermediate_dim=config["intermediate_dim"],
+            dropout=DROPOUT,
+            pooling="mean",
+            positional="learned",
+            normalize_first=False,
+            name="ours",
+            **common,
         )
     else:
         if kind == "keras":
+
             def make_block(index):
                 return KerasReferenceEncoderBlock(
-                    config["num_heads"], config["intermediate_dim"], LAYER_NORM_EPSILON,
-                    activation="gelu", dropout=DROPOUT, name=f"block_{index}",
+                    config["num_heads"],
+                    config["intermediate_dim"],
+                    LAYER_NORM_EPSILON,
+                    activation="gelu",
+                    dropout=DROPOUT,
+                    name=f"block_{index}",
                 )
         elif kind == "keras-hub":
             import keras_hub
 
             def make_block(index):
                 return keras_hub.layers.TransformerEncoder(
-                    config["intermediate_dim"], config["num_heads"], dropout=DROPOUT, activation="gelu",
-                    layer_norm_epsilon=LAYER_NORM_EPSILON, name=f"block_{index}",
+                    config["intermediate_dim"],
+                    config["num_heads"],
+                    dropout=DROPOUT,
+                    activation="gelu",
+                    layer_norm_epsilon=LAYER_NORM_EPSILON,
+                    name=f"block_{index}",
                 )
         else:
             raise ValueError(f"unknown classifier kind {kind!r}")
         blocks = [make_block(index) for index in range(config["num_layers"])]
-        model = ReferenceClassifier(blocks, model_dim=config["d_model"], dropout=DROPOUT,
-                                    name=kind.replace("-", "_"), **common)
+        model = ReferenceClassifier(
+            blocks,
+            model_dim=config["d_model"],
+            dropout=DROPOUT,
+            name=kind.replace("-", "_"),
+            **common,
+        )
     model.build((None, config["length"]))
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4), loss="sparse_categorical_crossentropy",
-                  jit_compile=False)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(1e-4),
+        loss="sparse_categorical_crossentropy",
+        jit_compile=False,
+    )
     build_optimizer(model)
     return model
 
@@ -283,10 +339,17 @@ def classifier_batch(config, seed):
 
 
 def classifier_flops(config):
-    return training_flops(classifier_forward_flops(
-        config["batch"], config["length"], config["d_model"], config["num_heads"],
-        config["intermediate_dim"], config["num_layers"], NUM_CLASSES,
-    ))
+    return training_flops(
+        classifier_forward_flops(
+            config["batch"],
+            config["length"],
+            config["d_model"],
+            config["num_heads"],
+            config["intermediate_dim"],
+            config["num_layers"],
+            NUM_CLASSES,
+        )
+    )
 
 
 # --- the tutorial's seq2seq ------------------------------------------------------------
@@ -330,7 +393,9 @@ class TutorialAttention(keras.layers.Layer):
 
     def __init__(self, num_heads, key_dim, dropout, causal=False, **kwargs):
         super().__init__(**kwargs)
-        self.attention = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=key_dim, dropout=dropout)
+        self.attention = keras.layers.MultiHeadAttention(
+            num_heads=num_heads, key_dim=key_dim, dropout=dropout
+        )
         self.add = keras.layers.Add()
         self.norm = keras.layers.LayerNormalization()
         self.causal = causal
@@ -343,8 +408,9 @@ class TutorialAttention(keras.layers.Layer):
 
     def call(self, x, context=None, training=None):
         context = x if context is None else context
-        attended = self.attention(query=x, value=context, key=context, use_causal_mask=self.causal,
-                                  training=training)
+        attended = self.attention(
+            query=x, value=context, key=context, use_causal_mask=self.causal, training=training
+        )
         return self.norm(self.add([x, attended]))
 
 
@@ -376,8 +442,18 @@ class TutorialTransformer(keras.Model):
     """The tutorial's encoder-decoder; takes the same inputs as `Seq2SeqTransformer`
     (`{"source_ids", "target_ids"}`) and returns float32 logits without a Keras mask."""
 
-    def __init__(self, num_layers, model_dim, num_heads, intermediate_dim, source_vocabulary_size,
-                 target_vocabulary_size, key_dim=None, dropout=0.1, **kwargs):
+    def __init__(
+        self,
+        num_layers,
+        model_dim,
+        num_heads,
+        intermediate_dim,
+        source_vocabulary_size,
+        target_vocabulary_size,
+        key_dim=None,
+        dropout=0.1,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.model_dim = model_dim
         key_dim = key_dim or model_dim // num_heads
@@ -386,14 +462,18 @@ class TutorialTransformer(keras.Model):
         self.source_dropout = keras.layers.Dropout(dropout)
         self.target_dropout = keras.layers.Dropout(dropout)
         self.encoder_layers = [
-            (TutorialAttention(num_heads, key_dim, dropout),
-             TutorialFeedForward(model_dim, intermediate_dim, dropout))
+            (
+                TutorialAttention(num_heads, key_dim, dropout),
+                TutorialFeedForward(model_dim, intermediate_dim, dropout),
+            )
             for _ in range(num_layers)
         ]
         self.decoder_layers = [
-            (TutorialAttention(num_heads, key_dim, dropout, causal=True),
-             TutorialAttention(num_heads, key_dim, dropout),
-             TutorialFeedForward(model_dim, intermediate_dim, dropout))
+            (
+                TutorialAttention(num_heads, key_dim, dropout, causal=True),
+                TutorialAttention(num_heads, key_dim, dropout),
+                TutorialFeedForward(model_dim, intermediate_dim, dropout),
+            )
             for _ in range(num_layers)
         ]
         self.final_layer = keras.layers.Dense(target_vocabulary_size)
@@ -414,7 +494,9 @@ class TutorialTransformer(keras.Model):
         self.built = True
 
     def call(self, inputs, training=None):
-        context = self.source_dropout(self.source_embedding(inputs["source_ids"]), training=training)
+        context = self.source_dropout(
+            self.source_embedding(inputs["source_ids"]), training=training
+        )
         for attention, feed_forward in self.encoder_layers:
             context = feed_forward(attention(context, training=training), training=training)
         x = self.target_dropout(self.target_embedding(inputs["target_ids"]), training=training)
@@ -428,30 +510,57 @@ class TutorialTransformer(keras.Model):
 
 
 def seq2seq_config(length, batch, tutorial_key_dim="paper"):
-    config = dict(name=f"L4 d128 T{length}", num_layers=4, d_model=128, num_heads=8, intermediate_dim=512,
-                  length=length, batch=batch)
-    config["tutorial_key_dim"] = config["d_model"] if tutorial_key_dim == "d_model" else config["d_model"] // 8
+    config = dict(
+        name=f"L4 d128 T{length}",
+        num_layers=4,
+        d_model=128,
+        num_heads=8,
+        intermediate_dim=512,
+        length=length,
+        batch=batch,
+    )
+    config["tutorial_key_dim"] = (
+        config["d_model"] if tutorial_key_dim == "d_model" else config["d_model"] // 8
+    )
     return config
 
 
 def build_seq2seq(kind, config):
     """A built, compiled seq2seq model; `kind` is tutorial, ours or ours-app."""
-    sizes = dict(d_model=config["d_model"], num_heads=config["num_heads"],
-                 intermediate_dim=config["intermediate_dim"], dropout=DROPOUT)
+    sizes = dict(
+        d_model=config["d_model"],
+        num_heads=config["num_heads"],
+        intermediate_dim=config["intermediate_dim"],
+        dropout=DROPOUT,
+    )
     if kind == "tutorial":
         model = TutorialTransformer(
-            config["num_layers"], config["d_model"], config["num_heads"], config["intermediate_dim"],
-            VOCABULARY_SIZE, VOCABULARY_SIZE, key_dim=config["tutorial_key_dim"], dropout=DROPOUT,
+            config["num_layers"],
+            config["d_model"],
+            config["num_heads"],
+            config["intermediate_dim"],
+            VOCABULARY_SIZE,
+            VOCABULARY_SIZE,
+            key_dim=config["tutorial_key_dim"],
+            dropout=DROPOUT,
         )
     elif kind == "ours":
         model = Seq2SeqTransformer(
-            VOCABULARY_SIZE, VOCABULARY_SIZE, sequence_length=config["length"],
-            num_encoder_layers=config["num_layers"], num_decoder_layers=config["num_layers"],
-            normalize_first=False, **sizes,
+            VOCABULARY_SIZE,
+            VOCABULARY_SIZE,
+            sequence_length=config["length"],
+            num_encoder_layers=config["num_layers"],
+            num_decoder_layers=config["num_layers"],
+            normalize_first=False,
+            **sizes,
         )
     elif kind == "ours-app":
-        settings = TranslatorSettings(sequence_length=config["length"], num_layers=config["num_layers"],
-                                      vocabulary_size=VOCABULARY_SIZE, **sizes)
+        settings = TranslatorSettings(
+            sequence_length=config["length"],
+            num_layers=config["num_layers"],
+            vocabulary_size=VOCABULARY_SIZE,
+            **sizes,
+        )
         model = build_translator_model(settings, VOCABULARY_SIZE, VOCABULARY_SIZE)  # built
     else:
         raise ValueError(f"unknown seq2seq kind {kind!r}")
@@ -459,7 +568,8 @@ def build_seq2seq(kind, config):
         model.build()
     model.compile(
         optimizer=keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
-        loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.1), jit_compile=False,
+        loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.1),
+        jit_compile=False,
     )
     build_optimizer(model)
     return model
@@ -476,11 +586,24 @@ def seq2seq_batch(config, seed):
 
 
 def seq2seq_flops(config, kind):
-    key_dim = config["tutorial_key_dim"] if kind == "tutorial" else config["d_model"] // config["num_heads"]
-    return training_flops(seq2seq_forward_flops(
-        config["batch"], config["length"], config["length"], config["d_model"], config["num_heads"],
-        key_dim, config["intermediate_dim"], config["num_layers"], VOCABULARY_SIZE,
-    ))
+    key_dim = (
+        config["tutorial_key_dim"]
+        if kind == "tutorial"
+        else config["d_model"] // config["num_heads"]
+    )
+    return training_flops(
+        seq2seq_forward_flops(
+            config["batch"],
+            config["length"],
+            config["length"],
+            config["d_model"],
+            config["num_heads"],
+            key_dim,
+            config["intermediate_dim"],
+            config["num_layers"],
+            VOCABULARY_SIZE,
+        )
+    )
 
 
 # --- timing ----------------------------------------------------------------------------
@@ -518,7 +641,9 @@ def benchmark(config, kinds, build, flops_of, batch, rounds, steps, warmup, seed
     # train_on_batch returns its loss to Python, so every step has finished when the clock stops.
     seconds = time_interleaved(
         {kind: lambda model=model: model.train_on_batch(*batch) for kind, model in models.items()},
-        rounds, calls=steps, warmup=warmup,
+        rounds,
+        calls=steps,
+        warmup=warmup,
     )
     tokens = config["batch"] * config["length"]
     result = dict(config, parameters=parameters, kinds={})
@@ -535,9 +660,12 @@ def benchmark(config, kinds, build, flops_of, batch, rounds, steps, warmup, seed
     reference = kinds[0]  # ours
     for kind in kinds[1:]:
         result["kinds"][kind]["ours_over_this"] = (
-            result["kinds"][reference]["tokens_per_second"] / result["kinds"][kind]["tokens_per_second"]
+            result["kinds"][reference]["tokens_per_second"]
+            / result["kinds"][kind]["tokens_per_second"]
         )
-        result["kinds"][kind]["paired_ours_over_this"] = paired_ratio(seconds[kind], seconds[reference])
+        result["kinds"][kind]["paired_ours_over_this"] = paired_ratio(
+            seconds[kind], seconds[reference]
+        )
     return result
 
 
@@ -552,7 +680,10 @@ def format_table(results, kinds, ceiling):
         row = [result["name"], str(result["batch"])]
         for kind in kinds:
             entry = result["kinds"][kind]
-            row += [f"{entry['tokens_per_second']:,.0f}", f"{entry['flops_per_second'] / ceiling:.1%}"]
+            row += [
+                f"{entry['tokens_per_second']:,.0f}",
+                f"{entry['flops_per_second'] / ceiling:.1%}",
+            ]
         for kind in kinds[1:]:
             entry = result["kinds"][kind]
             row += [f"{entry['ours_over_this']:.3f}", f"{entry['paired_ours_over_this']:.3f}"]
@@ -560,7 +691,10 @@ def format_table(results, kinds, ceiling):
     widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
 
     def line(columns):
-        return "  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(columns, widths)))
+        return "  ".join(
+            str(c).rjust(w) if i else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(columns, widths))
+        )
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
@@ -568,20 +702,33 @@ def format_table(results, kinds, ceiling):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", choices=("all", "classifier", "seq2seq"), default="all")
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per model (median taken)")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="timed rounds per model (median taken)"
+    )
     parser.add_argument("--steps", type=int, default=1, help="training steps per round")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per model first (the first traces)")
+    parser.add_argument(
+        "--warmup", type=int, default=2, help="untimed steps per model first (the first traces)"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a few steps (seconds)")
-    parser.add_argument("--only", default=None, help="only configurations whose name contains this text")
+    parser.add_argument(
+        "--only", default=None, help="only configurations whose name contains this text"
+    )
     parser.add_argument("--seq2seq-batch", type=int, default=32)
-    parser.add_argument("--tutorial-key-dim", choices=("paper", "d_model"), default="paper",
-                        help="the tutorial model's head size: d_model // heads (paper, same sizes as ours) "
-                             "or d_model (as the tutorial's code writes it)")
+    parser.add_argument(
+        "--tutorial-key-dim",
+        choices=("paper", "d_model"),
+        default="paper",
+        help="the tutorial model's head size: d_model // heads (paper, same sizes as ours) "
+        "or d_model (as the tutorial's code writes it)",
+    )
     parser.add_argument("--matmul-size", type=int, default=2048)
     parser.add_argument("--threads", type=int, default=0, help="TensorFlow threads (0: all)")
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--output", default=None,
-                        help=f"JSON results path (default {RESULTS}, or train_throughput_quick.json with --quick)")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help=f"JSON results path (default {RESULTS}, or train_throughput_quick.json with --quick)",
+    )
     args = parser.parse_args(argv)
     if args.output is None:
         args.output = RESULTS.replace(".json", "_quick.json") if args.quick else RESULTS
@@ -589,62 +736,121 @@ def main(argv=None):
     if args.quick:
         args.rounds, args.steps, args.warmup, args.matmul_size = 3, 1, 1, 512
         classifier_configs = [dict(classifier_config(1, 64, 32), batch=4)]
-        seq2seq_configs = [dict(seq2seq_config(16, 4, args.tutorial_key_dim), name="L1 d32 T16", num_layers=1,
-                                d_model=32, num_heads=4, intermediate_dim=64,
-                                tutorial_key_dim=32 if args.tutorial_key_dim == "d_model" else 8)]
+        seq2seq_configs = [
+            dict(
+                seq2seq_config(16, 4, args.tutorial_key_dim),
+                name="L1 d32 T16",
+                num_layers=1,
+                d_model=32,
+                num_heads=4,
+                intermediate_dim=64,
+                tutorial_key_dim=32 if args.tutorial_key_dim == "d_model" else 8,
+            )
+        ]
     else:
         classifier_configs = [
             classifier_config(num_layers, model_dim, length)
-            for num_layers in (2, 4) for model_dim in (128, 256) for length in (128, 512)
+            for num_layers in (2, 4)
+            for model_dim in (128, 256)
+            for length in (128, 512)
         ]
-        seq2seq_configs = [seq2seq_config(length, args.seq2seq_batch, args.tutorial_key_dim) for length in (64, 128)]
+        seq2seq_configs = [
+            seq2seq_config(length, args.seq2seq_batch, args.tutorial_key_dim)
+            for length in (64, 128)
+        ]
     families = []
     if args.family in ("all", "classifier"):
         families.append(("classifier", ["ours", "keras", "keras-hub"], classifier_configs))
     if args.family in ("all", "seq2seq"):
         families.append(("seq2seq", ["ours", "tutorial", "ours-app"], seq2seq_configs))
 
-    print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} CPUs, "
-          f"threads {args.threads or 'all'}, {args.rounds} rounds x {args.steps} steps, "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"TensorFlow {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} CPUs, "
+        f"threads {args.threads or 'all'}, {args.rounds} rounds x {args.steps} steps, "
+        f"load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     ceilings = [matmul_ceiling(args.matmul_size)]
-    print(f"matmul ceiling ({args.matmul_size}^2 float32): {ceilings[0] / 1e9:.1f} GFLOP/s", flush=True)
+    print(
+        f"matmul ceiling ({args.matmul_size}^2 float32): {ceilings[0] / 1e9:.1f} GFLOP/s",
+        flush=True,
+    )
     started = time.perf_counter()
     report = {"families": {}}
     for family, kinds, configs in families:
         results = []
-        for index, config in enumerate(c for c in configs if args.only is None or args.only in c["name"]):
+        for index, config in enumerate(
+            c for c in configs if args.only is None or args.only in c["name"]
+        ):
             print(f"[{family}] {config['name']} batch {config['batch']} ...", end=" ", flush=True)
             config_started = time.perf_counter()
             if family == "classifier":
-                result = benchmark(config, kinds, build_classifier, lambda kind: classifier_flops(config),
-                                   classifier_batch(config, args.seed + index), args.rounds, args.steps,
-                                   args.warmup, args.seed, same_weights=["keras", "keras-hub"])
+                result = benchmark(
+                    config,
+                    kinds,
+                    build_classifier,
+                    lambda kind: classifier_flops(config),
+                    classifier_batch(config, args.seed + index),
+                    args.rounds,
+                    args.steps,
+                    args.warmup,
+                    args.seed,
+                    same_weights=["keras", "keras-hub"],
+                )
             else:
                 # The tutorial's model matches ours unless built with its code's wider heads.
                 paper_heads = config["tutorial_key_dim"] == config["d_model"] // config["num_heads"]
-                result = benchmark(config, kinds, build_seq2seq, lambda kind: seq2seq_flops(config, kind),
-                                   seq2seq_batch(config, args.seed + index), args.rounds, args.steps,
-                                   args.warmup, args.seed, same_weights=["tutorial"] if paper_heads else [])
+                result = benchmark(
+                    config,
+                    kinds,
+                    build_seq2seq,
+                    lambda kind: seq2seq_flops(config, kind),
+                    seq2seq_batch(config, args.seed + index),
+                    args.rounds,
+                    args.steps,
+                    args.warmup,
+                    args.seed,
+                    same_weights=["tutorial"] if paper_heads else [],
+                )
             results.append(result)
-            ceilings.append(matmul_ceiling(args.matmul_size, repeats=5))  # the machine's load drifts
-            print(", ".join(f"{kind} {result['kinds'][kind]['tokens_per_second']:,.0f} tok/s" for kind in kinds)
-                  + f" ({time.perf_counter() - config_started:.0f} s)", flush=True)
+            ceilings.append(
+                matmul_ceiling(args.matmul_size, repeats=5)
+            )  # the machine's load drifts
+            print(
+                ", ".join(
+                    f"{kind} {result['kinds'][kind]['tokens_per_second']:,.0f} tok/s"
+                    for kind in kinds
+                )
+                + f" ({time.perf_counter() - config_started:.0f} s)",
+                flush=True,
+            )
         report["families"][family] = {"kinds": kinds, "results": results}
     ceilings.append(matmul_ceiling(args.matmul_size))
     ceiling = max(ceilings)
     for family, entry in report["families"].items():
         print(f"\n{family} (MFU over the matmul ceiling {ceiling / 1e9:.1f} GFLOP/s)")
         print(format_table(entry["results"], entry["kinds"], ceiling))
-    print(f"\ntok/s: batch x length / median seconds per train_on_batch step. "
-          f"ours/X: ratio of median tok/s (>= 1: ours is not slower); paired: median of per-round ratios.\n"
-          f"total {time.perf_counter() - started:.0f} s, load average now {os.getloadavg()[0]:.2f}")
-    report.update({
-        "tensorflow": tf.__version__, "keras": keras.__version__, "python": platform.python_version(),
-        "cpus": os.cpu_count(), "threads": args.threads, "rounds": args.rounds, "steps": args.steps,
-        "warmup": args.warmup, "matmul_size": args.matmul_size, "matmul_ceilings_flops": ceilings,
-        "matmul_ceiling_flops": ceiling, "load_average_at_end": os.getloadavg()[0],
-    })
+    print(
+        f"\ntok/s: batch x length / median seconds per train_on_batch step. "
+        f"ours/X: ratio of median tok/s (>= 1: ours is not slower); paired: median of per-round ratios.\n"
+        f"total {time.perf_counter() - started:.0f} s, load average now {os.getloadavg()[0]:.2f}"
+    )
+    report.update(
+        {
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "matmul_size": args.matmul_size,
+            "matmul_ceilings_flops": ceilings,
+            "matmul_ceiling_flops": ceiling,
+            "load_average_at_end": os.getloadavg()[0],
+        }
+    )
     for entry in report["families"].values():
         for result in entry["results"]:
             for kind_result in result["kinds"].values():

@@ -76,21 +76,39 @@ WRITTEN_CORPORA = {"ding:de-en": (ding_pairs_tsv.DEFAULT_OUT, ding_pairs_tsv.mai
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("data", help=f"a translation source, e.g. bible:es-en, or {', '.join(WRITTEN_CORPORA)}")
-    parser.add_argument("--minutes", type=float, default=30.0, help="training wall-clock budget per arm")
+    parser.add_argument(
+        "data", help=f"a translation source, e.g. bible:es-en, or {', '.join(WRITTEN_CORPORA)}"
+    )
+    parser.add_argument(
+        "--minutes", type=float, default=30.0, help="training wall-clock budget per arm"
+    )
     parser.add_argument("--arm", choices=("both", "ours", "peer"), default="both")
-    parser.add_argument("--snapshots", default="", help="comma-separated minutes at which to score too")
-    parser.add_argument("--threads", type=int, default=0, help="TensorFlow threads per process (0: all)")
+    parser.add_argument(
+        "--snapshots", default="", help="comma-separated minutes at which to score too"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="TensorFlow threads per process (0: all)"
+    )
     parser.add_argument("--max-examples", type=int, default=None, help="training pairs to keep")
     parser.add_argument("--test-size", type=int, default=1000, help="held-out pairs scored")
     parser.add_argument("--seed", type=int, default=1337)
-    parser.add_argument("--layers", default=None, metavar="ENC+DEC",
-                        help="ours with other block counts, e.g. 5+1 (results kept as arm 'ours-5+1')")
-    parser.add_argument("--variant", default=None,
-                        help="ours with --settings, results kept as arm 'ours-NAME' beside the defaults'")
-    parser.add_argument("--settings", default="{}",
-                        help='JSON of TranslatorSettings fields for ours, e.g. \'{"shared_vocabulary": true}\'; '
-                             "needs --variant")
+    parser.add_argument(
+        "--layers",
+        default=None,
+        metavar="ENC+DEC",
+        help="ours with other block counts, e.g. 5+1 (results kept as arm 'ours-5+1')",
+    )
+    parser.add_argument(
+        "--variant",
+        default=None,
+        help="ours with --settings, results kept as arm 'ours-NAME' beside the defaults'",
+    )
+    parser.add_argument(
+        "--settings",
+        default="{}",
+        help="JSON of TranslatorSettings fields for ours, e.g. '{\"shared_vocabulary\": true}'; "
+        "needs --variant",
+    )
     parser.add_argument("--report", action="store_true", help="only print the saved results")
     args = parser.parse_args()
     snapshots = sorted({float(value) for value in args.snapshots.split(",") if value.strip()})
@@ -109,9 +127,15 @@ def main():
     if not isinstance(args.settings, dict):
         parser.error("--settings must be a JSON object of TranslatorSettings fields")
     if args.settings and not args.variant:
-        parser.error("--settings needs --variant NAME, so that its results do not replace the defaults' ones")
-    if args.variant is not None and (args.layers or args.arm != "ours" or not re.fullmatch(r"[A-Za-z0-9_.]+", args.variant)):
-        parser.error("--variant takes letters, digits, '_' and '.', with --arm ours and without --layers")
+        parser.error(
+            "--settings needs --variant NAME, so that its results do not replace the defaults' ones"
+        )
+    if args.variant is not None and (
+        args.layers or args.arm != "ours" or not re.fullmatch(r"[A-Za-z0-9_.]+", args.variant)
+    ):
+        parser.error(
+            "--variant takes letters, digits, '_' and '.', with --arm ours and without --layers"
+        )
     if any(minute > args.minutes for minute in snapshots):
         parser.error("--snapshots must not exceed --minutes")
     os.makedirs(RESULTS_DIR, exist_ok=True)
@@ -134,7 +158,9 @@ def _load(args):
     source = args.data
     if args.data in WRITTEN_CORPORA:
         source = f"tsv:{written_once(*WRITTEN_CORPORA[args.data])}"
-    data = load_translation_data(source, seed=args.seed, max_examples=args.max_examples, test_size=args.test_size)
+    data = load_translation_data(
+        source, seed=args.seed, max_examples=args.max_examples, test_size=args.test_size
+    )
     print(f"{args.data}: {len(data.train)} training pairs, {len(data.test)} test pairs", flush=True)
     return data
 
@@ -151,7 +177,9 @@ def _arm_name(args, arm):
 
 
 def _run_dir(args, arm):
-    return os.path.join(RESULTS_DIR, "runs", os.path.basename(_result_path(args, arm))[: -len(".json")])
+    return os.path.join(
+        RESULTS_DIR, "runs", os.path.basename(_result_path(args, arm))[: -len(".json")]
+    )
 
 
 class Snapshots(keras.callbacks.Callback):
@@ -224,9 +252,18 @@ def run_ours(data, args, snapshots):
     run_dir = _run_dir(args, _arm_name(args, "ours"))
     snapshot_callback = Snapshots(snapshots, os.path.join(run_dir, "snapshots"))
     run = train_translator(
-        data, settings, run_dir, time_budget_minutes=args.minutes, verbose=2, callbacks=[snapshot_callback]
+        data,
+        settings,
+        run_dir,
+        time_budget_minutes=args.minutes,
+        verbose=2,
+        callbacks=[snapshot_callback],
     )
-    model, source_tokenizer, target_tokenizer = run.model, run.source_tokenizer, run.target_tokenizer
+    model, source_tokenizer, target_tokenizer = (
+        run.model,
+        run.source_tokenizer,
+        run.target_tokenizer,
+    )
     start_id, end_id = target_tokenizer.token_id("[START]"), target_tokenizer.token_id("[END]")
     max_length = model.sequence_length
 
@@ -234,14 +271,22 @@ def run_ours(data, args, snapshots):
     def translate_beam(texts):
         source_ids = source_tokenizer.encode(texts, max_length)
         token_ids, _ = beam_search(
-            model, source_ids, max_length, start_id, end_id, beam_width=BEAM_WIDTH, length_penalty=LENGTH_PENALTY
+            model,
+            source_ids,
+            max_length,
+            start_id,
+            end_id,
+            beam_width=BEAM_WIDTH,
+            length_penalty=LENGTH_PENALTY,
         )
         return target_tokenizer.detokenize(token_ids)
 
     @tf.function(autograph=False)
     def translate_greedy(texts):
         source_ids = source_tokenizer.encode(texts, max_length)
-        return target_tokenizer.detokenize(greedy_decode(model, source_ids, max_length, start_id, end_id))
+        return target_tokenizer.detokenize(
+            greedy_decode(model, source_ids, max_length, start_id, end_id)
+        )
 
     def evaluate(with_greedy=True):
         started = time.monotonic()
@@ -259,13 +304,21 @@ def run_ours(data, args, snapshots):
         }
 
     # Snapshots by beam search only (the curve); the final weights both ways.
-    points = _evaluate_snapshots(model, snapshot_callback.paths, lambda: evaluate(with_greedy=False))
+    points = _evaluate_snapshots(
+        model, snapshot_callback.paths, lambda: evaluate(with_greedy=False)
+    )
     final = evaluate()
-    print(f"ours: BLEU {final['beam']['bleu']} (beam), {final['greedy']['bleu']} (greedy)", flush=True)
+    print(
+        f"ours: BLEU {final['beam']['bleu']} (beam), {final['greedy']['bleu']} (greedy)", flush=True
+    )
     return {
         "arm": "ours",
         "data": args.data,
-        "settings": {**vars(run.settings), "beam_width": BEAM_WIDTH, "length_penalty": LENGTH_PENALTY},
+        "settings": {
+            **vars(run.settings),
+            "beam_width": BEAM_WIDTH,
+            "length_penalty": LENGTH_PENALTY,
+        },
         "threads": args.threads,
         "train_pairs": len(data.train),
         "test_pairs": len(data.test),
@@ -298,7 +351,10 @@ def run_peer(data, args, snapshots):
     settings = large_corpus_settings(TranslatorSettings(seed=args.seed))
     source_vocabulary_size, _ = vocabulary_size_for(data.train.sources)
     target_vocabulary_size, _ = vocabulary_size_for(data.train.targets)
-    print(f"peer: WordPiece vocabularies of {source_vocabulary_size} / {target_vocabulary_size} pieces", flush=True)
+    print(
+        f"peer: WordPiece vocabularies of {source_vocabulary_size} / {target_vocabulary_size} pieces",
+        flush=True,
+    )
     keras.utils.set_random_seed(settings.seed)
     sequence_length = settings.sequence_length
     reserved = ["[PAD]", "[UNK]", "[START]", "[END]"]
@@ -315,7 +371,10 @@ def run_peer(data, args, snapshots):
 
     source_tokenizer = tokenizer_for(data.train.sources, source_vocabulary_size)
     target_tokenizer = tokenizer_for(data.train.targets, target_vocabulary_size)
-    start_id, end_id = target_tokenizer.token_to_id("[START]"), target_tokenizer.token_to_id("[END]")
+    start_id, end_id = (
+        target_tokenizer.token_to_id("[START]"),
+        target_tokenizer.token_to_id("[END]"),
+    )
     source_packer = keras_hub.layers.StartEndPacker(sequence_length=sequence_length)
     target_packer = keras_hub.layers.StartEndPacker(
         sequence_length=sequence_length + 1, start_value=start_id, end_value=end_id
@@ -323,7 +382,10 @@ def run_peer(data, args, snapshots):
 
     def pack(sources, targets):
         target_ids = target_packer(target_tokenizer(targets))
-        inputs = {"encoder_inputs": source_packer(source_tokenizer(sources)), "decoder_inputs": target_ids[:, :-1]}
+        inputs = {
+            "encoder_inputs": source_packer(source_tokenizer(sources)),
+            "decoder_inputs": target_ids[:, :-1],
+        }
         return inputs, target_ids[:, 1:]
 
     train_dataset = (
@@ -341,7 +403,10 @@ def run_peer(data, args, snapshots):
     )(encoder_inputs)
     for _ in range(settings.num_layers):
         x = keras_hub.layers.TransformerEncoder(
-            settings.intermediate_dim, settings.num_heads, dropout=settings.dropout, normalize_first=True
+            settings.intermediate_dim,
+            settings.num_heads,
+            dropout=settings.dropout,
+            normalize_first=True,
         )(x)
     encoder_outputs = keras.layers.LayerNormalization(epsilon=1e-5)(x)
     y = keras_hub.layers.TokenAndPositionEmbedding(
@@ -349,7 +414,10 @@ def run_peer(data, args, snapshots):
     )(decoder_inputs)
     for _ in range(settings.num_layers):
         y = keras_hub.layers.TransformerDecoder(
-            settings.intermediate_dim, settings.num_heads, dropout=settings.dropout, normalize_first=True
+            settings.intermediate_dim,
+            settings.num_heads,
+            dropout=settings.dropout,
+            normalize_first=True,
         )(y, encoder_outputs)
     y = keras.layers.LayerNormalization(epsilon=1e-5)(y)
     y = keras.layers.Dropout(settings.dropout)(y)
@@ -357,7 +425,9 @@ def run_peer(data, args, snapshots):
     model = keras.Model([encoder_inputs, decoder_inputs], logits)
 
     peak_learning_rate = 2e-3
-    optimizer = keras.optimizers.AdamW(peak_learning_rate, weight_decay=0.01, clipnorm=settings.clip_norm)
+    optimizer = keras.optimizers.AdamW(
+        peak_learning_rate, weight_decay=0.01, clipnorm=settings.clip_norm
+    )
     model.compile(
         optimizer=optimizer,
         loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
@@ -374,7 +444,9 @@ def run_peer(data, args, snapshots):
         verbose=2,
     )
     training_seconds = time.monotonic() - started
-    model.save_weights(os.path.join(run_dir, "final.weights.h5"))  # an evaluation crash loses no training
+    model.save_weights(
+        os.path.join(run_dir, "final.weights.h5")
+    )  # an evaluation crash loses no training
 
     @tf.function(autograph=False)
     def translate_greedy(texts):
@@ -382,18 +454,28 @@ def run_peer(data, args, snapshots):
         source_ids = source_packer(source_tokenizer(texts))
         batch_size = tf.shape(source_ids)[0]
         prompt = tf.concat(
-            [tf.fill([batch_size, 1], start_id), tf.zeros([batch_size, sequence_length - 1], tf.int32)], axis=1
+            [
+                tf.fill([batch_size, 1], start_id),
+                tf.zeros([batch_size, sequence_length - 1], tf.int32),
+            ],
+            axis=1,
         )
 
         def keep_going(index, prompt, finished):
-            return tf.logical_and(index < sequence_length - 1, tf.logical_not(tf.reduce_all(finished)))
+            return tf.logical_and(
+                index < sequence_length - 1, tf.logical_not(tf.reduce_all(finished))
+            )
 
         def step(index, prompt, finished):
             step_logits = model([source_ids, prompt], training=False)[:, index, :]
             next_ids = tf.cast(tf.argmax(step_logits, axis=-1), tf.int32)
             next_ids = tf.where(finished, 0, next_ids)
             column = tf.one_hot(index + 1, sequence_length, on_value=1, off_value=0, dtype=tf.int32)
-            return index + 1, prompt + next_ids[:, None] * column[None, :], finished | (next_ids == end_id)
+            return (
+                index + 1,
+                prompt + next_ids[:, None] * column[None, :],
+                finished | (next_ids == end_id),
+            )
 
         # An explicit while_loop, not AutoGraph: AutoGraph re-reads this file's
         # source, which an edit during a long run would silently break.
@@ -424,8 +506,10 @@ def run_peer(data, args, snapshots):
         "arm": "peer",
         "data": args.data,
         "settings": {
-            **vars(settings), "peak_learning_rate": peak_learning_rate,
-            "warmup_fraction": PEER_WARMUP_FRACTION, "normalize_first": True,
+            **vars(settings),
+            "peak_learning_rate": peak_learning_rate,
+            "warmup_fraction": PEER_WARMUP_FRACTION,
+            "normalize_first": True,
         },
         "threads": args.threads,
         "train_pairs": len(data.train),
@@ -479,7 +563,8 @@ def report(args):
     results = {}
     prefix = os.path.basename(_result_path(args, ""))[: -len(".json")]
     variants = sorted(
-        name[len(prefix): -len(".json")] for name in os.listdir(RESULTS_DIR)
+        name[len(prefix) : -len(".json")]
+        for name in os.listdir(RESULTS_DIR)
         if name.startswith(prefix + "ours-") and name.endswith(".json")
     )
     for arm in ("ours", *variants, "peer"):
@@ -490,7 +575,9 @@ def report(args):
     if not results:
         sys.exit(f"No results for {args.data} at {args.minutes:g} minutes in {RESULTS_DIR}.")
     print(f"\n{args.data}, {args.minutes:g} minutes of training per arm")
-    print(f"{'arm':8} {'decoding':8} {'BLEU':>6} {'chrF':>6} {'epochs':>6} {'train s':>8} {'threads':>7}")
+    print(
+        f"{'arm':8} {'decoding':8} {'BLEU':>6} {'chrF':>6} {'epochs':>6} {'train s':>8} {'threads':>7}"
+    )
     for arm, result in results.items():
         for decoding in ("beam", "greedy"):
             if decoding in result["final"]:
@@ -505,8 +592,12 @@ def report(args):
     for arm, result in results.items():
         if result["snapshots"]:
             key = "greedy" if arm == "peer" else "beam"
-            curve = ", ".join(f"{p['minutes']:g} min {p[key]['bleu']:.1f}" for p in result["snapshots"])
-            print(f"{arm} BLEU over training time: {curve}, {args.minutes:g} min {result['final'][key]['bleu']:.1f}")
+            curve = ", ".join(
+                f"{p['minutes']:g} min {p[key]['bleu']:.1f}" for p in result["snapshots"]
+            )
+            print(
+                f"{arm} BLEU over training time: {curve}, {args.minutes:g} min {result['final'][key]['bleu']:.1f}"
+            )
     _plot(args, results)
 
 

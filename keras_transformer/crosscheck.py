@@ -145,14 +145,20 @@ def _random_inputs(config):
 
     value_width = config.value_width if config.cross_attention else config.query_width
     inputs = {
-        "query": rng.normal(size=(batch, config.query_length, config.query_width)).astype("float32"),
+        "query": rng.normal(size=(batch, config.query_length, config.query_width)).astype(
+            "float32"
+        ),
         "query_ids": token_ids(config.query_length, config.query_keras_mask),
     }
     if config.cross_attention:
-        inputs["value"] = rng.normal(size=(batch, config.value_length, value_width)).astype("float32")
+        inputs["value"] = rng.normal(size=(batch, config.value_length, value_width)).astype(
+            "float32"
+        )
         inputs["value_ids"] = token_ids(config.value_length, config.value_keras_mask)
     if config.key_width is not None:
-        inputs["key"] = rng.normal(size=(batch, config.value_length, config.key_width)).astype("float32")
+        inputs["key"] = rng.normal(size=(batch, config.value_length, config.key_width)).astype(
+            "float32"
+        )
     if config.attention_mask:
         mask = rng.random((batch, config.query_length, config.value_length)) < 0.7
         inputs["attention_mask"] = mask
@@ -167,7 +173,9 @@ def _build_model(config, layer):
     }
 
     def masked(name, ids_name, width, use_mask):
-        embedding = keras.layers.Embedding(VOCABULARY_SIZE, width, mask_zero=use_mask, name=f"{name}_embedding")
+        embedding = keras.layers.Embedding(
+            VOCABULARY_SIZE, width, mask_zero=use_mask, name=f"{name}_embedding"
+        )
         return keras.layers.Add()([embedding(inputs[ids_name]), inputs[name]])
 
     query = masked("query", "query_ids", config.query_width, config.query_keras_mask)
@@ -190,12 +198,16 @@ def _build_model(config, layer):
     # called again with return_attention_scores=True returns a scores tensor
     # that the Functional graph cannot trace back to the inputs.
     output_with_scores, scores = layer(query, value, return_attention_scores=True, **call_kwargs)
-    output = layer(query, value, **call_kwargs) if config.keras_fused_path_works else output_with_scores
+    output = (
+        layer(query, value, **call_kwargs) if config.keras_fused_path_works else output_with_scores
+    )
     return keras.Model(inputs, [output, output_with_scores, scores])
 
 
 def _make_layer(layer_class, config, random_biases):
-    bias_initializer = keras.initializers.RandomNormal(seed=config.seed) if random_biases else "zeros"
+    bias_initializer = (
+        keras.initializers.RandomNormal(seed=config.seed) if random_biases else "zeros"
+    )
     return layer_class(
         num_heads=config.num_heads,
         key_dim=config.key_dim,
@@ -254,16 +266,21 @@ def _outputs_and_gradients(model, inputs, cotangent):
         positions = [i for i, v in enumerate(model.trainable_variables) if id(v) in weight_ids]
 
         def loss_fn(float_inputs, trainable_values):
-            outputs, _ = model.stateless_call(trainable_values, non_trainable, {**inputs, **float_inputs})
+            outputs, _ = model.stateless_call(
+                trainable_values, non_trainable, {**inputs, **float_inputs}
+            )
             return (outputs[0] * cotangent).sum(), outputs
 
         # One compiled function per model: op-by-op JAX compiles every
         # primitive for every new shape and is far slower here.
         grad_fn = jax.jit(jax.grad(loss_fn, argnums=(0, 1), has_aux=True))
         (input_grads, weight_grads), outputs = grad_fn(
-            {name: inputs[name] for name in float_names}, [v.value for v in model.trainable_variables]
+            {name: inputs[name] for name in float_names},
+            [v.value for v in model.trainable_variables],
         )
-        gradients = [input_grads[name] for name in float_names] + [weight_grads[i] for i in positions]
+        gradients = [input_grads[name] for name in float_names] + [
+            weight_grads[i] for i in positions
+        ]
     else:
         raise NotImplementedError(f"The cross-check runs on tensorflow and jax, not {backend}.")
     return [np.asarray(x) for x in outputs], [np.asarray(g) for g in gradients]

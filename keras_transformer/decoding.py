@@ -68,7 +68,9 @@ def greedy_decode_loop(model, source_ids, max_length, start_id, end_id):
     `[B, max_length]` array. Stops once every row has produced `[END]`.
     """
     ops = keras.ops
-    encoder_output, source_mask = model.encode(ops.convert_to_tensor(source_ids, "int32"), training=False)
+    encoder_output, source_mask = model.encode(
+        ops.convert_to_tensor(source_ids, "int32"), training=False
+    )
     self_cache, step_constants = model.initialize_cache(encoder_output, source_mask, max_length)
     batch_size = int(ops.shape(encoder_output)[0])
     tokens = np.full([batch_size], start_id, np.int32)
@@ -80,14 +82,22 @@ def greedy_decode_loop(model, source_ids, max_length, start_id, end_id):
         logits, self_cache = model.decode_step(
             ops.convert_to_tensor(tokens[:, None]), index, self_cache, step_constants
         )
-        tokens = np.where(finished, 0, ops.convert_to_numpy(ops.argmax(logits, axis=-1))).astype(np.int32)
+        tokens = np.where(finished, 0, ops.convert_to_numpy(ops.argmax(logits, axis=-1))).astype(
+            np.int32
+        )
         outputs[:, index] = tokens
         finished |= tokens == end_id
     return outputs
 
 
 def beam_search(
-    model, source_ids, max_length, start_id, end_id, beam_width=4, length_penalty=0.6,
+    model,
+    source_ids,
+    max_length,
+    start_id,
+    end_id,
+    beam_width=4,
+    length_penalty=0.6,
     return_all_beams=False,
 ):
     """Keeps the `beam_width` most probable prefixes of every source.
@@ -122,7 +132,8 @@ def beam_search(
     # Only the first beam is live at the start, so the first step does not
     # pick the same token beam_width times.
     log_probs = tf.tile(
-        tf.concat([[0.0], tf.fill([beam_width - 1], MASKED_LOGIT)], axis=0)[None, :], [batch_size, 1]
+        tf.concat([[0.0], tf.fill([beam_width - 1], MASKED_LOGIT)], axis=0)[None, :],
+        [batch_size, 1],
     )
     tokens = tf.fill([flat_size], tf.constant(start_id, tf.int32))
     sequences = tf.zeros([batch_size, beam_width, max_length], tf.int32)
@@ -158,8 +169,18 @@ def beam_search(
         # Reorder every cache to follow its hypothesis' parent beam.
         parent_rows = tf.reshape(parent + tf.range(batch_size)[:, None] * beam_width, [-1])
         # Caches are [2 (keys, values), B * beam_width, ...].
-        self_cache = tf.nest.map_structure(lambda cache: tf.gather(cache, parent_rows, axis=1), self_cache)
-        return index + 1, tf.reshape(next_tokens, [-1]), log_probs, sequences, finished, lengths, self_cache
+        self_cache = tf.nest.map_structure(
+            lambda cache: tf.gather(cache, parent_rows, axis=1), self_cache
+        )
+        return (
+            index + 1,
+            tf.reshape(next_tokens, [-1]),
+            log_probs,
+            sequences,
+            finished,
+            lengths,
+            self_cache,
+        )
 
     _, _, log_probs, sequences, finished, lengths, _ = tf.while_loop(
         keep_going,

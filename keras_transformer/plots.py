@@ -48,7 +48,9 @@ def plot_attention(weights, query_tokens, key_tokens, path, title=None, head_nam
     Query tokens label the rows (y axis), key tokens the columns (x axis);
     all heads share one color scale and one colorbar.
     """
-    figure = _attention_figure(weights, query_tokens, key_tokens, title=title, head_names=head_names)
+    figure = _attention_figure(
+        weights, query_tokens, key_tokens, title=title, head_names=head_names
+    )
     return _save(figure, path)
 
 
@@ -112,8 +114,12 @@ def _confusion_matrix_figure(matrix, class_names, title="Confusion matrix", norm
                     text += f"\n{colors[row, column]:.2f}"
                 dark = colors[row, column] > 0.55 * vmax
                 axes.text(
-                    column, row, text,
-                    ha="center", va="center", fontsize=cell_size,
+                    column,
+                    row,
+                    text,
+                    ha="center",
+                    va="center",
+                    fontsize=cell_size,
                     color="white" if dark else "black",
                 )
     return figure
@@ -133,7 +139,7 @@ def _learning_curves_figure(history, title="Learning curves"):
 
     families = []
     for key in series:
-        family = key[len("val_"):] if key.startswith("val_") else key
+        family = key[len("val_") :] if key.startswith("val_") else key
         if family not in families:
             families.append(family)
 
@@ -141,7 +147,7 @@ def _learning_curves_figure(history, title="Learning curves"):
     rows = math.ceil(len(families) / columns)
     figure = _new_figure((4.6 * columns, 3.6 * rows))
     grid = figure.subplots(rows, columns, squeeze=False).reshape(-1)
-    for axes in grid[len(families):]:
+    for axes in grid[len(families) :]:
         axes.remove()
 
     for axes, family in zip(grid, families):
@@ -201,7 +207,9 @@ def _attention_figure(weights, query_tokens, key_tokens, title=None, head_names=
     rows = math.ceil(heads / columns)
     panel_width = float(np.clip(0.16 * key_length + 1.2, 3.0, 7.0))
     panel_height = float(np.clip(0.16 * query_length + 1.2, 3.0, 7.0))
-    figure = _new_figure((panel_width * columns + 1.2, panel_height * rows + (0.5 if title else 0.0)))
+    figure = _new_figure(
+        (panel_width * columns + 1.2, panel_height * rows + (0.5 if title else 0.0))
+    )
     grid = figure.subplots(rows, columns, squeeze=False).reshape(-1)
     for axes in grid[heads:]:
         axes.remove()
@@ -217,8 +225,12 @@ def _attention_figure(weights, query_tokens, key_tokens, title=None, head_names=
     image = None
     for index, (axes, name) in enumerate(zip(grid, head_names)):
         image = axes.imshow(
-            weights[index], cmap="viridis", vmin=vmin, vmax=vmax,
-            aspect="auto", interpolation="nearest",
+            weights[index],
+            cmap="viridis",
+            vmin=vmin,
+            vmax=vmax,
+            aspect="auto",
+            interpolation="nearest",
         )
         axes.set_title(name)
         axes.set_xticks(range(key_length))

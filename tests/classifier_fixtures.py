@@ -31,23 +31,35 @@ FILLER = (
 
 # Small enough to train, evaluate and export in seconds on two CPU cores.
 MODEL_FLAGS = [
-    "--sequence-length", "32",
-    "--vocab-size", "200",
-    "--num-layers", "1",
-    "--d-model", "16",
-    "--num-heads", "2",
-    "--intermediate-dim", "32",
+    "--sequence-length",
+    "32",
+    "--vocab-size",
+    "200",
+    "--num-layers",
+    "1",
+    "--d-model",
+    "16",
+    "--num-heads",
+    "2",
+    "--intermediate-dim",
+    "32",
     # Pinned rather than the app's defaults (tuned for BBC), so the tiny
     # keyword task stays learnable in three epochs whatever the defaults become.
-    "--pooling", "mean",
-    "--dropout", "0.1",
+    "--pooling",
+    "mean",
+    "--dropout",
+    "0.1",
 ]
 TRAIN_FLAGS = [
     *MODEL_FLAGS,
-    "--epochs", "3",
-    "--batch-size", "16",
-    "--learning-rate", "0.005",
-    "--verbose", "0",
+    "--epochs",
+    "3",
+    "--batch-size",
+    "16",
+    "--learning-rate",
+    "0.005",
+    "--verbose",
+    "0",
 ]
 
 
@@ -97,7 +109,15 @@ def train_and_export(tmp_path_factory):
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
             status = train_classifier.main(
-                ["--data", f"csv:{csv_path}", *TRAIN_FLAGS, "--run-dir", run_dir, "--export-dir", export_dir]
+                [
+                    "--data",
+                    f"csv:{csv_path}",
+                    *TRAIN_FLAGS,
+                    "--run-dir",
+                    run_dir,
+                    "--export-dir",
+                    export_dir,
+                ]
             )
         _CACHE["trained"] = TrainedClassifier(
             csv_path=csv_path,

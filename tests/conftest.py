@@ -21,7 +21,8 @@ _XLA_TEST_FLAGS = {
 }
 _xla_flags = os.environ.get("XLA_FLAGS", "")
 os.environ["XLA_FLAGS"] = " ".join(
-    [_xla_flags] + [f"{flag}={value}" for flag, value in _XLA_TEST_FLAGS.items() if flag not in _xla_flags]
+    [_xla_flags]
+    + [f"{flag}={value}" for flag, value in _XLA_TEST_FLAGS.items() if flag not in _xla_flags]
 ).strip()
 
 import keras  # noqa: E402
@@ -98,7 +99,9 @@ class NumpyTransformer:
     @classmethod
     def feed_forward(cls, layer, x, activation=lambda h: np.maximum(h, 0.0)):
         n = cls.numpy
-        hidden = activation(x @ n(layer.intermediate_dense.kernel) + n(layer.intermediate_dense.bias))
+        hidden = activation(
+            x @ n(layer.intermediate_dense.kernel) + n(layer.intermediate_dense.bias)
+        )
         return hidden @ n(layer.output_dense.kernel) + n(layer.output_dense.bias)
 
     @classmethod
@@ -124,7 +127,10 @@ class NumpyTransformer:
 
         x = cls.residual(self_attention, x, block.self_attention_norm, block.normalize_first)
         x = cls.residual(
-            lambda h: cls.feed_forward(block.feed_forward, h), x, block.feed_forward_norm, block.normalize_first
+            lambda h: cls.feed_forward(block.feed_forward, h),
+            x,
+            block.feed_forward_norm,
+            block.normalize_first,
         )
         return x, scores["self"]
 
@@ -132,12 +138,16 @@ class NumpyTransformer:
     def decoder_block(cls, block, x, source=None, decoder_mask=None, source_mask=None):
         """Causal self-attention (+ cross-attention when `source` is given) + feed-forward."""
         batch, length = x.shape[:2]
-        self_mask = np.broadcast_to(np.tril(np.ones((length, length), dtype=bool)), (batch, length, length))
+        self_mask = np.broadcast_to(
+            np.tril(np.ones((length, length), dtype=bool)), (batch, length, length)
+        )
         if decoder_mask is not None:
             self_mask = self_mask & decoder_mask[:, :, None] & decoder_mask[:, None, :]
         x = cls.residual(
             lambda h: cls.attention(block.self_attention, h, h, self_mask)[0],
-            x, block.self_attention_norm, block.normalize_first,
+            x,
+            block.self_attention_norm,
+            block.normalize_first,
         )
         if source is not None:
             cross_mask = np.ones((batch, length, source.shape[1]), dtype=bool)
@@ -145,10 +155,15 @@ class NumpyTransformer:
                 cross_mask = cross_mask & source_mask[:, None, :]
             x = cls.residual(
                 lambda h: cls.attention(block.cross_attention, h, source, cross_mask)[0],
-                x, block.cross_attention_norm, block.normalize_first,
+                x,
+                block.cross_attention_norm,
+                block.normalize_first,
             )
         return cls.residual(
-            lambda h: cls.feed_forward(block.feed_forward, h), x, block.feed_forward_norm, block.normalize_first
+            lambda h: cls.feed_forward(block.feed_forward, h),
+            x,
+            block.feed_forward_norm,
+            block.normalize_first,
         )
 
 

@@ -37,11 +37,22 @@ def run_without_tensorflow(code, timeout=300, env=None, cwd=REPOSITORY):
     Raises AssertionError with the subprocess's output when it fails or
     imported TensorFlow; `subprocess.TimeoutExpired` after `timeout` seconds.
     """
-    environment = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
-                   "PYTHONPATH": REPOSITORY, **(env or {})}
+    environment = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": REPOSITORY,
+        **(env or {}),
+    }
     program = PRELUDE + textwrap.dedent(code) + POSTLUDE
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=timeout,
-                            env=environment, cwd=cwd)
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        cwd=cwd,
+    )
     assert result.returncode == 0, (
         f"exit status {result.returncode} without TensorFlow\n--- stdout\n{result.stdout[-6000:]}"
         f"\n--- stderr\n{result.stderr[-6000:]}"

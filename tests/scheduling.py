@@ -103,7 +103,9 @@ class GroupSchedulingPlugin:
                 if not self._ordered:  # the queue is complete by the first call
                     self._ordered = True
                     rank = {group: index for index, group in enumerate(LONGEST_FIRST)}
-                    for group in sorted(self.workqueue, key=lambda group: rank.get(group, len(rank))):
+                    for group in sorted(
+                        self.workqueue, key=lambda group: rank.get(group, len(rank))
+                    ):
                         self.workqueue.move_to_end(group)
                 return super()._assign_work_unit(node)
 

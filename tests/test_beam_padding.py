@@ -44,7 +44,9 @@ class ScriptedDecoder:
     def decode_step(self, token_ids, index, self_cache, step_constants):
         previous = token_ids[:, 0]
         written = tf.tensor_scatter_nd_update(
-            tf.transpose(self_cache, [2, 0, 1]), [[index]], tf.cast(tf.tile(previous[None, None], [1, 2, 1]), tf.float32)
+            tf.transpose(self_cache, [2, 0, 1]),
+            [[index]],
+            tf.cast(tf.tile(previous[None, None], [1, 2, 1]), tf.float32),
         )
         self_cache = tf.transpose(written, [1, 2, 0])
         logits = tf.gather(self.table, previous)
@@ -66,7 +68,7 @@ def assert_padded_after_end(sequences):
     end_positions = first_end_positions(sequences)
     for row, first in zip(rows, end_positions):
         if first >= 0:
-            assert (row[first + 1:] == PAD).all(), f"tokens after [END] at {first}: {row.tolist()}"
+            assert (row[first + 1 :] == PAD).all(), f"tokens after [END] at {first}: {row.tolist()}"
     return end_positions
 
 
@@ -77,8 +79,15 @@ SOURCES = np.array([[1, 5, 6], [3, 0, 0], [5, 7, 0], [7, 9, 9], [20, 4, 0], [2, 
 @pytest.mark.parametrize("beam_width", [2, 4])
 def test_every_beam_is_padded_after_its_first_end(beam_width):
     model = ScriptedDecoder()
-    sequences, scores = beam_search(model, tf.constant(SOURCES), MAX_LENGTH, START, END, beam_width=beam_width,
-                                    return_all_beams=True)
+    sequences, scores = beam_search(
+        model,
+        tf.constant(SOURCES),
+        MAX_LENGTH,
+        START,
+        END,
+        beam_width=beam_width,
+        return_all_beams=True,
+    )
     sequences = sequences.numpy()
     assert sequences.shape == (len(SOURCES), beam_width, MAX_LENGTH)
     end_positions = assert_padded_after_end(sequences)
@@ -95,7 +104,9 @@ def test_every_beam_is_padded_after_its_first_end(beam_width):
         stop = end if end >= 0 else MAX_LENGTH
         assert (row[:stop] > START).all() and (row[:stop] != END).all(), row
 
-    best, best_scores = beam_search(model, tf.constant(SOURCES), MAX_LENGTH, START, END, beam_width=beam_width)
+    best, best_scores = beam_search(
+        model, tf.constant(SOURCES), MAX_LENGTH, START, END, beam_width=beam_width
+    )
     assert_padded_after_end(best.numpy())
     np.testing.assert_allclose(best_scores.numpy(), scores.numpy()[:, 0], rtol=1e-6)
 
@@ -104,8 +115,15 @@ def test_a_row_finishing_first_stays_padded_while_the_others_decode():
     """One row ends at its first step, another decodes to the last step: the early
     row's beams gain no token in the steps the loop still runs for the other."""
     sources = np.array([[-5, 0], [30, 0]], np.int32)
-    sequences, _ = beam_search(ScriptedDecoder(seed=1), tf.constant(sources), MAX_LENGTH, START, END, beam_width=3,
-                               return_all_beams=True)
+    sequences, _ = beam_search(
+        ScriptedDecoder(seed=1),
+        tf.constant(sources),
+        MAX_LENGTH,
+        START,
+        END,
+        beam_width=3,
+        return_all_beams=True,
+    )
     sequences = sequences.numpy()
     end_positions = assert_padded_after_end(sequences).reshape(2, 3)
     assert (end_positions[0] == 0).any(), sequences[0]
@@ -132,8 +150,15 @@ def translator_ending_at_varied_steps():
     rather than fixed."""
     keras.utils.set_random_seed(11)
     model = Seq2SeqTransformer(
-        20, VOCABULARY_SIZE, sequence_length=12, num_encoder_layers=1, num_decoder_layers=1,
-        d_model=16, num_heads=2, intermediate_dim=32, dropout=0.0,
+        20,
+        VOCABULARY_SIZE,
+        sequence_length=12,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_model=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
     )
     model.build()
     kernel, bias = model.output_projection.get_weights()
@@ -141,16 +166,32 @@ def translator_ending_at_varied_steps():
         shifted = bias.copy()
         shifted[END] += end_bias
         model.output_projection.set_weights([kernel * 4.0, shifted])
-        sequences, _ = beam_search(model, tf.constant(random_sources()), MAX_LENGTH, START, END, beam_width=3,
-                                   return_all_beams=True)
+        sequences, _ = beam_search(
+            model,
+            tf.constant(random_sources()),
+            MAX_LENGTH,
+            START,
+            END,
+            beam_width=3,
+            return_all_beams=True,
+        )
         end_positions = first_end_positions(sequences.numpy())
         finished = end_positions[end_positions >= 0]
         if len(set(finished.tolist())) >= 2 and (end_positions == -1).any():
             return model
-    pytest.fail("no [END] bias in [0, 10) makes the random model's hypotheses end at different steps")
+    pytest.fail(
+        "no [END] bias in [0, 10) makes the random model's hypotheses end at different steps"
+    )
 
 
 def test_a_random_weight_transformers_beams_are_padded_after_end(translator_ending_at_varied_steps):
-    sequences, _ = beam_search(translator_ending_at_varied_steps, tf.constant(random_sources()), MAX_LENGTH,
-                               START, END, beam_width=3, return_all_beams=True)
+    sequences, _ = beam_search(
+        translator_ending_at_varied_steps,
+        tf.constant(random_sources()),
+        MAX_LENGTH,
+        START,
+        END,
+        beam_width=3,
+        return_all_beams=True,
+    )
     assert_padded_after_end(sequences.numpy())

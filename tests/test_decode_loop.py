@@ -25,8 +25,17 @@ START, END = 4, 5
 @pytest.mark.parametrize("seed, scale", [(3, 0.3), (4, 0.5), (7, 0.5)])
 def test_the_loop_gives_greedy_decodes_tokens(seed, scale, randomize):
     keras.utils.set_random_seed(seed)
-    model = Seq2SeqTransformer(30, 12, sequence_length=16, num_encoder_layers=2, num_decoder_layers=2,
-                               d_model=32, num_heads=4, intermediate_dim=64, dropout=0.0)
+    model = Seq2SeqTransformer(
+        30,
+        12,
+        sequence_length=16,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_model=32,
+        num_heads=4,
+        intermediate_dim=64,
+        dropout=0.0,
+    )
     model.build()
     # Random weights, biases included: rows say different things and stop at different steps.
     randomize(model, seed=seed, scale=scale)
@@ -42,8 +51,8 @@ def test_the_loop_gives_greedy_decodes_tokens(seed, scale, randomize):
     assert generated.dtype == np.int32 and generated.shape == (9, 12)
     np.testing.assert_array_equal(generated, expected)
     stop = list(expected[0]).index(end_id)
-    assert stop <= 3 and not expected[0, stop + 1:].any()
-    assert expected[:, stop + 1:].any()  # not every row stopped with the first
+    assert stop <= 3 and not expected[0, stop + 1 :].any()
+    assert expected[:, stop + 1 :].any()  # not every row stopped with the first
     empty = greedy_decode_loop(model, sources[:0], 12, START, end_id)
     assert empty.shape == (0, 12)
 
@@ -69,13 +78,17 @@ def test_val_chrf_from_ids_is_the_tokenizer_paths(trained_translator, backend, m
     references = detokenize(target_ids, VOCABULARY)
     reference_lengths = tokenizer.tokenize(tf.constant(references)).row_lengths()
     max_length = min(10, 2 * int(tf.reduce_max(reference_lengths)) + 1, model.sequence_length)
-    generated = greedy_decode(model, trim_shared_padding(tf.constant(source_ids)), max_length, START, END)
+    generated = greedy_decode(
+        model, trim_shared_padding(tf.constant(source_ids)), max_length, START, END
+    )
     before = [text.decode("utf-8") for text in tokenizer.detokenize(generated).numpy()]
     assert len(set(before)) > 1  # the model tells sources apart
 
     if backend != "tensorflow":
         monkeypatch.setattr(keras.backend, "backend", lambda: backend)
-    callback = ValidationChrF(source_ids, target_ids, references, VOCABULARY, max_output_length=10, batch_size=16)
+    callback = ValidationChrF(
+        source_ids, target_ids, references, VOCABULARY, max_output_length=10, batch_size=16
+    )
     callback.set_model(model)
     callback.on_train_begin()
     logs = {}

@@ -19,8 +19,15 @@ SOURCES = np.array([[5, 6, 7, 8, 9, 10], [9, 3, 0, 0, 0, 0], [7, 7, 7, 7, 0, 0]]
 def model():
     keras.utils.set_random_seed(3)
     model = Seq2SeqTransformer(
-        30, 12, sequence_length=16, num_encoder_layers=2, num_decoder_layers=2,
-        d_model=32, num_heads=4, intermediate_dim=64, dropout=0.0,
+        30,
+        12,
+        sequence_length=16,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_model=32,
+        num_heads=4,
+        intermediate_dim=64,
+        dropout=0.0,
     )
     model.build()
     # Sharper logits than the initialization gives, so that [END] is chosen
@@ -56,7 +63,11 @@ def sequence_score(model, source, sequence, length_penalty):
     encoder_output, source_mask = model.encode(source[None])
     target_in = np.array([[START] + tokens[:-1]], np.int32)
     logits = keras.ops.convert_to_numpy(model.decode(target_in, encoder_output, source_mask))[0]
-    log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(-1, keepdims=True)
+    log_probs = (
+        logits
+        - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        - logits.max(-1, keepdims=True)
+    )
     total = sum(log_probs[position, token] for position, token in enumerate(tokens))
     # GNMT's penalty, written out here rather than taken from the code under test.
     return float(total / ((5.0 + length) / 6.0) ** length_penalty)
@@ -88,8 +99,12 @@ def test_beam_score_is_the_models_score_of_the_returned_sequence(model, length_p
         model, SOURCES, MAX_LENGTH, START, END, beam_width=4, length_penalty=length_penalty
     )
     greedy = greedy_decode(model, SOURCES, MAX_LENGTH, START, END).numpy()
-    for source, sequence, score, greedy_sequence in zip(SOURCES, sequences.numpy(), scores.numpy(), greedy):
-        assert score == pytest.approx(sequence_score(model, source, sequence, length_penalty), abs=1e-3)
+    for source, sequence, score, greedy_sequence in zip(
+        SOURCES, sequences.numpy(), scores.numpy(), greedy
+    ):
+        assert score == pytest.approx(
+            sequence_score(model, source, sequence, length_penalty), abs=1e-3
+        )
         # The greedy path is one of the hypotheses a width-4 beam explores
         # first; the beam's answer scores at least as well here.
         assert score >= sequence_score(model, source, greedy_sequence, length_penalty) - 1e-3
@@ -99,7 +114,14 @@ def test_every_beam_is_scored_as_the_model_scores_it(model):
     # Every hypothesis, not only the best: a beam whose cache followed the
     # wrong parent would be scored with another hypothesis' prefix.
     sequences, scores = beam_search(
-        model, SOURCES, MAX_LENGTH, START, END, beam_width=4, length_penalty=0.6, return_all_beams=True
+        model,
+        SOURCES,
+        MAX_LENGTH,
+        START,
+        END,
+        beam_width=4,
+        length_penalty=0.6,
+        return_all_beams=True,
     )
     assert sequences.shape == (len(SOURCES), 4, MAX_LENGTH)
     for source, beams, beam_scores in zip(SOURCES, sequences.numpy(), scores.numpy()):
@@ -136,9 +158,12 @@ def test_an_empty_source_decodes_the_same_in_any_batch(model):
 
 def test_decoding_traces_with_unknown_batch_and_source_length(model):
     signature = [tf.TensorSpec([None, None], tf.int32)]
-    greedy = tf.function(lambda ids: greedy_decode(model, ids, MAX_LENGTH, START, END), input_signature=signature)
+    greedy = tf.function(
+        lambda ids: greedy_decode(model, ids, MAX_LENGTH, START, END), input_signature=signature
+    )
     beam = tf.function(
-        lambda ids: beam_search(model, ids, MAX_LENGTH, START, END, beam_width=2)[0], input_signature=signature
+        lambda ids: beam_search(model, ids, MAX_LENGTH, START, END, beam_width=2)[0],
+        input_signature=signature,
     )
     eager = greedy_decode(model, SOURCES, MAX_LENGTH, START, END).numpy()
     np.testing.assert_array_equal(greedy(tf.constant(SOURCES)).numpy(), eager)

@@ -62,7 +62,9 @@ def code_snippets(text):
         snippets.extend(block.replace("\\\n", " ").splitlines())
     # Inline code can wrap over lines within a paragraph.
     for paragraph in "\n".join(prose).split("\n\n"):
-        snippets.extend(match.group(2) for match in INLINE_CODE.finditer(paragraph.replace("\n", " ")))
+        snippets.extend(
+            match.group(2) for match in INLINE_CODE.finditer(paragraph.replace("\n", " "))
+        )
     return snippets
 
 
@@ -171,7 +173,9 @@ def test_app_flags_exist(path):
         for app, flags in app_flags(snippet):
             options = parser_options(app)
             unknown += [
-                f"apps.{app} {flag}  (in: {snippet.strip()[:100]})" for flag in flags if flag not in options
+                f"apps.{app} {flag}  (in: {snippet.strip()[:100]})"
+                for flag in flags
+                if flag not in options
             ]
     assert unknown == [], f"{doc_id(path)} uses flags the apps do not have"
 
@@ -196,7 +200,9 @@ def test_docs_exist():
 
 
 def test_broken_link_and_anchor_are_reported(tmp_path):
-    (tmp_path / "other.md").write_text("# A `code` heading: with punctuation!\n\n## Twice\n\n## Twice\n")
+    (tmp_path / "other.md").write_text(
+        "# A `code` heading: with punctuation!\n\n## Twice\n\n## Twice\n"
+    )
     page = tmp_path / "page.md"
     page.write_text(
         "[fine](other.md#a-code-heading-with-punctuation) [second](other.md#twice-1)\n"

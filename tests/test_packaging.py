@@ -34,9 +34,10 @@ def pinned_requirements():
             if not line or line.startswith("-r"):
                 continue
             requirement = Requirement(line)
-            assert len(requirement.specifier) == 1 and next(iter(requirement.specifier)).operator == "==", (
-                f"{filename}: {line!r} is not an exact pin"
-            )
+            assert (
+                len(requirement.specifier) == 1
+                and next(iter(requirement.specifier)).operator == "=="
+            ), f"{filename}: {line!r} is not an exact pin"
             pins[canonicalize_name(requirement.name)] = requirement
     return pins
 
@@ -54,16 +55,24 @@ def test_pins_satisfy_the_ranges_of_pyproject():
     entries = project["dependencies"] + PYPROJECT["build-system"]["requires"]
     entries += [entry for extra in project["optional-dependencies"].values() for entry in extra]
     # `all` names the other extras, through the project itself.
-    ranges = [Requirement(entry) for entry in entries if not entry.startswith(project["name"] + "[")]
-    assert {"keras", "numpy", "hatchling", "tensorflow", "jax"} <= {canonicalize_name(r.name) for r in ranges}
+    ranges = [
+        Requirement(entry) for entry in entries if not entry.startswith(project["name"] + "[")
+    ]
+    assert {"keras", "numpy", "hatchling", "tensorflow", "jax"} <= {
+        canonicalize_name(r.name) for r in ranges
+    }
     for requirement in ranges:
         pin = pins.get(canonicalize_name(requirement.name))
-        assert pin is not None, f"pyproject.toml requires {requirement}, which requirements*.txt does not pin"
+        assert pin is not None, (
+            f"pyproject.toml requires {requirement}, which requirements*.txt does not pin"
+        )
         version = next(iter(pin.specifier)).version
         assert requirement.specifier.contains(version, prereleases=True), (
             f"pyproject.toml's {requirement} excludes the pinned {pin}"
         )
-        assert requirement.extras <= pin.extras, f"{requirement} needs extras the pin {pin} leaves out"
+        assert requirement.extras <= pin.extras, (
+            f"{requirement} needs extras the pin {pin} leaves out"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +80,25 @@ def wheel(tmp_path_factory):
     """The wheel built from this checkout by the pinned hatchling (as `make` builds the
     editable install): no network, and the build tested is the build shipped."""
     if importlib.util.find_spec("hatchling") is None:
-        pytest.fail("hatchling, the build backend pinned in requirements.txt, is not installed: run `make venv`")
+        pytest.fail(
+            "hatchling, the build backend pinned in requirements.txt, is not installed: run `make venv`"
+        )
     folder = tmp_path_factory.mktemp("wheel")
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(folder),
-         str(REPO_ROOT)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(folder),
+            str(REPO_ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (path,) = folder.glob("*.whl")
@@ -90,7 +112,9 @@ def test_wheel_holds_the_library_only(wheel):
     version = keras_transformer.__version__
     metadata_folder = f"keras_transformer-{version}.dist-info/"
     assert wheel.name == f"keras_transformer-{version}-py3-none-any.whl"
-    outside = sorted(name for name in names if not name.startswith(("keras_transformer/", metadata_folder)))
+    outside = sorted(
+        name for name in names if not name.startswith(("keras_transformer/", metadata_folder))
+    )
     assert not outside, outside
     library = REPO_ROOT / "keras_transformer"
     sources = {
@@ -107,12 +131,18 @@ def test_wheel_metadata(wheel):
     """One version (keras_transformer.__version__), keras and numpy the only core
     requirements, and the extras the docs name."""
     with zipfile.ZipFile(wheel) as archive:
-        text = archive.read(f"keras_transformer-{keras_transformer.__version__}.dist-info/METADATA").decode()
+        text = archive.read(
+            f"keras_transformer-{keras_transformer.__version__}.dist-info/METADATA"
+        ).decode()
     metadata = email.parser.Parser().parsestr(text)
     assert metadata["Name"] == "keras-transformer"
     assert metadata["Version"] == keras_transformer.__version__
     requirements = [Requirement(line) for line in metadata.get_all("Requires-Dist")]
-    core = {canonicalize_name(requirement.name) for requirement in requirements if requirement.marker is None}
+    core = {
+        canonicalize_name(requirement.name)
+        for requirement in requirements
+        if requirement.marker is None
+    }
     assert core == {"keras", "numpy"}
     assert set(metadata.get_all("Provides-Extra")) == EXTRAS
     by_extra = {}
@@ -124,8 +154,13 @@ def test_wheel_metadata(wheel):
     assert {"starlette", "uvicorn", "tensorflow", "tensorflow-text"} <= by_extra["serve"]
     assert {"jax", "pytest-timeout", "hatchling"} <= by_extra["dev"]
     assert by_extra["search"] == {"keras-tuner"}
-    assert by_extra["all"] == (by_extra["tensorflow"] | by_extra["plots"] | by_extra["serve"] | by_extra["data"]
-                               | by_extra["search"])
+    assert by_extra["all"] == (
+        by_extra["tensorflow"]
+        | by_extra["plots"]
+        | by_extra["serve"]
+        | by_extra["data"]
+        | by_extra["search"]
+    )
 
 
 def test_import_is_cheap_and_layers_load_on_first_use():
@@ -151,7 +186,11 @@ def test_import_is_cheap_and_layers_load_on_first_use():
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", script],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env=dict(os.environ, KERAS_BACKEND="jax"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -225,22 +264,48 @@ def test_wheel_with_jax_only_in_a_fresh_environment(wheel, tmp_path):
     # would take longer than the install itself.
     venv.create(environment, with_pip=False)
     python = str(environment / "bin" / "python")
-    packages = [str(wheel)] + [
-        f"{name}=={pinned_version(name)}" for name in ("keras", "numpy")
-    ] + [f"jax[cpu]=={pinned_version('jax')}"]
+    packages = (
+        [str(wheel)]
+        + [f"{name}=={pinned_version(name)}" for name in ("keras", "numpy")]
+        + [f"jax[cpu]=={pinned_version('jax')}"]
+    )
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-compile", *packages],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "--quiet",
+            "--no-compile",
+            *packages,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
 
-    clean = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "KERAS_HOME")}
-    absent = subprocess.run([python, "-c", "import tensorflow"], capture_output=True, text=True,
-                            cwd=tmp_path, env=clean, timeout=60)
+    clean = {
+        key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "KERAS_HOME")
+    }
+    absent = subprocess.run(
+        [python, "-c", "import tensorflow"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean,
+        timeout=60,
+    )
     assert absent.returncode == 1 and "No module named 'tensorflow'" in absent.stderr, absent.stderr
 
     result = subprocess.run(
-        [python, "-c", USER_SCRIPT], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [python, "-c", USER_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
         env=dict(clean, KERAS_BACKEND="jax", KERAS_HOME=str(tmp_path / "keras_home")),
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]

@@ -139,8 +139,11 @@ def attention_weights(heads, queries, keys, seed=0):
 def test_attention_png(tmp_path, backend_unchanged):
     weights = attention_weights(2, 4, 5)
     path = plots.plot_attention(
-        weights, ["the", "cat", "sat", "."], ["le", "chat", "s'est", "assis", "."],
-        tmp_path / "attention.png", title="Cross-attention",
+        weights,
+        ["the", "cat", "sat", "."],
+        ["le", "chat", "s'est", "assis", "."],
+        tmp_path / "attention.png",
+        title="Cross-attention",
     )
     read_png(path)
 
@@ -162,7 +165,9 @@ def test_attention_one_heatmap_per_head_in_at_most_four_columns(heads, columns):
 
 def test_attention_two_dimensional_weights_and_head_names():
     weights = attention_weights(1, 2, 3)[0]
-    figure = plots._attention_figure(weights, ["a", "b"], [b"x", b"y", b"z"], head_names=["layer 1"])
+    figure = plots._attention_figure(
+        weights, ["a", "b"], [b"x", b"y", b"z"], head_names=["layer 1"]
+    )
     (axes,) = heatmap_axes(figure)
     assert axes.get_title() == "layer 1"
     assert [label.get_text() for label in axes.get_xticklabels()] == ["x", "y", "z"]
@@ -171,8 +176,12 @@ def test_attention_two_dimensional_weights_and_head_names():
 
 def test_attention_image_grows_with_heads(tmp_path):
     tokens = ["a", "b", "c"]
-    one = read_png(plots.plot_attention(attention_weights(1, 3, 3), tokens, tokens, tmp_path / "1.png"))
-    four = read_png(plots.plot_attention(attention_weights(4, 3, 3), tokens, tokens, tmp_path / "4.png"))
+    one = read_png(
+        plots.plot_attention(attention_weights(1, 3, 3), tokens, tokens, tmp_path / "1.png")
+    )
+    four = read_png(
+        plots.plot_attention(attention_weights(4, 3, 3), tokens, tokens, tmp_path / "4.png")
+    )
     assert four.shape[1] > 2 * one.shape[1]
 
 
@@ -244,7 +253,12 @@ def test_user_backend_kept_and_pyplot_never_loaded(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment = dict(os.environ, MPLBACKEND="svg")
     result = subprocess.run(
-        [sys.executable, "-c", script], cwd=root, env=environment, capture_output=True, text=True, check=True
+        [sys.executable, "-c", script],
+        cwd=root,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert result.stdout.split() == ["svg", "False"]
     read_png(tmp_path / "c.png")

@@ -16,7 +16,18 @@ PACKAGE = REPO_ROOT / "keras_transformer"
 # before it. DESIGN.md's data flow, except that `export` sits below
 # `training`: a model trained anywhere exports without the training code
 # (issue #14). `plots` and `crosscheck` are tools that training and the apps use.
-ROOMS = ("data", "text", "layers", "models", "decoding", "crosscheck", "plots", "export", "training", "serving")
+ROOMS = (
+    "data",
+    "text",
+    "layers",
+    "models",
+    "decoding",
+    "crosscheck",
+    "plots",
+    "export",
+    "training",
+    "serving",
+)
 
 
 def room_of(module):
@@ -40,8 +51,10 @@ def project_imports(path, root):
             else:
                 module = node.module
             # `from keras_transformer import plots` imports the room `plots`.
-            imported.update(f"{module}.{alias.name}" if module == "keras_transformer" else module
-                            for alias in node.names)
+            imported.update(
+                f"{module}.{alias.name}" if module == "keras_transformer" else module
+                for alias in node.names
+            )
     return {name for name in imported if name.split(".")[0] in ("keras_transformer", "apps")}
 
 
@@ -58,7 +71,9 @@ def broken_rules(path, root=REPO_ROOT):
         if room is None or target is None or target == room:
             continue
         if room == "layers":
-            broken.append(f"{module} imports {name}: layers import nothing of the project but layers")
+            broken.append(
+                f"{module} imports {name}: layers import nothing of the project but layers"
+            )
         elif room not in ROOMS or target not in ROOMS:
             broken.append(f"{module} imports {name}: add the room to ROOMS in {__name__}")
         elif ROOMS.index(target) > ROOMS.index(room):
@@ -78,11 +93,23 @@ def test_no_room_imports_a_higher_one():
 @pytest.mark.parametrize(
     "module, source, expected",
     [
-        ("export/classifier.py", "from keras_transformer.training.batching import x\n", "export sits below training"),
+        (
+            "export/classifier.py",
+            "from keras_transformer.training.batching import x\n",
+            "export sits below training",
+        ),
         ("layers/attention.py", "from keras_transformer.text import x\n", "layers import nothing"),
-        ("data/splits.py", "def f():\n    import keras_transformer.models\n", "data sits below models"),
+        (
+            "data/splits.py",
+            "def f():\n    import keras_transformer.models\n",
+            "data sits below models",
+        ),
         ("training/classifier.py", "from apps import common\n", "never imports the apps"),
-        ("export/translator.py", "from keras_transformer import serving\n", "export sits below serving"),
+        (
+            "export/translator.py",
+            "from keras_transformer import serving\n",
+            "export sits below serving",
+        ),
         ("text/wordpiece.py", "from ..training import settings\n", "text sits below training"),
     ],
 )

@@ -20,5 +20,8 @@ def test_files_sharing_a_session_artifact_are_in_its_group(request):
 
 def test_groups():
     assert scheduling_group("tests/apps/test_translate.py::test_json[x]") == "tiny_translator"
-    assert scheduling_group("tests/layers/test_masks.py::test_causal[1-6-2]") == "tests/layers/test_masks.py"
+    assert (
+        scheduling_group("tests/layers/test_masks.py::test_causal[1-6-2]")
+        == "tests/layers/test_masks.py"
+    )
     assert set(SHARED_FIXTURES.values()) == set(SHARED_GROUPS.values())

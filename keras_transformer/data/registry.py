@@ -54,10 +54,14 @@ def find_loader(registry, name, kind):
     """
     prefix, argument = split_source_name(name)
     if prefix == TOKEN_PREFIX:
-        raise DataError(f"{name} names a token folder, which holds tokens rather than texts: "
-                        f"only the training apps read it (--data {name}).")
+        raise DataError(
+            f"{name} names a token folder, which holds tokens rather than texts: "
+            f"only the training apps read it (--data {name})."
+        )
     if prefix not in registry:
-        known = ", ".join([*(describe_source(p, registry[p]) for p in sorted(registry)), TOKEN_SOURCE])
+        known = ", ".join(
+            [*(describe_source(p, registry[p]) for p in sorted(registry)), TOKEN_SOURCE]
+        )
         raise DataError(f"Unknown {kind} source {name!r}. Known sources: {known}.")
     return registry[prefix], argument
 

@@ -92,7 +92,9 @@ def load_tfds(argument, example):
         ) from error
     try:
         return tfds.load(argument, with_info=True)
-    except Exception as error:  # tfds raises many kinds when offline; all mean the same to the user.
+    except (
+        Exception
+    ) as error:  # tfds raises many kinds when offline; all mean the same to the user.
         raise DataError(
             f"tfds:{argument} could not be downloaded (tfds datasets need internet access on first use): "
             f"{one_line(error)}"

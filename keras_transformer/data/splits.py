@@ -87,7 +87,10 @@ def stratified_split(labels, seed, validation_fraction=0.1, test_fraction=0.1):
     for i, count in enumerate(counts):
         # Only tiny classes get here; giving one back to train costs a held-out
         # example rather than leaving the class unlearnable.
-        while test_quotas[i] + validation_quotas[i] > count - 1 and test_quotas[i] + validation_quotas[i] > 0:
+        while (
+            test_quotas[i] + validation_quotas[i] > count - 1
+            and test_quotas[i] + validation_quotas[i] > 0
+        ):
             if validation_quotas[i] >= test_quotas[i]:
                 validation_quotas[i] -= 1
             else:
@@ -135,7 +138,8 @@ def stratified_subset(labels, size, seed):
             quotas[np.argmax(quotas)] -= 1
             quotas[i] = 1
     chosen = [
-        rng.permutation(np.flatnonzero(labels == label))[:quota] for label, quota in zip(classes, quotas)
+        rng.permutation(np.flatnonzero(labels == label))[:quota]
+        for label, quota in zip(classes, quotas)
     ]
     return rng.permutation(np.concatenate(chosen))
 

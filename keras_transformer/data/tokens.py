@@ -43,10 +43,22 @@ TARGET_VOCABULARY = "target_vocabulary.txt"
 SHARED_VOCABULARY = "vocabulary.txt"
 
 # The settings tokenization fixes, per task; training takes them from the folder.
-CLASSIFIER_TOKEN_SETTINGS = ("vocabulary_size", "sequence_length", "max_length", "pooling", "ngram_length")
-OPTIONAL_TOKEN_SETTINGS = {"ngram_length": None}  # what folders written before these settings existed lack
+CLASSIFIER_TOKEN_SETTINGS = (
+    "vocabulary_size",
+    "sequence_length",
+    "max_length",
+    "pooling",
+    "ngram_length",
+)
+OPTIONAL_TOKEN_SETTINGS = {
+    "ngram_length": None
+}  # what folders written before these settings existed lack
 TRANSLATOR_TOKEN_SETTINGS = (
-    "vocabulary_size", "target_vocabulary_size", "sequence_length", "max_length", "shared_vocabulary",
+    "vocabulary_size",
+    "target_vocabulary_size",
+    "sequence_length",
+    "max_length",
+    "shared_vocabulary",
 )
 
 
@@ -150,7 +162,11 @@ def settings_from_tokens(settings, tokenized, given=None):
     fixed = {}
     for name, value in tokenized.settings.items():
         current = getattr(settings, name)
-        was_set = name in given if given is not None else current is not None and current != getattr(defaults, name)
+        was_set = (
+            name in given
+            if given is not None
+            else current is not None and current != getattr(defaults, name)
+        )
         if name == "pooling":
             agrees = (current == "cls") == (value == "cls")
             if was_set and not agrees:
@@ -223,7 +239,11 @@ def token_folder_writer(out_dir):
 def _check_replaceable(out_dir):
     if os.path.isfile(out_dir):
         raise DataError(f"{out_dir} is a file; --out must be a folder.")
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(os.path.join(out_dir, TOKENS_FILE)):
+    if (
+        os.path.isdir(out_dir)
+        and os.listdir(out_dir)
+        and not os.path.isfile(os.path.join(out_dir, TOKENS_FILE))
+    ):
         raise DataError(
             f"{out_dir} is not empty and not a token folder (no {TOKENS_FILE}): refusing to overwrite it. "
             "Give an empty or new folder."
@@ -237,8 +257,10 @@ def save_tokenized(tokenized, folder):
     copy_vocabularies(tokenized, folder)
     for split in SPLITS:
         arrays = dataclasses.asdict(getattr(tokenized, split))
-        np.savez(os.path.join(folder, f"{split}.npz"),
-                 **{key: np.asarray(value) for key, value in arrays.items() if value is not None})
+        np.savez(
+            os.path.join(folder, f"{split}.npz"),
+            **{key: np.asarray(value) for key, value in arrays.items() if value is not None},
+        )
     description = {
         "format": FORMAT,
         "version": VERSION,
@@ -252,8 +274,11 @@ def save_tokenized(tokenized, folder):
     if tokenized.TASK == "classifier":
         description["class_names"] = list(tokenized.class_names)
     else:
-        description.update(source_language=tokenized.source_language, target_language=tokenized.target_language,
-                           train_target_words=tokenized.train_target_words)
+        description.update(
+            source_language=tokenized.source_language,
+            target_language=tokenized.target_language,
+            train_target_words=tokenized.train_target_words,
+        )
     with open(os.path.join(folder, TOKENS_FILE), "w", encoding="utf-8") as tokens_file:
         json.dump(description, tokens_file, indent=2, ensure_ascii=False)
 
@@ -292,8 +317,11 @@ def read_token_folder(path, task, name=None):
     folder = os.path.expanduser(os.fspath(path))
     name = name or f"tokens:{path}"
     if not os.path.isdir(folder):
-        raise DataError(f"No such token folder: {folder}" if not os.path.exists(folder)
-                        else f"{folder} is not a folder; tokens:DIR needs a folder from python -m apps.tokenize.")
+        raise DataError(
+            f"No such token folder: {folder}"
+            if not os.path.exists(folder)
+            else f"{folder} is not a folder; tokens:DIR needs a folder from python -m apps.tokenize."
+        )
     description = _read_description(folder)
     if description["task"] != task:
         raise DataError(
@@ -301,17 +329,34 @@ def read_token_folder(path, task, name=None):
             f"tokenize with `python -m apps.tokenize {task}`."
         )
     settings = description["settings"]
-    expected_settings = CLASSIFIER_TOKEN_SETTINGS if task == "classifier" else TRANSLATOR_TOKEN_SETTINGS
-    optional = {name: value for name, value in OPTIONAL_TOKEN_SETTINGS.items() if name in expected_settings}
-    _require(isinstance(settings, dict) and set(expected_settings) - set(optional) <= set(settings) <= set(expected_settings),
-             folder, TOKENS_FILE, f"its settings must name exactly {', '.join(expected_settings)}")
+    expected_settings = (
+        CLASSIFIER_TOKEN_SETTINGS if task == "classifier" else TRANSLATOR_TOKEN_SETTINGS
+    )
+    optional = {
+        name: value for name, value in OPTIONAL_TOKEN_SETTINGS.items() if name in expected_settings
+    }
+    _require(
+        isinstance(settings, dict)
+        and set(expected_settings) - set(optional) <= set(settings) <= set(expected_settings),
+        folder,
+        TOKENS_FILE,
+        f"its settings must name exactly {', '.join(expected_settings)}",
+    )
     settings = description["settings"] = {**optional, **settings}
     ngram_length = settings.get("ngram_length")
-    _require(ngram_length is None or (isinstance(ngram_length, int) and ngram_length > 0), folder, TOKENS_FILE,
-             f"ngram_length must be a positive integer or null, got {ngram_length!r}")
+    _require(
+        ngram_length is None or (isinstance(ngram_length, int) and ngram_length > 0),
+        folder,
+        TOKENS_FILE,
+        f"ngram_length must be a positive integer or null, got {ngram_length!r}",
+    )
     sequence_length = settings["sequence_length"]
-    _require(isinstance(sequence_length, int) and sequence_length > 0, folder, TOKENS_FILE,
-             f"sequence_length must be a positive integer, got {sequence_length!r}")
+    _require(
+        isinstance(sequence_length, int) and sequence_length > 0,
+        folder,
+        TOKENS_FILE,
+        f"sequence_length must be a positive integer, got {sequence_length!r}",
+    )
     if task == "classifier":
         return _read_classification(folder, name, description)
     return _read_translation(folder, name, description)
@@ -333,13 +378,25 @@ def _read_description(folder):
             description = json.load(tokens_file)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise DataError(f"{path} cannot be read as JSON: {error}") from error
-    _require(isinstance(description, dict) and description.get("format") == FORMAT, folder, TOKENS_FILE,
-             f"not a token folder description (format is not {FORMAT!r})")
-    _require(description.get("version") == VERSION, folder, TOKENS_FILE,
-             f"format version {description.get('version')!r}, but this version of keras_transformer reads "
-             f"version {VERSION}: tokenize again")
-    _require(description.get("task") in TASKS, folder, TOKENS_FILE,
-             f"task must be one of {', '.join(TASKS)}, got {description.get('task')!r}")
+    _require(
+        isinstance(description, dict) and description.get("format") == FORMAT,
+        folder,
+        TOKENS_FILE,
+        f"not a token folder description (format is not {FORMAT!r})",
+    )
+    _require(
+        description.get("version") == VERSION,
+        folder,
+        TOKENS_FILE,
+        f"format version {description.get('version')!r}, but this version of keras_transformer reads "
+        f"version {VERSION}: tokenize again",
+    )
+    _require(
+        description.get("task") in TASKS,
+        folder,
+        TOKENS_FILE,
+        f"task must be one of {', '.join(TASKS)}, got {description.get('task')!r}",
+    )
     for key in ("data", "settings", "chosen_from_data"):
         _require(key in description, folder, TOKENS_FILE, f"{key!r} is missing")
     return description
@@ -361,7 +418,9 @@ def _read_split(folder, split, columns):
     file_name = f"{split}.npz"
     path = os.path.join(folder, file_name)
     if not os.path.isfile(path):
-        raise DataError(f"{path} is missing: a token folder has {', '.join(s + '.npz' for s in SPLITS)}.")
+        raise DataError(
+            f"{path} is missing: a token folder has {', '.join(s + '.npz' for s in SPLITS)}."
+        )
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
@@ -370,53 +429,98 @@ def _read_split(folder, split, columns):
     found = {}
     for column, (dtype, ndim, required) in columns.items():
         if column not in arrays:
-            _require(not required, folder, file_name,
-                     f"the array {column!r} is missing (it has {', '.join(sorted(arrays)) or 'none'})")
+            _require(
+                not required,
+                folder,
+                file_name,
+                f"the array {column!r} is missing (it has {', '.join(sorted(arrays)) or 'none'})",
+            )
             continue
         array = arrays[column]
         kind_ok = array.dtype == np.int32 if dtype == "int32" else array.dtype.kind == "U"
-        _require(kind_ok, folder, file_name, f"{column} must be {'int32' if dtype == 'int32' else 'unicode text'}, "
-                                             f"got {array.dtype}")
-        _require(array.ndim == ndim, folder, file_name,
-                 f"{column} must have {ndim} dimension(s), got shape {array.shape}")
+        _require(
+            kind_ok,
+            folder,
+            file_name,
+            f"{column} must be {'int32' if dtype == 'int32' else 'unicode text'}, "
+            f"got {array.dtype}",
+        )
+        _require(
+            array.ndim == ndim,
+            folder,
+            file_name,
+            f"{column} must have {ndim} dimension(s), got shape {array.shape}",
+        )
         found[column] = array
     lengths = {column: len(array) for column, array in found.items()}
-    _require(len(set(lengths.values())) <= 1, folder, file_name,
-             f"its arrays disagree on the number of examples: {lengths}")
+    _require(
+        len(set(lengths.values())) <= 1,
+        folder,
+        file_name,
+        f"its arrays disagree on the number of examples: {lengths}",
+    )
     return found
 
 
 def _check_ids(folder, split, column, ids, width, vocabulary_size, vocabulary_file):
     file_name = f"{split}.npz"
-    _require(ids.shape[1] == width, folder, file_name,
-             f"{column} has {ids.shape[1]} columns, but tokens.json's settings make {width}")
+    _require(
+        ids.shape[1] == width,
+        folder,
+        file_name,
+        f"{column} has {ids.shape[1]} columns, but tokens.json's settings make {width}",
+    )
     if ids.size:
-        _require(ids.min() >= 0 and ids.max() < vocabulary_size, folder, file_name,
-                 f"{column} holds ids outside [0, {vocabulary_size}), the size of {vocabulary_file} "
-                 f"(found {ids.min()}..{ids.max()})")
+        _require(
+            ids.min() >= 0 and ids.max() < vocabulary_size,
+            folder,
+            file_name,
+            f"{column} holds ids outside [0, {vocabulary_size}), the size of {vocabulary_file} "
+            f"(found {ids.min()}..{ids.max()})",
+        )
 
 
 def _read_classification(folder, name, description):
     settings = description["settings"]
     class_names = description.get("class_names")
-    _require(isinstance(class_names, list) and len(class_names) >= 2, folder, TOKENS_FILE,
-             "class_names must list at least two classes")
+    _require(
+        isinstance(class_names, list) and len(class_names) >= 2,
+        folder,
+        TOKENS_FILE,
+        "class_names must list at least two classes",
+    )
     vocabulary_size = _vocabulary_size(folder, CLASSIFIER_VOCABULARY)
     splits = {}
     for split in SPLITS:
-        arrays = _read_split(folder, split, {"token_ids": ("int32", 2, True), "labels": ("int32", 1, True)})
-        _check_ids(folder, split, "token_ids", arrays["token_ids"], classifier_input_length(settings),
-                   vocabulary_size, CLASSIFIER_VOCABULARY)
+        arrays = _read_split(
+            folder, split, {"token_ids": ("int32", 2, True), "labels": ("int32", 1, True)}
+        )
+        _check_ids(
+            folder,
+            split,
+            "token_ids",
+            arrays["token_ids"],
+            classifier_input_length(settings),
+            vocabulary_size,
+            CLASSIFIER_VOCABULARY,
+        )
         labels = arrays["labels"]
-        _require(not labels.size or (labels.min() >= 0 and labels.max() < len(class_names)), folder,
-                 f"{split}.npz", f"labels must index the {len(class_names)} class_names")
+        _require(
+            not labels.size or (labels.min() >= 0 and labels.max() < len(class_names)),
+            folder,
+            f"{split}.npz",
+            f"labels must index the {len(class_names)} class_names",
+        )
         splits[split] = ClassificationTokens(**arrays)
     _require(len(splits["train"]) > 0, folder, "train.npz", "no training examples")
     return TokenizedClassificationData(
-        name=name, source_name=description["data"], settings=settings,
+        name=name,
+        source_name=description["data"],
+        settings=settings,
         chosen_from_data=description["chosen_from_data"],
         vocabulary_files={CLASSIFIER_VOCABULARY: os.path.join(folder, CLASSIFIER_VOCABULARY)},
-        class_names=class_names, **splits,
+        class_names=class_names,
+        **splits,
     )
 
 
@@ -436,19 +540,33 @@ def _read_translation(folder, name, description):
     splits = {}
     for split in SPLITS:
         texts_required = split != "train"
-        arrays = _read_split(folder, split, {
-            "source_ids": ("int32", 2, True), "target_ids": ("int32", 2, True),
-            "sources": ("text", 1, texts_required), "targets": ("text", 1, texts_required),
-        })
-        _check_ids(folder, split, "source_ids", arrays["source_ids"], length, source_size, source_file)
-        _check_ids(folder, split, "target_ids", arrays["target_ids"], length + 1, target_size, target_file)
+        arrays = _read_split(
+            folder,
+            split,
+            {
+                "source_ids": ("int32", 2, True),
+                "target_ids": ("int32", 2, True),
+                "sources": ("text", 1, texts_required),
+                "targets": ("text", 1, texts_required),
+            },
+        )
+        _check_ids(
+            folder, split, "source_ids", arrays["source_ids"], length, source_size, source_file
+        )
+        _check_ids(
+            folder, split, "target_ids", arrays["target_ids"], length + 1, target_size, target_file
+        )
         texts = {key: arrays[key].tolist() for key in ("sources", "targets") if key in arrays}
         splits[split] = TranslationTokens(arrays["source_ids"], arrays["target_ids"], **texts)
     _require(len(splits["train"]) > 0, folder, "train.npz", "no training pairs")
     return TokenizedTranslationData(
-        name=name, source_name=description["data"], settings=settings,
+        name=name,
+        source_name=description["data"],
+        settings=settings,
         chosen_from_data=description["chosen_from_data"],
         vocabulary_files={file_name: os.path.join(folder, file_name) for file_name in files},
-        source_language=description["source_language"], target_language=description["target_language"],
-        train_target_words=description["train_target_words"], **splits,
+        source_language=description["source_language"],
+        target_language=description["target_language"],
+        train_target_words=description["train_target_words"],
+        **splits,
     )

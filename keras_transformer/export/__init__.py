@@ -6,4 +6,10 @@ from keras_transformer.export.versions import existing_versions
 from keras_transformer.export.versions import latest_version_dir
 from keras_transformer.export.versions import write_new_version
 
-__all__ = ["existing_versions", "export_classifier", "export_translator", "latest_version_dir", "write_new_version"]
+__all__ = [
+    "existing_versions",
+    "export_classifier",
+    "export_translator",
+    "latest_version_dir",
+    "write_new_version",
+]

@@ -97,8 +97,13 @@ def export_translator(
 
     def translate_beam(text):
         token_ids, _ = beam_search(
-            model, encode_trimmed(text), max_length, start_id, end_id,
-            beam_width=beam_width, length_penalty=length_penalty,
+            model,
+            encode_trimmed(text),
+            max_length,
+            start_id,
+            end_id,
+            beam_width=beam_width,
+            length_penalty=length_penalty,
         )
         return {"translation": target_tokenizer.detokenize(token_ids)}
 
@@ -123,13 +128,18 @@ def export_translator(
         _, scores = model.decode(
             target_in, encoder_output, source_mask, training=False, return_attention_scores=True
         )
+
         def by_layer(weights):
-            return tf.stack([tf.cast(layer_weights, tf.float32) for layer_weights in weights], axis=1)
+            return tf.stack(
+                [tf.cast(layer_weights, tf.float32) for layer_weights in weights], axis=1
+            )
 
         return {
             "source_tokens": tf.where(source_ids > 0, source_tokenizer.id_to_token(source_ids), ""),
             "target_tokens": tf.where(target_ids > 0, target_tokenizer.id_to_token(target_ids), ""),
-            "decoder_input_tokens": tf.where(target_in > 0, target_tokenizer.id_to_token(target_in), ""),
+            "decoder_input_tokens": tf.where(
+                target_in > 0, target_tokenizer.id_to_token(target_in), ""
+            ),
             "cross_attention": by_layer([block["cross_attention"] for block in scores]),
             "decoder_self_attention": by_layer([block["self_attention"] for block in scores]),
             "encoder_self_attention": by_layer(encoder_scores),

@@ -28,7 +28,10 @@ def version_folders(base_dir):
     return {
         int(entry): entry
         for entry in sorted(os.listdir(base_dir), reverse=True)
-        if entry.isascii() and entry.isdigit() and int(entry) > 0 and os.path.isdir(os.path.join(base_dir, entry))
+        if entry.isascii()
+        and entry.isdigit()
+        and int(entry) > 0
+        and os.path.isdir(os.path.join(base_dir, entry))
     }
 
 

@@ -420,7 +420,9 @@ class MultiHeadAttention(keras.layers.Layer):
         weights = self.compute_attention_weights(logits, bias)
         # Dropout is the identity unless training: calling it anyway would put
         # a layer call into every decoding step.
-        dropped = self.dropout_layer(weights, training=True) if self.dropout > 0 and training else weights
+        dropped = (
+            self.dropout_layer(weights, training=True) if self.dropout > 0 and training else weights
+        )
         attended = ops.matmul(dropped, value_heads)
         if rows is None:
             return attended, weights
@@ -480,7 +482,9 @@ class MultiHeadAttention(keras.layers.Layer):
 
         Equal head sizes because JAX's fused op requires them.
         """
-        wanted = _fused_kernel_expected() if self._fused_attention is None else self._fused_attention
+        wanted = (
+            _fused_kernel_expected() if self._fused_attention is None else self._fused_attention
+        )
         return (
             wanted
             and not return_attention_scores
@@ -494,7 +498,9 @@ class MultiHeadAttention(keras.layers.Layer):
         if prepared_mask is None:
             return self.prepare_attention_mask(attention_mask, query_mask)
         if attention_mask is not None or query_mask is not None:
-            raise ValueError("Pass either `prepared_mask` or `attention_mask` / `query_mask`, not both.")
+            raise ValueError(
+                "Pass either `prepared_mask` or `attention_mask` / `query_mask`, not both."
+            )
         return prepared_mask
 
     def _attend_fused(self, query_heads, key_heads, value_heads, bias):
@@ -516,7 +522,9 @@ class MultiHeadAttention(keras.layers.Layer):
             # only with the query's length on its T axis (JAX falls back to
             # XLA otherwise).
             bias_shape = ops.shape(bias)
-            bias = ops.broadcast_to(bias, (bias_shape[0], bias_shape[1], ops.shape(query_heads)[2], bias_shape[3]))
+            bias = ops.broadcast_to(
+                bias, (bias_shape[0], bias_shape[1], ops.shape(query_heads)[2], bias_shape[3])
+            )
         attended = ops.dot_product_attention(
             _swap_heads_and_length(query_heads),
             _swap_heads_and_length(key_heads),
@@ -566,7 +574,9 @@ class MultiHeadAttention(keras.layers.Layer):
             return output, weights
         return output
 
-    def compute_output_shape(self, query_shape, value_shape, key_shape=None, return_attention_scores=False):
+    def compute_output_shape(
+        self, query_shape, value_shape, key_shape=None, return_attention_scores=False
+    ):
         """`[B, T, *output_shape]` (by default the query's shape); with
         `return_attention_scores`, also the weights' `[B, heads, T, S]`."""
         key_shape = value_shape if key_shape is None else key_shape
@@ -632,7 +642,10 @@ _SCORING_HOOKS = ("compute_attention_logits", "compute_attention_weights", "comp
 
 def _keeps_default_scoring(attention_class):
     """Whether `attention_class` overrides none of `_SCORING_HOOKS`."""
-    return all(getattr(attention_class, name) is getattr(MultiHeadAttention, name) for name in _SCORING_HOOKS)
+    return all(
+        getattr(attention_class, name) is getattr(MultiHeadAttention, name)
+        for name in _SCORING_HOOKS
+    )
 
 
 def get_attention_class(identifier):

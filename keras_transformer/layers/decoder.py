@@ -102,7 +102,9 @@ class TransformerDecoderBlock(TransformerBlock):
             self.cross_attention = self._build_attention(
                 "cross_attention", decoder_sequence_shape, encoder_sequence_shape
             )
-            self.cross_attention_norm = self._build_norm("cross_attention_norm", decoder_sequence_shape)
+            self.cross_attention_norm = self._build_norm(
+                "cross_attention_norm", decoder_sequence_shape
+            )
         self.feed_forward = self._build_feed_forward(decoder_sequence_shape)
         self.feed_forward_norm = self._build_norm("feed_forward_norm", decoder_sequence_shape)
         self.sublayer_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
@@ -122,7 +124,9 @@ class TransformerDecoderBlock(TransformerBlock):
     def compute_cross_attention_cache(self, encoder_sequence):
         """Projected keys and values of one source, `[2, B, heads, S, head_dim]`."""
         if self.cross_attention is None:
-            raise ValueError("This decoder block has no cross-attention (it was built without an encoder sequence).")
+            raise ValueError(
+                "This decoder block has no cross-attention (it was built without an encoder sequence)."
+            )
         encoder_sequence = ops.cast(encoder_sequence, self.compute_dtype)
         return ops.stack(
             [
@@ -155,15 +159,23 @@ class TransformerDecoderBlock(TransformerBlock):
         matrices = [attention.projection_matrix(name) for name in ("query", "key", "value")]
         constants = {
             "qkv_kernel": ops.concatenate([kernel for kernel, _ in matrices], axis=1),
-            "qkv_bias": None if matrices[0][1] is None else ops.concatenate([bias for _, bias in matrices], axis=0),
+            "qkv_bias": None
+            if matrices[0][1] is None
+            else ops.concatenate([bias for _, bias in matrices], axis=0),
         }
-        constants["self_output_kernel"], constants["self_output_bias"] = attention.projection_matrix("output")
+        constants["self_output_kernel"], constants["self_output_bias"] = (
+            attention.projection_matrix("output")
+        )
         if self.cross_attention is not None:
             cross = self.compute_cross_attention_cache(encoder_sequence)
             constants["cross_keys"], constants["cross_values"] = cross[0], cross[1]
             if encoder_padding_mask is not None:
-                constants["cross_bias"], constants["cross_rows"] = self.cross_attention.prepare_attention_mask(
-                    merge_masks(1, ops.shape(encoder_padding_mask)[1], key_mask=encoder_padding_mask)
+                constants["cross_bias"], constants["cross_rows"] = (
+                    self.cross_attention.prepare_attention_mask(
+                        merge_masks(
+                            1, ops.shape(encoder_padding_mask)[1], key_mask=encoder_padding_mask
+                        )
+                    )
                 )
             constants["cross_query_kernel"], constants["cross_query_bias"] = (
                 self.cross_attention.projection_matrix("query")
@@ -199,7 +211,10 @@ class TransformerDecoderBlock(TransformerBlock):
         max_length = ops.shape(self_attention_cache)[3]
         # Cache slots past `index` hold zeros; this bias keeps them out. The
         # query attends at least itself, so no row needs zeroing.
-        causal_mask = (attention_bias(ops.arange(max_length, dtype="int32") <= ops.cast(index, "int32")), None)
+        causal_mask = (
+            attention_bias(ops.arange(max_length, dtype="int32") <= ops.cast(index, "int32")),
+            None,
+        )
 
         def self_attention(y):
             qkv = _affine(y, constants["qkv_kernel"], constants.get("qkv_bias"))
@@ -211,18 +226,25 @@ class TransformerDecoderBlock(TransformerBlock):
             )
             # [B, heads, 1, head_dim] -> [B, d]: with one position, no transpose.
             attended = ops.reshape(attended, (-1, heads * head_dim))
-            output = _affine(attended, constants["self_output_kernel"], constants.get("self_output_bias"))
+            output = _affine(
+                attended, constants["self_output_kernel"], constants.get("self_output_bias")
+            )
             return output, cache
 
         def cross_attention(y):
             query = _affine(y, constants["cross_query_kernel"], constants.get("cross_query_bias"))
             query = ops.reshape(query, (-1, heads, 1, head_dim))
             attended, _ = self.cross_attention.attend(
-                query, constants["cross_keys"], constants["cross_values"], training=False,
+                query,
+                constants["cross_keys"],
+                constants["cross_values"],
+                training=False,
                 prepared_mask=(constants.get("cross_bias"), constants.get("cross_rows")),
             )
             attended = ops.reshape(attended, (-1, heads * head_dim))
-            return _affine(attended, constants["cross_output_kernel"], constants.get("cross_output_bias")), None
+            return _affine(
+                attended, constants["cross_output_kernel"], constants.get("cross_output_bias")
+            ), None
 
         def feed_forward(y):
             return self.feed_forward(y), None
@@ -259,7 +281,9 @@ class TransformerDecoderBlock(TransformerBlock):
                 "This decoder block has cross-attention: pass `encoder_sequence` or `cross_attention_cache`."
             )
         if self_attention_cache is not None and self_attention_cache_update_index is None:
-            raise ValueError("`self_attention_cache_update_index` is required with `self_attention_cache`.")
+            raise ValueError(
+                "`self_attention_cache_update_index` is required with `self_attention_cache`."
+            )
         # Keras fills `mask` (when `decoder_sequence` is the only tensor
         # argument) or `decoder_sequence_mask` and `encoder_sequence_mask`
         # (when there are more) with the inputs' Keras masks.
@@ -271,8 +295,13 @@ class TransformerDecoderBlock(TransformerBlock):
 
         def self_attention(x):
             output, scores["self_attention"], new_cache = self._self_attention(
-                x, decoder_padding_mask, use_causal_mask,
-                self_attention_cache, self_attention_cache_update_index, training, return_attention_scores,
+                x,
+                decoder_padding_mask,
+                use_causal_mask,
+                self_attention_cache,
+                self_attention_cache_update_index,
+                training,
+                return_attention_scores,
             )
             return self.sublayer_dropout(output, training=training), new_cache
 
@@ -287,7 +316,11 @@ class TransformerDecoderBlock(TransformerBlock):
                 ops.shape(x)[1], ops.shape(key_heads)[2], key_mask=encoder_padding_mask
             )
             attended, scores["cross_attention"] = attention.attend(
-                attention.project_query(x), key_heads, value_heads, mask, training=training,
+                attention.project_query(x),
+                key_heads,
+                value_heads,
+                mask,
+                training=training,
                 return_attention_scores=return_attention_scores,
             )
             output = attention.project_output(attended)
@@ -308,7 +341,9 @@ class TransformerDecoderBlock(TransformerBlock):
             outputs += (scores,)
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def _self_attention(self, x, padding_mask, use_causal_mask, cache, cache_index, training, return_weights):
+    def _self_attention(
+        self, x, padding_mask, use_causal_mask, cache, cache_index, training, return_weights
+    ):
         """Returns `(output, weights, new_cache)`; `new_cache` is None without a cache,
         `weights` None when not `return_weights` and the attention ran fused."""
         attention = self.self_attention
@@ -319,7 +354,9 @@ class TransformerDecoderBlock(TransformerBlock):
         query_mask = None
         if cache is None:
             # The query mask goes to `compute_attention` on its own (a smaller bias).
-            mask = merge_masks(length, length, key_mask=padding_mask, use_causal_mask=use_causal_mask)
+            mask = merge_masks(
+                length, length, key_mask=padding_mask, use_causal_mask=use_causal_mask
+            )
             query_mask = padding_mask
         else:
             cache = _write_cache(cache, ops.stack([key_heads, value_heads], axis=0), cache_index)
@@ -334,7 +371,12 @@ class TransformerDecoderBlock(TransformerBlock):
                 causal_offset=cache_index,
             )
         attended, weights = attention.attend(
-            query_heads, key_heads, value_heads, mask, training=training, query_mask=query_mask,
+            query_heads,
+            key_heads,
+            value_heads,
+            mask,
+            training=training,
+            query_mask=query_mask,
             return_attention_scores=return_weights,
         )
         return attention.project_output(attended), weights, cache
@@ -364,8 +406,13 @@ def _write_cache(cache, entries, index):
     stop = start + tf.shape(entries)[3]
     every = 0b10111  # all of every axis but the fourth (positions)
     return tf.raw_ops.TensorStridedSliceUpdate(
-        input=cache, begin=tf.stack([0, 0, 0, start, 0]), end=tf.stack([0, 0, 0, stop, 0]),
-        strides=tf.ones([5], tf.int32), value=entries, begin_mask=every, end_mask=every,
+        input=cache,
+        begin=tf.stack([0, 0, 0, start, 0]),
+        end=tf.stack([0, 0, 0, stop, 0]),
+        strides=tf.ones([5], tf.int32),
+        value=entries,
+        begin_mask=every,
+        end_mask=every,
     )
 
 

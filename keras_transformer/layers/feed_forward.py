@@ -46,7 +46,9 @@ class FeedForward(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         if not isinstance(intermediate_dim, int) or intermediate_dim <= 0:
-            raise ValueError(f"`intermediate_dim` must be a positive integer, got {intermediate_dim!r}.")
+            raise ValueError(
+                f"`intermediate_dim` must be a positive integer, got {intermediate_dim!r}."
+            )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1), got {dropout!r}.")
         self.intermediate_dim = intermediate_dim
@@ -67,10 +69,14 @@ class FeedForward(keras.layers.Layer):
             )
 
         self.intermediate_dense = keras.layers.Dense(
-            self.intermediate_dim, activation=self.activation, **dense_arguments("intermediate_dense")
+            self.intermediate_dim,
+            activation=self.activation,
+            **dense_arguments("intermediate_dense"),
         )
         self.intermediate_dense.build(input_shape)
-        self.output_dense = keras.layers.Dense(self.output_dim or input_shape[-1], **dense_arguments("output_dense"))
+        self.output_dense = keras.layers.Dense(
+            self.output_dim or input_shape[-1], **dense_arguments("output_dense")
+        )
         self.output_dense.build((*input_shape[:-1], self.intermediate_dim))
         self.dropout_layer = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
 

@@ -121,13 +121,19 @@ class BagOfNgrams(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        for name, value, low in (("vocabulary_size", vocabulary_size, 2), ("units", units, 1),
-                                 ("num_buckets", num_buckets, 0), ("num_word_buckets", num_word_buckets, 0),
-                                 ("min_document_frequency", min_document_frequency, 1)):
+        for name, value, low in (
+            ("vocabulary_size", vocabulary_size, 2),
+            ("units", units, 1),
+            ("num_buckets", num_buckets, 0),
+            ("num_word_buckets", num_word_buckets, 0),
+            ("min_document_frequency", min_document_frequency, 1),
+        ):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
                 raise ValueError(f"`{name}` must be an integer of at least {low}, got {value!r}.")
         if not learning_rate_multiplier > 0:
-            raise ValueError(f"`learning_rate_multiplier` must be positive, got {learning_rate_multiplier!r}.")
+            raise ValueError(
+                f"`learning_rate_multiplier` must be positive, got {learning_rate_multiplier!r}."
+            )
         if not l2 >= 0:
             raise ValueError(f"`l2` must be at least 0, got {l2!r}.")
         self.vocabulary_size = int(vocabulary_size)
@@ -135,7 +141,9 @@ class BagOfNgrams(keras.layers.Layer):
         self.num_buckets = int(num_buckets)
         self.num_word_buckets = int(num_word_buckets)
         if self.num_word_buckets and self.vocabulary_size > 2**16:
-            raise ValueError(f"Word features take a vocabulary of at most {2**16} ids, got {self.vocabulary_size}.")
+            raise ValueError(
+                f"Word features take a vocabulary of at most {2**16} ids, got {self.vocabulary_size}."
+            )
         self.learning_rate_multiplier = float(learning_rate_multiplier)
         self.l2 = float(l2)
         self.use_bias = bool(use_bias)
@@ -158,18 +166,26 @@ class BagOfNgrams(keras.layers.Layer):
 
     def build(self, token_ids_shape=None):
         self.kernel = self.add_weight(
-            name="kernel", shape=(self.num_features, self.units),
+            name="kernel",
+            shape=(self.num_features, self.units),
             initializer=clone_initializer(self.kernel_initializer, "kernel"),
             regularizer=self._penalty if self.l2 else None,
         )
         self.bias = None
         if self.use_bias:
             self.bias = self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
-        self.idf = self.add_weight(name="idf", shape=(self.num_features,), initializer="ones", trainable=False)
+        self.idf = self.add_weight(
+            name="idf", shape=(self.num_features,), initializer="ones", trainable=False
+        )
         self.piece_kinds = None
         if self.num_word_buckets:
-            self.piece_kinds = self.add_weight(name="piece_kinds", shape=(self.vocabulary_size,), dtype="int32",
-                                               initializer="zeros", trainable=False)
+            self.piece_kinds = self.add_weight(
+                name="piece_kinds",
+                shape=(self.vocabulary_size,),
+                dtype="int32",
+                initializer="zeros",
+                trainable=False,
+            )
         self.built = True
 
     def set_vocabulary(self, vocabulary, continuation_prefix="##"):
@@ -185,7 +201,9 @@ class BagOfNgrams(keras.layers.Layer):
         if not self.num_word_buckets:
             raise ValueError("This BagOfNgrams has no word features (`num_word_buckets=0`).")
         if len(vocabulary) != self.vocabulary_size:
-            raise ValueError(f"The vocabulary has {len(vocabulary)} tokens, the layer {self.vocabulary_size} ids.")
+            raise ValueError(
+                f"The vocabulary has {len(vocabulary)} tokens, the layer {self.vocabulary_size} ids."
+            )
         if not self.built:
             self.build()
 
@@ -213,7 +231,9 @@ class BagOfNgrams(keras.layers.Layer):
         if self.num_buckets:
             first, second = token_ids[:, :-1], token_ids[:, 1:]
             # first * V + second < V**2 stays within int32 for any vocabulary under 46,000.
-            hashed = (first * self.vocabulary_size + second) % self.num_buckets + self.vocabulary_size
+            hashed = (
+                first * self.vocabulary_size + second
+            ) % self.num_buckets + self.vocabulary_size
             rows.append(ops.where(real[:, :-1] & real[:, 1:], hashed, -1))
         if self.num_word_buckets:
             rows.extend(self._word_ngram_ids(ops.where(real, token_ids, 0)))
@@ -227,13 +247,17 @@ class BagOfNgrams(keras.layers.Layer):
         in_word, continues = kinds != NO_WORD, kinds == WORD_CONTINUATION
         length = ops.shape(token_ids)[1]
         # A word ends where the next piece does not continue it.
-        ends = in_word & ops.logical_not(ops.concatenate([continues[:, 1:], ops.zeros_like(continues[:, :1])], axis=1))
+        ends = in_word & ops.logical_not(
+            ops.concatenate([continues[:, 1:], ops.zeros_like(continues[:, :1])], axis=1)
+        )
 
         def back(values, steps, fill):
             """`values` moved `steps` places to the right: position i holds i - steps."""
             if steps == 0:
                 return values
-            return ops.concatenate([ops.full_like(values[:, :steps], fill), values[:, :-steps]], axis=1)
+            return ops.concatenate(
+                [ops.full_like(values[:, :steps], fill), values[:, :-steps]], axis=1
+            )
 
         word_hash = ops.zeros_like(token_ids)
         reaching = ends  # whether the piece `steps` back from a word's end is still that word's
@@ -248,7 +272,9 @@ class BagOfNgrams(keras.layers.Layer):
         words = ops.take_along_axis(word_hash, ops.minimum(end_positions, length - 1), axis=1)
         offset = self.vocabulary_size + self.num_buckets
         unigrams = ops.where(is_word, words % self.num_word_buckets + offset, -1)
-        pairs = (words[:, :-1] * WORD_BIGRAM_MULTIPLIER + words[:, 1:]) % self.num_word_buckets + offset
+        pairs = (
+            words[:, :-1] * WORD_BIGRAM_MULTIPLIER + words[:, 1:]
+        ) % self.num_word_buckets + offset
         bigrams = ops.where(is_word[:, :-1] & is_word[:, 1:], pairs, -1)
         return unigrams, bigrams
 
@@ -263,13 +289,15 @@ class BagOfNgrams(keras.layers.Layer):
         """
         token_ids = np.asarray(token_ids)
         if token_ids.ndim != 2 or not np.issubdtype(token_ids.dtype, np.integer):
-            raise ValueError(f"`adapt` takes integer token ids of shape [N, T], got {token_ids.dtype} {token_ids.shape}.")
+            raise ValueError(
+                f"`adapt` takes integer token ids of shape [N, T], got {token_ids.dtype} {token_ids.shape}."
+            )
         features = self._families(features)
         if not self.built:
             self.build(token_ids.shape)
         document_frequency = np.zeros(self.num_features, np.int64)
         for start in range(0, len(token_ids), batch_size):
-            for rows in self.ngram_ids(token_ids[start:start + batch_size]):
+            for rows in self.ngram_ids(token_ids[start : start + batch_size]):
                 rows = keras.ops.convert_to_numpy(rows)
                 for row in rows:
                     document_frequency[np.unique(row[row >= 0])] += 1
@@ -288,7 +316,9 @@ class BagOfNgrams(keras.layers.Layer):
             return has
         features = (features,) if isinstance(features, str) else tuple(features)
         if not features or any(family not in has for family in features):
-            raise ValueError(f"`features` takes some of {has} (the families this layer has), got {features!r}.")
+            raise ValueError(
+                f"`features` takes some of {has} (the families this layer has), got {features!r}."
+            )
         return features
 
     def call(self, token_ids):
@@ -323,12 +353,16 @@ class BagOfNgrams(keras.layers.Layer):
         idf = np.asarray(keras.ops.convert_to_numpy(self.idf), np.float64)
         rows, columns, values = [], [], []
         for start in range(0, len(token_ids), batch_size):
-            parts = [np.asarray(keras.ops.convert_to_numpy(ids))
-                     for ids in self.ngram_ids(np.asarray(token_ids[start:start + batch_size]))]
+            parts = [
+                np.asarray(keras.ops.convert_to_numpy(ids))
+                for ids in self.ngram_ids(np.asarray(token_ids[start : start + batch_size]))
+            ]
             for offset in range(len(parts[0])):
                 ngrams = np.concatenate([part[offset] for part in parts])
                 features, counts = np.unique(ngrams[ngrams >= 0], return_counts=True)
-                term_frequency = 1.0 + np.log(counts) if self.sublinear_tf else counts.astype(np.float64)
+                term_frequency = (
+                    1.0 + np.log(counts) if self.sublinear_tf else counts.astype(np.float64)
+                )
                 weights = term_frequency * idf[features]
                 kept = weights > 0
                 features, weights = features[kept], weights[kept]
@@ -343,11 +377,16 @@ class BagOfNgrams(keras.layers.Layer):
     @property
     def effective_kernel(self):
         """The kernel as used: the stored one times `learning_rate_multiplier` (NumPy)."""
-        return np.asarray(keras.ops.convert_to_numpy(self.kernel), np.float64) * self.learning_rate_multiplier
+        return (
+            np.asarray(keras.ops.convert_to_numpy(self.kernel), np.float64)
+            * self.learning_rate_multiplier
+        )
 
     def set_linear_weights(self, kernel, bias=None):
         """Sets the kernel as used (`[num_features, units]`) and, with `use_bias`, the bias."""
-        self.kernel.assign((np.asarray(kernel) / self.learning_rate_multiplier).astype(self.kernel.dtype))
+        self.kernel.assign(
+            (np.asarray(kernel) / self.learning_rate_multiplier).astype(self.kernel.dtype)
+        )
         if bias is not None:
             if self.bias is None:
                 raise ValueError("This BagOfNgrams has no bias (`use_bias=False`).")
@@ -358,18 +397,20 @@ class BagOfNgrams(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "vocabulary_size": self.vocabulary_size,
-            "units": self.units,
-            "num_buckets": self.num_buckets,
-            "num_word_buckets": self.num_word_buckets,
-            "learning_rate_multiplier": self.learning_rate_multiplier,
-            "l2": self.l2,
-            "use_bias": self.use_bias,
-            "sublinear_tf": self.sublinear_tf,
-            "min_document_frequency": self.min_document_frequency,
-            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-        })
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "units": self.units,
+                "num_buckets": self.num_buckets,
+                "num_word_buckets": self.num_word_buckets,
+                "learning_rate_multiplier": self.learning_rate_multiplier,
+                "l2": self.l2,
+                "use_bias": self.use_bias,
+                "sublinear_tf": self.sublinear_tf,
+                "min_document_frequency": self.min_document_frequency,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            }
+        )
         return config
 
 
@@ -381,11 +422,18 @@ def _sorted_with_counts(rows):
     sorted_rows = ops.sort(rows, axis=-1)
     length = ops.shape(rows)[1]
     is_last = ops.concatenate(
-        [sorted_rows[:, 1:] != sorted_rows[:, :-1], ops.ones_like(sorted_rows[:, :1], dtype="bool")], axis=1)
+        [
+            sorted_rows[:, 1:] != sorted_rows[:, :-1],
+            ops.ones_like(sorted_rows[:, :1], dtype="bool"),
+        ],
+        axis=1,
+    )
     positions = ops.broadcast_to(ops.arange(length, dtype="int32"), ops.shape(rows))
     # The positions where runs end, in order, then `length` for the rows' spare places.
     run_ends = ops.sort(ops.where(is_last, positions, length), axis=-1)
-    run_lengths = run_ends - ops.concatenate([ops.full_like(run_ends[:, :1], -1), run_ends[:, :-1]], axis=1)
+    run_lengths = run_ends - ops.concatenate(
+        [ops.full_like(run_ends[:, :1], -1), run_ends[:, :-1]], axis=1
+    )
     is_last = ops.cast(is_last, "int32")
     runs_before = ops.cumsum(is_last, axis=1) - is_last
     return sorted_rows, is_last * ops.take_along_axis(run_lengths, runs_before, axis=1)

@@ -102,7 +102,9 @@ class PositionEmbedding(keras.layers.Layer):
     def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
         if not isinstance(sequence_length, int) or sequence_length <= 0:
-            raise ValueError(f"`sequence_length` must be a positive integer, got {sequence_length!r}.")
+            raise ValueError(
+                f"`sequence_length` must be a positive integer, got {sequence_length!r}."
+            )
         self.sequence_length = sequence_length
         self.initializer = keras.initializers.get(initializer)
         self.supports_masking = True
@@ -217,7 +219,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.token_embedding = keras.layers.Embedding(
             vocabulary_size,
             embedding_dim,
-            embeddings_initializer=clone_initializer(self.embeddings_initializer, "token_embedding"),
+            embeddings_initializer=clone_initializer(
+                self.embeddings_initializer, "token_embedding"
+            ),
             mask_zero=mask_zero,
             dtype=self.dtype_policy,
             name="token_embedding",

@@ -86,25 +86,49 @@ class TransformerClassifier(EncoderStack, keras.Model):
         if pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
         if not isinstance(num_classes, numbers.Integral) or num_classes < 2:
-            raise ValueError(f"`num_classes` must be an integer of at least 2, got {num_classes!r}.")
+            raise ValueError(
+                f"`num_classes` must be an integer of at least 2, got {num_classes!r}."
+            )
         self.num_classes = int(num_classes)
         self.pooling = pooling
-        self._create_encoder_stack(vocabulary_size, sequence_length, num_layers, d_model, num_heads,
-                                   intermediate_dim, dropout, positional, normalize_first, attention_class)
+        self._create_encoder_stack(
+            vocabulary_size,
+            sequence_length,
+            num_layers,
+            d_model,
+            num_heads,
+            intermediate_dim,
+            dropout,
+            positional,
+            normalize_first,
+            attention_class,
+        )
         self.head_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         # float32 logits and probabilities even under mixed precision.
         self.head = keras.layers.Dense(num_classes, dtype="float32", name="head")
         if bag_of_ngrams is not None and not isinstance(bag_of_ngrams, dict):
-            raise ValueError(f"`bag_of_ngrams` must be None or a dict of BagOfNgrams arguments, got {bag_of_ngrams!r}.")
+            raise ValueError(
+                f"`bag_of_ngrams` must be None or a dict of BagOfNgrams arguments, got {bag_of_ngrams!r}."
+            )
         self.bag_of_ngrams = None if bag_of_ngrams is None else dict(bag_of_ngrams)
         self.ngrams = None
         if self.bag_of_ngrams is not None:
-            self.ngrams = BagOfNgrams(vocabulary_size, num_classes, dtype="float32", name="ngrams", **self.bag_of_ngrams)
+            self.ngrams = BagOfNgrams(
+                vocabulary_size, num_classes, dtype="float32", name="ngrams", **self.bag_of_ngrams
+            )
         if ngram_length is not None:
             if self.ngrams is None:
-                raise ValueError("`ngram_length` is how far the bag of n-grams reads: it needs `bag_of_ngrams`.")
-            if not isinstance(ngram_length, numbers.Integral) or isinstance(ngram_length, bool) or ngram_length < 1:
-                raise ValueError(f"`ngram_length` must be a positive integer, got {ngram_length!r}.")
+                raise ValueError(
+                    "`ngram_length` is how far the bag of n-grams reads: it needs `bag_of_ngrams`."
+                )
+            if (
+                not isinstance(ngram_length, numbers.Integral)
+                or isinstance(ngram_length, bool)
+                or ngram_length < 1
+            ):
+                raise ValueError(
+                    f"`ngram_length` must be a positive integer, got {ngram_length!r}."
+                )
         self.ngram_length = None if ngram_length is None else int(ngram_length)
 
     @property
@@ -115,7 +139,9 @@ class TransformerClassifier(EncoderStack, keras.Model):
 
     def build(self, token_ids_shape):
         length = token_ids_shape[1]
-        self._build_encoder_stack((token_ids_shape[0], None if length is None else min(length, self.sequence_length)))
+        self._build_encoder_stack(
+            (token_ids_shape[0], None if length is None else min(length, self.sequence_length))
+        )
         self.head.build((token_ids_shape[0], self.d_model))
         if self.ngrams is not None:
             self.ngrams.build(token_ids_shape)
@@ -123,7 +149,10 @@ class TransformerClassifier(EncoderStack, keras.Model):
 
     def call(self, token_ids, training=None, return_attention_scores=False):
         x, padding_mask, attention_scores = self._encode(
-            self._transformer_ids(token_ids), training, with_attention_scores=return_attention_scores)
+            self._transformer_ids(token_ids),
+            training,
+            with_attention_scores=return_attention_scores,
+        )
         pooled = self._pool(x, padding_mask)
         logits = self.head(self.head_dropout(pooled, training=training))
         if self.ngrams is not None:
@@ -138,7 +167,7 @@ class TransformerClassifier(EncoderStack, keras.Model):
         # without one, a too long input is an error, as in any encoder.
         if self.ngram_length is None or self.ngram_length <= self.sequence_length:
             return token_ids
-        return token_ids[:, :self.sequence_length]
+        return token_ids[:, : self.sequence_length]
 
     def _pool(self, sequence, padding_mask):
         if self.pooling == "cls":
@@ -157,6 +186,12 @@ class TransformerClassifier(EncoderStack, keras.Model):
     def get_config(self):
         config = super().get_config()
         config.update(self._encoder_config())
-        config.update({"num_classes": self.num_classes, "pooling": self.pooling, "bag_of_ngrams": self.bag_of_ngrams,
-                       "ngram_length": self.ngram_length})
+        config.update(
+            {
+                "num_classes": self.num_classes,
+                "pooling": self.pooling,
+                "bag_of_ngrams": self.bag_of_ngrams,
+                "ngram_length": self.ngram_length,
+            }
+        )
         return config

@@ -34,7 +34,9 @@ class EncoderStack:
         if not isinstance(num_layers, numbers.Integral) or num_layers < 1:
             raise ValueError(f"`num_layers` must be a positive integer, got {num_layers!r}.")
         if not isinstance(d_model, int) or not isinstance(num_heads, int) or d_model % num_heads:
-            raise ValueError(f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads}).")
+            raise ValueError(
+                f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads})."
+            )
         self.vocabulary_size = vocabulary_size
         self.sequence_length = sequence_length
         self.num_layers = num_layers
@@ -71,7 +73,9 @@ class EncoderStack:
         ]
         # Pre-norm stacks leave the residual stream un-normalized; post-norm ends normalized.
         self.final_norm = (
-            keras.layers.LayerNormalization(epsilon=1e-5, dtype=self.dtype_policy, name="final_norm")
+            keras.layers.LayerNormalization(
+                epsilon=1e-5, dtype=self.dtype_policy, name="final_norm"
+            )
             if normalize_first
             else None
         )
@@ -79,7 +83,11 @@ class EncoderStack:
     @property
     def encoder_layers(self):
         """The layers with weights, in order: embedding, blocks, final norm."""
-        return [self.embedding, *self.encoder_blocks, *([self.final_norm] if self.final_norm else [])]
+        return [
+            self.embedding,
+            *self.encoder_blocks,
+            *([self.final_norm] if self.final_norm else []),
+        ]
 
     def _build_encoder_stack(self, token_ids_shape):
         """Builds the stack for `token_ids_shape`; returns the shape of its output."""
@@ -99,7 +107,9 @@ class EncoderStack:
         attention_scores = []
         for block in self.encoder_blocks:
             if with_attention_scores:
-                x, scores = block(x, padding_mask=padding_mask, training=training, return_attention_scores=True)
+                x, scores = block(
+                    x, padding_mask=padding_mask, training=training, return_attention_scores=True
+                )
                 attention_scores.append(scores)
             else:
                 x = block(x, padding_mask=padding_mask, training=training)

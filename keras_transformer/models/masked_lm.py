@@ -69,20 +69,33 @@ class MaskedLanguageModel(EncoderStack, keras.Model):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self._create_encoder_stack(vocabulary_size, sequence_length, num_layers, d_model, num_heads,
-                                   intermediate_dim, dropout, positional, normalize_first, attention_class)
+        self._create_encoder_stack(
+            vocabulary_size,
+            sequence_length,
+            num_layers,
+            d_model,
+            num_heads,
+            intermediate_dim,
+            dropout,
+            positional,
+            normalize_first,
+            attention_class,
+        )
         self.head_transform = keras.layers.Dense(
             d_model, activation="gelu", dtype=self.dtype_policy, name="head_transform"
         )
-        self.head_norm = keras.layers.LayerNormalization(epsilon=1e-5, dtype=self.dtype_policy, name="head_norm")
+        self.head_norm = keras.layers.LayerNormalization(
+            epsilon=1e-5, dtype=self.dtype_policy, name="head_norm"
+        )
 
     def build(self, token_ids_shape):
         sequence_shape = self._build_encoder_stack(token_ids_shape)
         self.head_transform.build(sequence_shape)
         self.head_norm.build(sequence_shape)
         # The one weight of the output projection that is not the embedding's.
-        self.output_bias = self.add_weight(name="output_bias", shape=(self.vocabulary_size,),
-                                           initializer="zeros")
+        self.output_bias = self.add_weight(
+            name="output_bias", shape=(self.vocabulary_size,), initializer="zeros"
+        )
         self.built = True
 
     @property

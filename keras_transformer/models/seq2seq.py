@@ -92,7 +92,9 @@ class Seq2SeqTransformer(keras.Model):
                 f"{source_vocabulary_size} and target size {target_vocabulary_size}."
             )
         if d_model % num_heads:
-            raise ValueError(f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads}).")
+            raise ValueError(
+                f"`d_model` ({d_model}) must be divisible by `num_heads` ({num_heads})."
+            )
         self.source_vocabulary_size = source_vocabulary_size
         self.target_vocabulary_size = target_vocabulary_size
         self.sequence_length = sequence_length
@@ -108,35 +110,60 @@ class Seq2SeqTransformer(keras.Model):
 
         def embedding(vocabulary_size, name):
             return TokenAndPositionEmbedding(
-                vocabulary_size, sequence_length, d_model, mask_zero=True,
-                positional="sinusoidal", dtype=self.dtype_policy, name=name,
+                vocabulary_size,
+                sequence_length,
+                d_model,
+                mask_zero=True,
+                positional="sinusoidal",
+                dtype=self.dtype_policy,
+                name=name,
             )
 
         def block_arguments(index, kind):
             return dict(
-                num_heads=num_heads, intermediate_dim=intermediate_dim, dropout=dropout,
-                activation="relu", normalize_first=normalize_first,
-                attention_class=self.attention_class, dtype=self.dtype_policy, name=f"{kind}_block_{index}",
+                num_heads=num_heads,
+                intermediate_dim=intermediate_dim,
+                dropout=dropout,
+                activation="relu",
+                normalize_first=normalize_first,
+                attention_class=self.attention_class,
+                dtype=self.dtype_policy,
+                name=f"{kind}_block_{index}",
             )
 
         self.source_embedding = embedding(source_vocabulary_size, "source_embedding")
         self.target_embedding = (
-            self.source_embedding if share_embeddings else embedding(target_vocabulary_size, "target_embedding")
+            self.source_embedding
+            if share_embeddings
+            else embedding(target_vocabulary_size, "target_embedding")
         )
         self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.encoder_blocks = [
-            TransformerEncoderBlock(**block_arguments(index, "encoder")) for index in range(num_encoder_layers)
+            TransformerEncoderBlock(**block_arguments(index, "encoder"))
+            for index in range(num_encoder_layers)
         ]
         self.decoder_blocks = [
-            TransformerDecoderBlock(**block_arguments(index, "decoder")) for index in range(num_decoder_layers)
+            TransformerDecoderBlock(**block_arguments(index, "decoder"))
+            for index in range(num_decoder_layers)
         ]
         norm = dict(epsilon=1e-5, dtype=self.dtype_policy)
-        self.encoder_norm = keras.layers.LayerNormalization(name="encoder_norm", **norm) if normalize_first else None
-        self.decoder_norm = keras.layers.LayerNormalization(name="decoder_norm", **norm) if normalize_first else None
+        self.encoder_norm = (
+            keras.layers.LayerNormalization(name="encoder_norm", **norm)
+            if normalize_first
+            else None
+        )
+        self.decoder_norm = (
+            keras.layers.LayerNormalization(name="decoder_norm", **norm)
+            if normalize_first
+            else None
+        )
         # With shared embeddings the output projection is the token table itself.
         self.output_projection = (
-            None if share_embeddings
-            else keras.layers.Dense(target_vocabulary_size, dtype=self.dtype_policy, name="output_projection")
+            None
+            if share_embeddings
+            else keras.layers.Dense(
+                target_vocabulary_size, dtype=self.dtype_policy, name="output_projection"
+            )
         )
 
     def build(self, input_shape=None):
@@ -166,7 +193,12 @@ class Seq2SeqTransformer(keras.Model):
         scores = []
         for block in self.encoder_blocks:
             # Scores only when asked: without them the attention may run fused.
-            x = block(x, padding_mask=source_mask, training=training, return_attention_scores=return_attention_scores)
+            x = block(
+                x,
+                padding_mask=source_mask,
+                training=training,
+                return_attention_scores=return_attention_scores,
+            )
             if return_attention_scores:
                 x, block_scores = x
                 scores.append(block_scores)
@@ -174,15 +206,20 @@ class Seq2SeqTransformer(keras.Model):
             x = self.encoder_norm(x)
         return (x, source_mask, scores) if return_attention_scores else (x, source_mask)
 
-    def decode(self, target_ids, encoder_output, source_mask, training=None, return_attention_scores=False):
+    def decode(
+        self, target_ids, encoder_output, source_mask, training=None, return_attention_scores=False
+    ):
         """Teacher-forced decoder: `[B, T]` ids -> logits `[B, T, V]` (and each block's scores)."""
         x = self.embedding_dropout(self.target_embedding(target_ids), training=training)
         target_mask = make_padding_mask(target_ids)
         scores = []
         for block in self.decoder_blocks:
             x = block(
-                x, encoder_sequence=encoder_output, decoder_padding_mask=target_mask,
-                encoder_padding_mask=source_mask, training=training,
+                x,
+                encoder_sequence=encoder_output,
+                decoder_padding_mask=target_mask,
+                encoder_padding_mask=source_mask,
+                training=training,
                 return_attention_scores=return_attention_scores,
             )
             if return_attention_scores:
@@ -204,12 +241,14 @@ class Seq2SeqTransformer(keras.Model):
         """
         batch_size = ops.shape(encoder_output)[0]
         self_cache = tuple(
-            block.initialize_self_attention_cache(batch_size, max_length) for block in self.decoder_blocks
+            block.initialize_self_attention_cache(batch_size, max_length)
+            for block in self.decoder_blocks
         )
         output_kernel, output_bias = self._output_matrix()
         step_constants = {
             "blocks": tuple(
-                block.prepare_token_decoding(encoder_output, source_mask) for block in self.decoder_blocks
+                block.prepare_token_decoding(encoder_output, source_mask)
+                for block in self.decoder_blocks
             ),
             "output_kernel": output_kernel,
         }
@@ -221,10 +260,14 @@ class Seq2SeqTransformer(keras.Model):
         """One decoding step: `[B, 1]` ids at position `index` -> (logits `[B, V]`, new self cache)."""
         x = ops.reshape(self.target_embedding(token_ids, start_index=index), (-1, self.d_model))
         new_caches = []
-        for block, block_cache, constants in zip(self.decoder_blocks, self_cache, step_constants["blocks"]):
+        for block, block_cache, constants in zip(
+            self.decoder_blocks, self_cache, step_constants["blocks"]
+        ):
             x, new_cache = block.decode_token(x, index, block_cache, constants)
             new_caches.append(new_cache)
-        return self._logits(x, step_constants["output_kernel"], step_constants.get("output_bias")), tuple(new_caches)
+        return self._logits(
+            x, step_constants["output_kernel"], step_constants.get("output_bias")
+        ), tuple(new_caches)
 
     def _output_matrix(self):
         """Output projection `(kernel [d, V], bias [V] or None)` in the compute dtype."""
@@ -232,7 +275,9 @@ class Seq2SeqTransformer(keras.Model):
             table = self.target_embedding.token_embedding.embeddings
             return ops.transpose(ops.cast(table, self.compute_dtype)), None
         projection = self.output_projection
-        return ops.cast(projection.kernel, self.compute_dtype), ops.cast(projection.bias, self.compute_dtype)
+        return ops.cast(projection.kernel, self.compute_dtype), ops.cast(
+            projection.bias, self.compute_dtype
+        )
 
     def _logits(self, x, kernel=None, bias=None):
         """`[..., d]` decoder output -> float32 logits `[..., V]`; `kernel` and

@@ -80,7 +80,9 @@ def create_app(repository, settings=None):
             from keras_transformer.serving import grpc_api
 
             # Bound before the models load, so a taken port fails the start at once.
-            grpc_server.append(grpc_api.bind_grpc_server(service, settings.grpc_host, settings.grpc_port))
+            grpc_server.append(
+                grpc_api.bind_grpc_server(service, settings.grpc_host, settings.grpc_port)
+            )
         try:
             await service.start()
             if grpc_server:
@@ -96,9 +98,13 @@ def create_app(repository, settings=None):
 
     async def healthz(request):
         models = {
-            name: (model.current.version if model.current else None) for name, model in repository.models.items()
+            name: (model.current.version if model.current else None)
+            for name, model in repository.models.items()
         }
-        return JSONResponse({"ready": repository.ready(), "models": models}, status_code=200 if repository.ready() else 503)
+        return JSONResponse(
+            {"ready": repository.ready(), "models": models},
+            status_code=200 if repository.ready() else 503,
+        )
 
     async def models_route(request):
         match = _MODEL_PATH.match(request.path_params["rest"])
@@ -112,7 +118,9 @@ def create_app(repository, settings=None):
         request.state.version = version
         if match["verb"] is not None:
             if match["verb"] != "predict":
-                raise RequestError(400, f"':{match['verb']}' is not served here; only ':predict' is.")
+                raise RequestError(
+                    400, f"':{match['verb']}' is not served here; only ':predict' is."
+                )
             if request.method != "POST":
                 raise RequestError(405, f"':predict' takes POST, not {request.method}.")
             return await predict(request, name, version)
@@ -134,52 +142,78 @@ def create_app(repository, settings=None):
         input_specs = service.signature_inputs(served, signature_name)
         request.state.signature = signature_name
         request_format, inputs, batch_size = await _call(
-            json_executor if off_loop else None, parse_predict_request, body, input_specs,
+            json_executor if off_loop else None,
+            parse_predict_request,
+            body,
+            input_specs,
             settings.instance_limit(signature_name),
         )
         del body, raw_body  # the inputs hold what the model needs
         request.state.instances = batch_size
-        timeout = None if settings.request_timeout is None else settings.request_timeout - (time.monotonic() - started)
+        timeout = (
+            None
+            if settings.request_timeout is None
+            else settings.request_timeout - (time.monotonic() - started)
+        )
         outputs = await _unless_disconnected(
-            request.receive, service.predict(served, signature_name, inputs, batch_size, timeout=timeout)
+            request.receive,
+            service.predict(served, signature_name, inputs, batch_size, timeout=timeout),
         )
         elements = sum(value.size for value in outputs.values())
         try:
             encoded = await _call(
                 json_executor if elements > _INLINE_RESPONSE_ELEMENTS else None,
-                encode_predict_response, request_format, outputs, settings.max_response_bytes,
+                encode_predict_response,
+                request_format,
+                outputs,
+                settings.max_response_bytes,
             )
         except ResponseTooLarge as error:
             raise RequestError(
-                413, f"The answer would be {'at least' if error.estimate == error.lower_bound else 'about'} "
+                413,
+                f"The answer would be {'at least' if error.estimate == error.lower_bound else 'about'} "
                 f"{error.estimate} bytes of JSON, over the limit of {error.limit} bytes (--max-response-bytes); "
-                "ask for fewer examples at a time."
+                "ask for fewer examples at a time.",
             ) from None
         return Response(encoded, media_type="application/json")
 
     def status(name, version):
-        return JSONResponse({
-            "model_version_status": [
-                {"version": str(number), "state": state,
-                 "status": {"error_code": "UNKNOWN" if message else "OK", "error_message": message}}
-                for number, state, message in service.version_states(name, version)
-            ]
-        })
+        return JSONResponse(
+            {
+                "model_version_status": [
+                    {
+                        "version": str(number),
+                        "state": state,
+                        "status": {
+                            "error_code": "UNKNOWN" if message else "OK",
+                            "error_message": message,
+                        },
+                    }
+                    for number, state, message in service.version_states(name, version)
+                ]
+            }
+        )
 
     def metadata(name, version):
         served = service.servable(name, version)
         signature_defs = {
             signature: {
-                "inputs": {spec.name: _tensor_info(spec) for spec in served.inputs[signature].values()},
-                "outputs": {spec.name: _tensor_info(spec) for spec in served.outputs[signature].values()},
+                "inputs": {
+                    spec.name: _tensor_info(spec) for spec in served.inputs[signature].values()
+                },
+                "outputs": {
+                    spec.name: _tensor_info(spec) for spec in served.outputs[signature].values()
+                },
                 "method_name": "tensorflow/serving/predict",
             }
             for signature in sorted(served.signatures)
         }
-        return JSONResponse({
-            "model_spec": {"name": name, "signature_name": "", "version": str(served.version)},
-            "metadata": {"signature_def": {"signature_def": signature_defs}},
-        })
+        return JSONResponse(
+            {
+                "model_spec": {"name": name, "signature_name": "", "version": str(served.version)},
+                "metadata": {"signature_def": {"signature_def": signature_defs}},
+            }
+        )
 
     async def request_error(request, error):
         # A message may quote the client's strings, and JSON can carry lone
@@ -188,7 +222,9 @@ def create_app(repository, settings=None):
         return JSONResponse({"error": message}, status_code=error.status)
 
     async def not_found(request, error):
-        return JSONResponse({"error": f"No such route: {shorten(request.url.path)}"}, status_code=404)
+        return JSONResponse(
+            {"error": f"No such route: {shorten(request.url.path)}"}, status_code=404
+        )
 
     async def method_not_allowed(request, error):
         message = f"{shorten(request.url.path)} does not take {shorten(request.method)}."
@@ -197,7 +233,11 @@ def create_app(repository, settings=None):
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/monitoring/prometheus/metrics", service.metrics.endpoint, methods=["GET"]),
-        Route("/v1/models/{rest:path}", models_route, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+        Route(
+            "/v1/models/{rest:path}",
+            models_route,
+            methods=["GET", "POST", "PUT", "DELETE", "PATCH"],
+        ),
     ]
     if settings.explorer:
         from keras_transformer.serving.explorer import explorer_routes
@@ -213,7 +253,9 @@ def create_app(repository, settings=None):
     app.state.repository = repository
     app.state.settings = settings
     app.state.service = service
-    app.state.stop_accepting = stop_accepting  # called by http_server.GracefulServer at a stop signal
+    app.state.stop_accepting = (
+        stop_accepting  # called by http_server.GracefulServer at a stop signal
+    )
     return app
 
 
@@ -244,8 +286,12 @@ class RequestLog:
             state = scope.get("state", {})
             logger.info(
                 "%s %s model=%s version=%s instances=%s status=%d latency_ms=%.1f",
-                loggable(scope["method"]), loggable(scope["path"]), loggable(state.get("model", "-")),
-                state.get("version") or "-", state.get("instances", "-"), scope.get(SERVER_ANSWER, status[0]),
+                loggable(scope["method"]),
+                loggable(scope["path"]),
+                loggable(state.get("model", "-")),
+                state.get("version") or "-",
+                state.get("instances", "-"),
+                scope.get(SERVER_ANSWER, status[0]),
                 (time.perf_counter() - started) * 1000,
             )
 
@@ -255,7 +301,8 @@ def loggable(text, limit=200):
     ANSI escapes) and backslashes escaped, cut after `limit` characters."""
     text = str(text)
     shown = "".join(
-        character if character.isprintable() and character != "\\"
+        character
+        if character.isprintable() and character != "\\"
         else character.encode("unicode_escape").decode("ascii")
         for character in text[:limit]
     )
@@ -268,7 +315,10 @@ async def _read_body(request, limit):
         digits = declared.lstrip("0")
         # Compared by length first: int() refuses more digits than Python's conversion limit.
         if len(digits) > len(str(limit)):
-            raise RequestError(413, f"The body's declared length has {len(digits)} digits; the limit is {limit} bytes.")
+            raise RequestError(
+                413,
+                f"The body's declared length has {len(digits)} digits; the limit is {limit} bytes.",
+            )
         if int(declared) > limit:
             raise RequestError(413, f"The body has {int(declared)} bytes; the limit is {limit}.")
     chunks, total = [], 0
@@ -281,7 +331,9 @@ async def _read_body(request, limit):
     except ClientDisconnect:
         # The answer goes nowhere; the request log's line (status 499, as
         # nginx names a client that closed its request) is all that is left of it.
-        raise RequestError(499, "The client closed the connection before sending its whole body.") from None
+        raise RequestError(
+            499, "The client closed the connection before sending its whole body."
+        ) from None
     return b"".join(chunks)
 
 
@@ -289,7 +341,9 @@ async def _call(executor, function, *args):
     """`function(*args)` on a thread of `executor`, or right here if `executor` is None."""
     if executor is None:
         return function(*args)
-    return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(function, *args))
+    return await asyncio.get_running_loop().run_in_executor(
+        executor, functools.partial(function, *args)
+    )
 
 
 async def _unless_disconnected(receive, awaitable):

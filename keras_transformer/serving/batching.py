@@ -25,7 +25,9 @@ class QueueFull(Exception):
     """A request refused because its queue already holds `queued` examples (the limit is `limit`)."""
 
     def __init__(self, served_version, signature_name, queued, limit):
-        super().__init__(f"the queue of {signature_name} holds {queued} examples; the limit is {limit}")
+        super().__init__(
+            f"the queue of {signature_name} holds {queued} examples; the limit is {limit}"
+        )
         self.served_version = served_version
         self.signature_name = signature_name
         self.queued = queued
@@ -90,8 +92,15 @@ class Batcher:
             for each batch before its model call (metrics).
     """
 
-    def __init__(self, executor, max_batch_size=32, max_wait_seconds=0.005, max_concurrent_batches=1,
-                 max_queued_examples=1024, on_batch=None):
+    def __init__(
+        self,
+        executor,
+        max_batch_size=32,
+        max_wait_seconds=0.005,
+        max_concurrent_batches=1,
+        max_queued_examples=1024,
+        on_batch=None,
+    ):
         self.executor = executor
         self.on_batch = on_batch
         self.max_batch_size = max_batch_size
@@ -110,7 +119,9 @@ class Batcher:
             for (served_version, signature_name), queue in self._queues.items()
         }
 
-    async def submit(self, served_version, signature_name, inputs, batch_size, timeout=None, merge=True):
+    async def submit(
+        self, served_version, signature_name, inputs, batch_size, timeout=None, merge=True
+    ):
         """Runs `inputs` (`{name: [batch_size, ...] array}`) and returns its own outputs.
 
         Args:
@@ -126,8 +137,14 @@ class Batcher:
         key = (served_version, signature_name)
         queue = self._queues.get(key)
         request = _Request(inputs, batch_size, asyncio.get_running_loop().create_future())
-        if queue is not None and queue.examples and queue.examples + request.weight > self.max_queued_examples:
-            raise QueueFull(served_version, signature_name, queue.examples, self.max_queued_examples)
+        if (
+            queue is not None
+            and queue.examples
+            and queue.examples + request.weight > self.max_queued_examples
+        ):
+            raise QueueFull(
+                served_version, signature_name, queue.examples, self.max_queued_examples
+            )
         if timeout is not None and timeout <= 0:
             raise DeadlineExceeded()
         if queue is None:
@@ -173,7 +190,9 @@ class Batcher:
                 for request in batch:
                     request.state = _STARTED
                     queue.examples -= request.weight
-                self._start(self._run_in_slot(served_version, signature_name, batch, queue.merge, loop))
+                self._start(
+                    self._run_in_slot(served_version, signature_name, batch, queue.merge, loop)
+                )
         finally:
             # Ends with its queue: an idle loop would hold its version in
             # memory after a swap; the next request to this signature starts
@@ -220,7 +239,9 @@ class Batcher:
     async def _run_in_slot(self, served_version, signature_name, batch, merge, loop):
         try:
             if self.on_batch is not None:
-                self.on_batch(served_version, signature_name, sum(request.size for request in batch))
+                self.on_batch(
+                    served_version, signature_name, sum(request.size for request in batch)
+                )
             await self._run(served_version, signature_name, batch, merge, loop)
         finally:
             self._slots.release()
@@ -229,10 +250,15 @@ class Batcher:
         try:
             if merge:
                 names = list(batch[0].inputs)
-                inputs = {name: np.concatenate([request.inputs[name] for request in batch], axis=0) for name in names}
+                inputs = {
+                    name: np.concatenate([request.inputs[name] for request in batch], axis=0)
+                    for name in names
+                }
             else:
                 inputs = batch[0].inputs
-            outputs = await loop.run_in_executor(self.executor, served_version.run, signature_name, inputs)
+            outputs = await loop.run_in_executor(
+                self.executor, served_version.run, signature_name, inputs
+            )
         except Exception as error:
             if len(batch) > 1:
                 # One request's bad input must not fail the others merged with it:
@@ -251,5 +277,7 @@ class Batcher:
         start = 0
         for request in batch:
             if not request.future.done():
-                request.future.set_result({name: value[start : start + request.size] for name, value in outputs.items()})
+                request.future.set_result(
+                    {name: value[start : start + request.size] for name, value in outputs.items()}
+                )
             start += request.size

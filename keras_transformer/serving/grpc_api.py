@@ -56,23 +56,29 @@ def bind_grpc_server(service, host, port):
     """A `grpc.aio.Server` of `service`, listening on `host:port` (an `OSError` naming the address if it
     cannot); it answers once started (`await server.start()`, on the event loop the REST app runs on),
     and `await server.stop(SHUTDOWN_GRACE_SECONDS)` stops it."""
-    server = grpc.aio.server(options=[
-        # A message over the REST body limit is refused before it is parsed (RESOURCE_EXHAUSTED).
-        ("grpc.max_receive_message_length", service.settings.max_body_bytes),
-        # An answer over the REST answer cap is refused too, by grpcio (RESOURCE_EXHAUSTED).
-        ("grpc.max_send_message_length", service.settings.max_response_bytes),
-        # grpcio binds with SO_REUSEPORT by default: a second server on a taken
-        # port would start and silently share it instead of failing.
-        ("grpc.so_reuseport", 0),
-    ])
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(PredictionServicer(service), server)
+    server = grpc.aio.server(
+        options=[
+            # A message over the REST body limit is refused before it is parsed (RESOURCE_EXHAUSTED).
+            ("grpc.max_receive_message_length", service.settings.max_body_bytes),
+            # An answer over the REST answer cap is refused too, by grpcio (RESOURCE_EXHAUSTED).
+            ("grpc.max_send_message_length", service.settings.max_response_bytes),
+            # grpcio binds with SO_REUSEPORT by default: a second server on a taken
+            # port would start and silently share it instead of failing.
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+        PredictionServicer(service), server
+    )
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(service), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         server.add_insecure_port(address)
     except RuntimeError:
-        raise OSError(f"The gRPC API cannot listen on {address}: is the port taken? "
-                      "(--grpc-port 0 turns it off)") from None
+        raise OSError(
+            f"The gRPC API cannot listen on {address}: is the port taken? "
+            "(--grpc-port 0 turns it off)"
+        ) from None
     return server
 
 
@@ -105,15 +111,24 @@ async def _answer(method, context, handler, metrics):
     finally:
         seconds = time.perf_counter() - started
         in_flight.dec()
-        metrics.observe_request("grpc", call.model, call.version, call.signature, code.name, seconds)
+        metrics.observe_request(
+            "grpc", call.model, call.version, call.signature, code.name, seconds
+        )
         logger.info(
-            "GRPC %s model=%s version=%s instances=%s status=%s latency_ms=%.1f", call.method, call.model, call.version,
-            call.instances, code.name, seconds * 1000,
+            "GRPC %s model=%s version=%s instances=%s status=%s latency_ms=%.1f",
+            call.method,
+            call.model,
+            call.version,
+            call.instances,
+            code.name,
+            seconds * 1000,
         )
     # Outside the try: abort() ends the RPC by raising. The details travel in a
     # header, which clients refuse past a few kilobytes: a message quoting a
     # long model name is cut.
-    await context.abort(code, details if len(details) <= _DETAILS_LIMIT else details[:_DETAILS_LIMIT] + "...")
+    await context.abort(
+        code, details if len(details) <= _DETAILS_LIMIT else details[:_DETAILS_LIMIT] + "..."
+    )
 
 
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
@@ -123,12 +138,20 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         self.service = service
 
     async def Predict(self, request, context):
-        return await _answer("Predict", context, lambda call: self._predict(request, context, call),
-                             self.service.metrics)
+        return await _answer(
+            "Predict",
+            context,
+            lambda call: self._predict(request, context, call),
+            self.service.metrics,
+        )
 
     async def GetModelMetadata(self, request, context):
-        return await _answer("GetModelMetadata", context, lambda call: self._metadata(request, call),
-                             self.service.metrics)
+        return await _answer(
+            "GetModelMetadata",
+            context,
+            lambda call: self._metadata(request, call),
+            self.service.metrics,
+        )
 
     async def Classify(self, request, context):
         await _unimplemented(context, "Classify")
@@ -146,13 +169,19 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         input_specs = self.service.signature_inputs(served, signature_name)
         output_names = _output_names(request.output_filter, served.outputs[signature_name])
         settings = self.service.settings
-        inputs, batch_size = tensor_inputs(request.inputs, input_specs, settings.instance_limit(signature_name),
-                                           settings.max_body_bytes)
+        inputs, batch_size = tensor_inputs(
+            request.inputs,
+            input_specs,
+            settings.instance_limit(signature_name),
+            settings.max_body_bytes,
+        )
         call.instances = batch_size
         # The client's deadline, when it set one and it is sooner than the server's.
         remaining = context.time_remaining()
         timeout = None if remaining is None else min(remaining, settings.request_timeout)
-        outputs = await self.service.predict(served, signature_name, inputs, batch_size, timeout=timeout)
+        outputs = await self.service.predict(
+            served, signature_name, inputs, batch_size, timeout=timeout
+        )
         response = predict_pb2.PredictResponse()
         _answered_spec(response.model_spec, served, signature_name)
         for name in output_names:
@@ -162,10 +191,16 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     async def _metadata(self, request, call):
         served = _servable(self.service, request.model_spec, call)
         if not request.metadata_field:
-            raise RequestError(400, f"GetModelMetadataRequest must name a metadata_field; this server has '{SIGNATURE_DEF_FIELD}'.")
+            raise RequestError(
+                400,
+                f"GetModelMetadataRequest must name a metadata_field; this server has '{SIGNATURE_DEF_FIELD}'.",
+            )
         for field in request.metadata_field:
             if field != SIGNATURE_DEF_FIELD:
-                raise RequestError(400, f"Metadata field {_quote(field)} is not supported; only '{SIGNATURE_DEF_FIELD}' is.")
+                raise RequestError(
+                    400,
+                    f"Metadata field {_quote(field)} is not supported; only '{SIGNATURE_DEF_FIELD}' is.",
+                )
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         _answered_spec(response.model_spec, served, "")
         response.metadata[SIGNATURE_DEF_FIELD].Pack(signature_def_map(served))
@@ -179,8 +214,12 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         self.service = service
 
     async def GetModelStatus(self, request, context):
-        return await _answer("GetModelStatus", context, lambda call: self._status(request, call),
-                             self.service.metrics)
+        return await _answer(
+            "GetModelStatus",
+            context,
+            lambda call: self._status(request, call),
+            self.service.metrics,
+        )
 
     async def HandleReloadConfigRequest(self, request, context):
         await _unimplemented(context, "HandleReloadConfigRequest")
@@ -192,7 +231,9 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         call.model = _model_name(spec)
         version = spec.version.value if spec.HasField("version") else None
         response = get_model_status_pb2.GetModelStatusResponse()
-        for number, state, message in self.service.version_states(call.model, version, spec.version_label or None):
+        for number, state, message in self.service.version_states(
+            call.model, version, spec.version_label or None
+        ):
             status = response.model_version_status.add()
             status.version = number
             status.state = get_model_status_pb2.ModelVersionStatus.State.Value(state)
@@ -233,8 +274,11 @@ def _output_names(output_filter, output_specs):
     names = []
     for name in output_filter:
         if name not in output_specs:
-            raise RequestError(400, f"output tensor alias not found in signature: {_quote(name)}; "
-                               f"the outputs are {sorted(output_specs)}.")
+            raise RequestError(
+                400,
+                f"output tensor alias not found in signature: {_quote(name)}; "
+                f"the outputs are {sorted(output_specs)}.",
+            )
         if name in names:
             raise RequestError(400, f"duplicate output tensor alias: {_quote(name)}.")
         names.append(name)
@@ -252,10 +296,14 @@ def tensor_inputs(tensors, input_specs, max_instances, max_elements):
     missing, unknown = set(input_specs) - set(tensors), set(tensors) - set(input_specs)
     if missing or unknown:
         listed = ", ".join(_quote(name) for name in sorted(unknown)[:5])
-        raise RequestError(400, f"The signature's inputs are {sorted(input_specs)}; "
-                           + (f"missing {sorted(missing)}" if missing else "")
-                           + ("; " if missing and unknown else "")
-                           + (f"unknown {listed}" if unknown else "") + ".")
+        raise RequestError(
+            400,
+            f"The signature's inputs are {sorted(input_specs)}; "
+            + (f"missing {sorted(missing)}" if missing else "")
+            + ("; " if missing and unknown else "")
+            + (f"unknown {listed}" if unknown else "")
+            + ".",
+        )
     arrays, batch_sizes = {}, {}
     for name, spec in input_specs.items():
         tensor = tensors[name]
@@ -265,13 +313,19 @@ def tensor_inputs(tensors, input_specs, max_instances, max_elements):
         except ValueError:  # a number no DataType has
             dtype = str(tensor.dtype)
         if dtype != spec.dtype:
-            raise RequestError(400, f"{what} has dtype {dtype}; the signature expects {spec.dtype}.")
+            raise RequestError(
+                400, f"{what} has dtype {dtype}; the signature expects {spec.dtype}."
+            )
         shape = [dim.size for dim in tensor.tensor_shape.dim]
         expected = ["?" if size is None else size for size in spec.shape]
-        if len(shape) != len(spec.shape) or any(size < 0 for size in shape) or any(
-            wanted is not None and size != wanted for size, wanted in zip(shape, spec.shape)
+        if (
+            len(shape) != len(spec.shape)
+            or any(size < 0 for size in shape)
+            or any(wanted is not None and size != wanted for size, wanted in zip(shape, spec.shape))
         ):
-            raise RequestError(400, f"{what} has shape {shape}; the signature expects {expected} (? = any size).")
+            raise RequestError(
+                400, f"{what} has shape {shape}; the signature expects {expected} (? = any size)."
+            )
         if shape:
             _check_count(shape[0], max_instances)
             batch_sizes[name] = shape[0]
@@ -279,11 +333,15 @@ def tensor_inputs(tensors, input_specs, max_instances, max_elements):
         # last one): bound the elements, or a few bytes could ask for gigabytes.
         elements = math.prod(shape)
         if elements > max_elements:
-            raise RequestError(400, f"{what} has {elements} elements; this server takes at most {max_elements}.")
+            raise RequestError(
+                400, f"{what} has {elements} elements; this server takes at most {max_elements}."
+            )
         try:
             arrays[name] = tf.make_ndarray(tensor)
         except (ValueError, TypeError):
-            raise RequestError(400, f"{what}: its values do not fill its shape {shape} as dtype {dtype}.") from None
+            raise RequestError(
+                400, f"{what}: its values do not fill its shape {shape} as dtype {dtype}."
+            ) from None
     if len(set(batch_sizes.values())) > 1:
         raise RequestError(400, f"The inputs disagree on the number of examples: {batch_sizes}.")
     return arrays, next(iter(batch_sizes.values()), 1)
@@ -311,8 +369,12 @@ def write_tensor(proto, array):
 
 
 # The dtypes tf.make_tensor_proto writes as raw bytes (tensor_content), by their DataType names.
-_RAW_DTYPES = {np.dtype(np.float32): "DT_FLOAT", np.dtype(np.float64): "DT_DOUBLE", np.dtype(np.int32): "DT_INT32",
-               np.dtype(np.int64): "DT_INT64"}
+_RAW_DTYPES = {
+    np.dtype(np.float32): "DT_FLOAT",
+    np.dtype(np.float64): "DT_DOUBLE",
+    np.dtype(np.int32): "DT_INT32",
+    np.dtype(np.int64): "DT_INT64",
+}
 
 
 def signature_def_map(served):
@@ -324,8 +386,10 @@ def signature_def_map(served):
     for signature in sorted(served.signatures):
         signature_def = signature_defs.signature_def[signature]
         signature_def.method_name = _PREDICT_METHOD
-        for specs, infos in ((served.inputs[signature], signature_def.inputs),
-                             (served.outputs[signature], signature_def.outputs)):
+        for specs, infos in (
+            (served.inputs[signature], signature_def.inputs),
+            (served.outputs[signature], signature_def.outputs),
+        ):
             for spec in specs.values():
                 _tensor_info(infos[spec.name], spec)
     return signature_defs

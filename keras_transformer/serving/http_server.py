@@ -82,8 +82,17 @@ def build_server(app, host, port, connections=None, log_level="info"):
     connections = connections or ConnectionSettings()
     _raise_open_file_limit(connections.max_connections)
     config = ServerConfig(
-        app, connections, host=host, port=port, http=GuardedH11Protocol, ws="none", loop="asyncio",
-        lifespan="on", log_config=None, log_level=log_level, access_log=False,
+        app,
+        connections,
+        host=host,
+        port=port,
+        http=GuardedH11Protocol,
+        ws="none",
+        loop="asyncio",
+        lifespan="on",
+        log_config=None,
+        log_level=log_level,
+        access_log=False,
         timeout_keep_alive=connections.idle_timeout,
     )
     return GracefulServer(config)
@@ -108,14 +117,21 @@ def _raise_open_file_limit(max_connections):
         raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
         if raised < wanted:
-            logger.warning("The open-file limit is %d, below what %d connections need; "
-                           "raise it (ulimit -n) or lower --max-connections.", raised, max_connections)
+            logger.warning(
+                "The open-file limit is %d, below what %d connections need; "
+                "raise it (ulimit -n) or lower --max-connections.",
+                raised,
+                max_connections,
+            )
 
 
 def _json_response(status, reason, message):
     body = json.dumps({"error": message}).encode("utf-8")
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode("ascii")),
-               (b"connection", b"close")]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode("ascii")),
+        (b"connection", b"close"),
+    ]
     return h11.Response(status_code=status, headers=headers, reason=reason), body
 
 
@@ -136,18 +152,23 @@ class GuardedH11Protocol(H11Protocol):
             return
         super().connection_made(transport)
         # A connection that never sends a byte is as idle as a kept-alive one.
-        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
         self.watch_reading()
 
     def refuse(self, transport):
         self.refused = True
         self.transport = transport
         response, body = _json_response(
-            503, b"Service Unavailable",
+            503,
+            b"Service Unavailable",
             f"The server has {self.limits.max_connections} connections open, its limit; try again later.",
         )
         # Written without h11: no request has been read, and none will be.
-        headers = b"".join(name + b": " + value + b"\r\n" for name, value in response.headers.raw_items())
+        headers = b"".join(
+            name + b": " + value + b"\r\n" for name, value in response.headers.raw_items()
+        )
         transport.write(b"HTTP/1.1 503 Service Unavailable\r\n" + headers + b"\r\n" + body)
         transport.close()
         state = self.server_state
@@ -155,8 +176,11 @@ class GuardedH11Protocol(H11Protocol):
         now = time.monotonic()
         if now >= getattr(state, "next_refusal_log", 0.0):
             state.next_refusal_log = now + _REFUSAL_LOG_SECONDS
-            logger.warning("Connection refused: %d open, the --max-connections limit (%d refused so far).",
-                           len(self.connections), state.connections_refused)
+            logger.warning(
+                "Connection refused: %d open, the --max-connections limit (%d refused so far).",
+                len(self.connections),
+                state.connections_refused,
+            )
 
     def connection_lost(self, exc):
         self.stop_read_deadline()
@@ -190,7 +214,9 @@ class GuardedH11Protocol(H11Protocol):
         self.stop_read_deadline()
         self.reading = reading
         if reading is not None:
-            timeout = self.limits.header_timeout if reading == "headers" else self.limits.body_timeout
+            timeout = (
+                self.limits.header_timeout if reading == "headers" else self.limits.body_timeout
+            )
             self.read_deadline = self.loop.call_later(timeout, self.read_timed_out)
 
     def stop_read_deadline(self):
@@ -206,7 +232,9 @@ class GuardedH11Protocol(H11Protocol):
         cycle = self.cycle
         if self.reading == "body" and cycle is not None and not cycle.response_started:
             response, body = _json_response(
-                408, b"Request Timeout", f"The request body did not arrive within {self.limits.body_timeout:g} s."
+                408,
+                b"Request Timeout",
+                f"The request body did not arrive within {self.limits.body_timeout:g} s.",
             )
             for event in (response, h11.Data(data=body), h11.EndOfMessage()):
                 self.transport.write(self.conn.send(event))
@@ -266,7 +294,9 @@ class GracefulServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     def _exit_now(self):
-        logger.error("Still running %g s after the stop signal (--shutdown-grace): exiting now.", self.grace)
+        logger.error(
+            "Still running %g s after the stop signal (--shutdown-grace): exiting now.", self.grace
+        )
         for handler in logging.getLogger().handlers:
             handler.flush()
         os._exit(1)
@@ -287,11 +317,17 @@ class GracefulServer(uvicorn.Server):
         state = self.server_state
         for connection in list(state.connections):
             connection.shutdown()
-        while (state.connections or state.tasks) and not self.force_exit and time.monotonic() < drain_until:
+        while (
+            (state.connections or state.tasks)
+            and not self.force_exit
+            and time.monotonic() < drain_until
+        ):
             await asyncio.sleep(0.05)
         if state.connections:
-            logger.warning("Closing %d connection(s) still open at the end of the grace period.",
-                           len(state.connections))
+            logger.warning(
+                "Closing %d connection(s) still open at the end of the grace period.",
+                len(state.connections),
+            )
             for connection in list(state.connections):
                 connection.transport.close()
             # A request still reading its body now sees the disconnect and ends.

@@ -26,7 +26,23 @@ PREFIX = "keras_transformer_serving"
 UNRESOLVED = "-"
 
 # Up to TensorFlow Serving's default request timeout (30 s) and past it.
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 # Powers of two up to past the largest request a server takes by default (256 examples).
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -49,14 +65,22 @@ class ServingMetrics:
             f"{PREFIX}_request_duration_seconds",
             "Requests answered, by API (rest, grpc), model, version, signature and status, and their latency "
             "from arrival to the end of the answer. `_count` counts requests.",
-            REQUEST_LABELS, buckets=LATENCY_BUCKETS, registry=self.registry,
+            REQUEST_LABELS,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self.in_flight_requests = Gauge(
-            f"{PREFIX}_in_flight_requests", "Requests being answered, by API.", ("api",), registry=self.registry,
+            f"{PREFIX}_in_flight_requests",
+            "Requests being answered, by API.",
+            ("api",),
+            registry=self.registry,
         )
         self.batch_sizes = Histogram(
-            f"{PREFIX}_batch_size", "Examples per model call (merged requests count together).",
-            SERVABLE_LABELS, buckets=BATCH_SIZE_BUCKETS, registry=self.registry,
+            f"{PREFIX}_batch_size",
+            "Examples per model call (merged requests count together).",
+            SERVABLE_LABELS,
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=self.registry,
         )
         self.registry.register(_StateCollector(service))
 
@@ -70,10 +94,14 @@ class ServingMetrics:
     def observe_batch(self, served_version, signature_name, size):
         """Counts one model call of `size` examples on `served_version`'s `signature_name`."""
         # Labels only: keeping the ServedVersion would keep a replaced version in memory.
-        self.batch_sizes.labels(served_version.model_name, str(served_version.version), signature_name).observe(size)
+        self.batch_sizes.labels(
+            served_version.model_name, str(served_version.version), signature_name
+        ).observe(size)
 
     def _servable_labels(self, model_name, version, signature):
-        model = self.service.repository.models.get(model_name) if isinstance(model_name, str) else None
+        model = (
+            self.service.repository.models.get(model_name) if isinstance(model_name, str) else None
+        )
         if model is None:
             return UNRESOLVED, UNRESOLVED, UNRESOLVED
         if version not in model.states:
@@ -81,8 +109,11 @@ class ServingMetrics:
         served = model.resolve(version)
         if served is None or signature not in served.signatures:
             signature = None
-        return (model_name, UNRESOLVED if version is None else str(version),
-                UNRESOLVED if signature is None else signature)
+        return (
+            model_name,
+            UNRESOLVED if version is None else str(version),
+            UNRESOLVED if signature is None else signature,
+        )
 
     async def endpoint(self, request):
         """The Starlette endpoint: every metric in the format the scraper's Accept header asks for
@@ -102,21 +133,28 @@ class _StateCollector:
 
     def collect(self):
         queued = GaugeMetricFamily(
-            f"{PREFIX}_queued_examples", "Examples waiting for a model call, by model, version and signature "
-            "(only queues in use).", labels=SERVABLE_LABELS,
+            f"{PREFIX}_queued_examples",
+            "Examples waiting for a model call, by model, version and signature "
+            "(only queues in use).",
+            labels=SERVABLE_LABELS,
         )
-        for (model, version, signature), examples in sorted(self.service.batcher.queue_depths().items()):
+        for (model, version, signature), examples in sorted(
+            self.service.batcher.queue_depths().items()
+        ):
             queued.add_metric([model, str(version), signature], examples)
         versions = GaugeMetricFamily(
-            f"{PREFIX}_model_versions", "Versions seen on disk, by model and state (AVAILABLE, LOADING, END).",
+            f"{PREFIX}_model_versions",
+            "Versions seen on disk, by model and state (AVAILABLE, LOADING, END).",
             labels=("model", "state"),
         )
         newest = GaugeMetricFamily(
-            f"{PREFIX}_newest_available_version", "The newest version available, by model (absent while none is).",
+            f"{PREFIX}_newest_available_version",
+            "The newest version available, by model (absent while none is).",
             labels=("model",),
         )
         failures = CounterMetricFamily(
-            f"{PREFIX}_model_load_failures", "Failed loads of a version, by model (retries included).",
+            f"{PREFIX}_model_load_failures",
+            "Failed loads of a version, by model (retries included).",
             labels=("model",),
         )
         for name, model in sorted(self.service.repository.models.items()):
@@ -161,7 +199,10 @@ class RequestMetrics:
             in_flight.dec()
             state = scope.get("state", {})
             self.metrics.observe_request(
-                "rest", state.get("model"), state.get("version"), state.get("signature"),
+                "rest",
+                state.get("model"),
+                state.get("version"),
+                state.get("signature"),
                 scope.get(SERVER_ANSWER, status[0]),
                 time.perf_counter() - started,
             )

@@ -89,7 +89,9 @@ class ModelConfig:
 def model_configs(base_paths, signatures=()):
     """{name: base path} -> `ModelConfig`s serving each model's newest version
     and `signatures` beside `serving_default`."""
-    return [ModelConfig(name, path, signatures=tuple(signatures)) for name, path in base_paths.items()]
+    return [
+        ModelConfig(name, path, signatures=tuple(signatures)) for name, path in base_paths.items()
+    ]
 
 
 def check_model_name(name):
@@ -109,14 +111,22 @@ def with_signatures(configs, names):
     for item in names:
         model, separator, signature = item.rpartition(":")
         if not signature or (separator and not model):
-            raise ModelConfigError(f"--signatures: expected SIGNATURE or MODEL:SIGNATURE, got {item!r}")
+            raise ModelConfigError(
+                f"--signatures: expected SIGNATURE or MODEL:SIGNATURE, got {item!r}"
+            )
         if separator and model not in added:
-            raise ModelConfigError(f"--signatures {item!r}: no model is named {model!r}; "
-                                   f"the models are {sorted(added)}")
+            raise ModelConfigError(
+                f"--signatures {item!r}: no model is named {model!r}; "
+                f"the models are {sorted(added)}"
+            )
         for name in [model] if separator else added:
             added[name].append(signature)
-    return [dataclasses.replace(config, signatures=tuple(dict.fromkeys((*config.signatures, *added[config.name]))))
-            for config in configs]
+    return [
+        dataclasses.replace(
+            config, signatures=tuple(dict.fromkeys((*config.signatures, *added[config.name])))
+        )
+        for config in configs
+    ]
 
 
 def read_model_config_file(path):
@@ -138,15 +148,21 @@ def read_model_config_file(path):
         reason = str(error)
         if error.GetLine() is not None:
             reason = reason.partition(" : ")[2] or reason
-            raise ModelConfigError(f"{path}:{error.GetLine()}:{error.GetColumn()}: {reason}") from None
+            raise ModelConfigError(
+                f"{path}:{error.GetLine()}:{error.GetColumn()}: {reason}"
+            ) from None
         raise ModelConfigError(f"{path}: {reason}") from None
     if message.WhichOneof("config") == "custom_model_config":
-        raise ModelConfigError(f"{path}: custom_model_config is not supported; list the models in "
-                               "model_config_list { config { name: ... base_path: ... } }")
+        raise ModelConfigError(
+            f"{path}: custom_model_config is not supported; list the models in "
+            "model_config_list { config { name: ... base_path: ... } }"
+        )
     entries = message.model_config_list.config
     if not entries:
-        raise ModelConfigError(f"{path}: no models; expected model_config_list "
-                               "{ config { name: \"NAME\" base_path: \"/PATH\" } }")
+        raise ModelConfigError(
+            f"{path}: no models; expected model_config_list "
+            '{ config { name: "NAME" base_path: "/PATH" } }'
+        )
     lines = _entry_lines(text)
     if len(lines) != len(entries):  # a layout the scan does not follow: name the entry by its rank
         lines = [None] * len(entries)
@@ -155,8 +171,10 @@ def read_model_config_file(path):
         where = f"{path}:{line}" if line is not None else f"{path}: config #{index + 1}"
         config = _model_config(entry, where)
         if config.name in first_lines:
-            raise ModelConfigError(f"{where}: model {config.name!r} is listed twice "
-                                   f"(first at {first_lines[config.name]})")
+            raise ModelConfigError(
+                f"{where}: model {config.name!r} is listed twice "
+                f"(first at {first_lines[config.name]})"
+            )
         first_lines[config.name] = f"line {line}" if line is not None else f"config #{index + 1}"
         configs.append(config)
     return configs
@@ -172,27 +190,42 @@ def _model_config(entry, where):
     if not entry.base_path:
         raise ModelConfigError(f"{where}: model {name!r} has no base_path")
     if not os.path.isdir(entry.base_path):
-        raise ModelConfigError(f"{where}: model {name!r}: no folder at base_path {entry.base_path!r}")
+        raise ModelConfigError(
+            f"{where}: model {name!r}: no folder at base_path {entry.base_path!r}"
+        )
     if entry.model_platform not in ("", "tensorflow"):
-        raise ModelConfigError(f"{where}: model {name!r}: model_platform {entry.model_platform!r} is not "
-                               "served here; only \"tensorflow\" is")
-    if entry.model_type not in (model_server_config_pb2.MODEL_TYPE_UNSPECIFIED, model_server_config_pb2.TENSORFLOW):
-        raise ModelConfigError(f"{where}: model {name!r}: only model_type TENSORFLOW is served here")
+        raise ModelConfigError(
+            f"{where}: model {name!r}: model_platform {entry.model_platform!r} is not "
+            'served here; only "tensorflow" is'
+        )
+    if entry.model_type not in (
+        model_server_config_pb2.MODEL_TYPE_UNSPECIFIED,
+        model_server_config_pb2.TENSORFLOW,
+    ):
+        raise ModelConfigError(
+            f"{where}: model {name!r}: only model_type TENSORFLOW is served here"
+        )
     if entry.HasField("logging_config"):
         logger.warning("%s: model %r: logging_config is not supported here; ignored", where, name)
     policy = _version_policy(entry.model_version_policy, name, where)
     labels = dict(entry.version_labels)
     for label, version in sorted(labels.items()):
         if not label or "/" in label or ":" in label:
-            raise ModelConfigError(f"{where}: model {name!r}: version label {label!r} must be non-empty "
-                                   "and hold no '/' or ':'")
+            raise ModelConfigError(
+                f"{where}: model {name!r}: version label {label!r} must be non-empty "
+                "and hold no '/' or ':'"
+            )
         if version < 1:
-            raise ModelConfigError(f"{where}: model {name!r}: version label {label!r} names version {version}; "
-                                   "versions are positive")
+            raise ModelConfigError(
+                f"{where}: model {name!r}: version label {label!r} names version {version}; "
+                "versions are positive"
+            )
         if policy.kind == "specific" and version not in policy.versions:
             # TensorFlow Serving refuses a label for a version that does not serve.
-            raise ModelConfigError(f"{where}: model {name!r}: version label {label!r} names version {version}, "
-                                   f"which its policy ({policy}) never serves")
+            raise ModelConfigError(
+                f"{where}: model {name!r}: version label {label!r} names version {version}, "
+                f"which its policy ({policy}) never serves"
+            )
     return ModelConfig(name, entry.base_path, policy, labels)
 
 
@@ -206,13 +239,19 @@ def _version_policy(proto, name, where):
     if choice == "specific":
         versions = frozenset(proto.specific.versions)
         if not versions:
-            raise ModelConfigError(f"{where}: model {name!r}: model_version_policy specific lists no versions")
+            raise ModelConfigError(
+                f"{where}: model {name!r}: model_version_policy specific lists no versions"
+            )
         if min(versions) < 1:
-            raise ModelConfigError(f"{where}: model {name!r}: model_version_policy specific lists version "
-                                   f"{min(versions)}; versions are positive")
+            raise ModelConfigError(
+                f"{where}: model {name!r}: model_version_policy specific lists version "
+                f"{min(versions)}; versions are positive"
+            )
         return VersionPolicy("specific", versions=versions)
-    raise ModelConfigError(f"{where}: model {name!r}: model_version_policy {choice} is not supported here; "
-                           "use latest, specific or all")
+    raise ModelConfigError(
+        f"{where}: model {name!r}: model_version_policy {choice} is not supported here; "
+        "use latest, specific or all"
+    )
 
 
 def _entry_lines(text):

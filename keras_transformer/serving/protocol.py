@@ -70,16 +70,24 @@ def parse_body(raw_body):
     try:
         text = raw_body.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise RequestError(400, f"The body is not valid UTF-8 (byte {error.start}); send binary strings as {{\"b64\": ...}}.")
+        raise RequestError(
+            400,
+            f'The body is not valid UTF-8 (byte {error.start}); send binary strings as {{"b64": ...}}.',
+        )
     try:
         body = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as error:
-        raise RequestError(400, f"JSON parse error: {error.msg} at line {error.lineno} column {error.colno}.")
+        raise RequestError(
+            400, f"JSON parse error: {error.msg} at line {error.lineno} column {error.colno}."
+        )
     except RecursionError:
         raise RequestError(400, "JSON parse error: the body is nested too deeply.")
-    except ValueError:  # JSONDecodeError is caught above; this is Python's int-string conversion limit
+    except (
+        ValueError
+    ):  # JSONDecodeError is caught above; this is Python's int-string conversion limit
         raise RequestError(
-            400, f"JSON parse error: an integer has more than the {sys.get_int_max_str_digits()} digits this server reads."
+            400,
+            f"JSON parse error: an integer has more than the {sys.get_int_max_str_digits()} digits this server reads.",
         ) from None
     if not isinstance(body, dict):
         raise RequestError(400, f"The body must be a JSON object, got {_json_type(body)}.")
@@ -100,9 +108,15 @@ def parse_predict_request(body, input_specs, max_instances):
     """
     unknown = set(body) - {"instances", "inputs", "signature_name"}
     if unknown:
-        raise RequestError(400, f"Unknown key(s) {shorten(sorted(unknown))}; a predict body has 'instances' or 'inputs', and optionally 'signature_name'.")
+        raise RequestError(
+            400,
+            f"Unknown key(s) {shorten(sorted(unknown))}; a predict body has 'instances' or 'inputs', and optionally 'signature_name'.",
+        )
     if ("instances" in body) == ("inputs" in body):
-        raise RequestError(400, "A predict body needs exactly one of 'instances' (row format) or 'inputs' (columnar format).")
+        raise RequestError(
+            400,
+            "A predict body needs exactly one of 'instances' (row format) or 'inputs' (columnar format).",
+        )
     if "instances" in body:
         return ("row", *_row_inputs(body["instances"], input_specs, max_instances))
     return ("columnar", *_columnar_inputs(body["inputs"], input_specs, max_instances))
@@ -119,13 +133,22 @@ def _row_inputs(instances, input_specs, max_instances):
             columns[names[0]].append(instance)  # a bare value, {"b64": ...} included
             continue
         if not isinstance(instance, dict):
-            raise RequestError(400, f"Instance {index} must be an object with keys {names}, got {_json_type(instance)}.")
+            raise RequestError(
+                400,
+                f"Instance {index} must be an object with keys {names}, got {_json_type(instance)}.",
+            )
         missing, extra = set(names) - set(instance), set(instance) - set(names)
         if missing or extra:
-            raise RequestError(400, f"Instance {index} has keys {shorten(sorted(instance))}; the signature's inputs are {names}.")
+            raise RequestError(
+                400,
+                f"Instance {index} has keys {shorten(sorted(instance))}; the signature's inputs are {names}.",
+            )
         for name in names:
             columns[name].append(instance[name])
-    arrays = {name: _to_array(values, input_specs[name], f"input '{name}'") for name, values in columns.items()}
+    arrays = {
+        name: _to_array(values, input_specs[name], f"input '{name}'")
+        for name, values in columns.items()
+    }
     return arrays, len(instances)
 
 
@@ -133,20 +156,29 @@ def _columnar_inputs(inputs, input_specs, max_instances):
     names = list(input_specs)
     if not isinstance(inputs, dict):
         if len(names) != 1:
-            raise RequestError(400, f"'inputs' must be an object with keys {names}, got {_json_type(inputs)}.")
+            raise RequestError(
+                400, f"'inputs' must be an object with keys {names}, got {_json_type(inputs)}."
+            )
         inputs = {names[0]: inputs}  # the bare value of the one input
     if set(inputs) != set(names):
-        raise RequestError(400, f"'inputs' has keys {shorten(sorted(inputs))}; the signature's inputs are {names}.")
+        raise RequestError(
+            400, f"'inputs' has keys {shorten(sorted(inputs))}; the signature's inputs are {names}."
+        )
     arrays, batch_sizes = {}, set()
     for name in names:
         values = inputs[name]
         if not isinstance(values, list):
-            raise RequestError(400, f"Input '{name}' must be a list with one entry per example, got {_json_type(values)}.")
+            raise RequestError(
+                400,
+                f"Input '{name}' must be a list with one entry per example, got {_json_type(values)}.",
+            )
         _check_count(len(values), max_instances)
         arrays[name] = _to_array(values, input_specs[name], f"input '{name}'")
         batch_sizes.add(len(values))
     if len(batch_sizes) > 1:
-        raise RequestError(400, f"The inputs disagree on the number of examples: {sorted(batch_sizes)}.")
+        raise RequestError(
+            400, f"The inputs disagree on the number of examples: {sorted(batch_sizes)}."
+        )
     return arrays, batch_sizes.pop()
 
 
@@ -159,13 +191,20 @@ def _to_array(values, spec, what):
     """A list of per-example values -> a numpy array of the spec's dtype and shape."""
     dtype = _NUMPY_DTYPES.get(spec.dtype)
     if dtype is None:
-        raise RequestError(400, f"{what} has dtype {spec.dtype}, which this server cannot read from JSON.")
+        raise RequestError(
+            400, f"{what} has dtype {spec.dtype}, which this server cannot read from JSON."
+        )
     example_shape = spec.shape[1:]
-    converted = [_convert(value, example_shape, spec.dtype, f"{what}, example {index}") for index, value in enumerate(values)]
+    converted = [
+        _convert(value, example_shape, spec.dtype, f"{what}, example {index}")
+        for index, value in enumerate(values)
+    ]
     if not converted:
         return np.zeros([0, *[size or 0 for size in example_shape]], dtype=dtype)
     if len({np.shape(value) for value in converted}) > 1:
-        raise RequestError(400, f"{what}: the examples have different shapes; one request is one dense batch.")
+        raise RequestError(
+            400, f"{what}: the examples have different shapes; one request is one dense batch."
+        )
     try:
         # A number too large for the dtype (1e39 as DT_FLOAT) would silently
         # become infinity; refuse it as integers out of range are.
@@ -181,7 +220,10 @@ def _convert(value, shape, dtype, where):
     """One example's value checked against the example shape (sizes None = any)."""
     if shape:
         if not isinstance(value, list):
-            raise RequestError(400, f"{where}: expected a list of {shape[0] if shape[0] is not None else 'any number of'} values, got {_json_type(value)}.")
+            raise RequestError(
+                400,
+                f"{where}: expected a list of {shape[0] if shape[0] is not None else 'any number of'} values, got {_json_type(value)}.",
+            )
         if shape[0] is not None and len(value) != shape[0]:
             raise RequestError(400, f"{where}: expected {shape[0]} values, got {len(value)}.")
         items = [_convert(item, shape[1:], dtype, where) for item in value]
@@ -196,14 +238,18 @@ def _convert(value, shape, dtype, where):
                 return base64.b64decode(value["b64"], validate=True)
             except (binascii.Error, ValueError):
                 raise RequestError(400, f"{where}: 'b64' is not valid base64.")
-        raise RequestError(400, f"{where}: expected a string or {{\"b64\": ...}}, got {_json_type(value)}.")
+        raise RequestError(
+            400, f'{where}: expected a string or {{"b64": ...}}, got {_json_type(value)}.'
+        )
     if dtype == "DT_BOOL":
         if not isinstance(value, bool):
             raise RequestError(400, f"{where}: expected true or false, got {_json_type(value)}.")
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RequestError(400, f"{where}: expected a number, got {_json_type(value)}.")
-    if dtype.startswith(("DT_INT", "DT_UINT")) and not (isinstance(value, int) or float(value).is_integer()):
+    if dtype.startswith(("DT_INT", "DT_UINT")) and not (
+        isinstance(value, int) or float(value).is_integer()
+    ):
         raise RequestError(400, f"{where}: expected an integer, got {value!r}.")
     if isinstance(value, float) and not math.isfinite(value):
         raise RequestError(400, f"{where}: {value!r} is not a finite number.")
@@ -269,7 +315,11 @@ def _response_layout(request_format, outputs):
     if len(names) == 1:
         return {"predictions": outputs[names[0]]}
     count = len(outputs[names[0]])
-    return {"predictions": [{name: _Row(outputs[name], index) for name in names} for index in range(count)]}
+    return {
+        "predictions": [
+            {name: _Row(outputs[name], index) for name in names} for index in range(count)
+        ]
+    }
 
 
 _encode_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
@@ -339,8 +389,15 @@ def _floats_to_json(value):
 
 
 def _json_type(value):
-    for kind, name in ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string"),
-                       (list, "a list"), (dict, "an object"), (type(None), "null")):
+    for kind, name in (
+        (bool, "a boolean"),
+        (int, "a number"),
+        (float, "a number"),
+        (str, "a string"),
+        (list, "a list"),
+        (dict, "an object"),
+        (type(None), "null"),
+    ):
         if isinstance(value, kind):
             return name
     return type(value).__name__

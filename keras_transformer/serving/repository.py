@@ -42,14 +42,19 @@ class ServedVersion:
         self.path = path
         self.loaded = loaded  # keeps the variables alive while signatures are in use
         self.retired = False  # set once the version no longer takes new requests
-        self.signatures = {name: function for name, function in loaded.signatures.items()
-                           if name in public_signatures}
+        self.signatures = {
+            name: function
+            for name, function in loaded.signatures.items()
+            if name in public_signatures
+        }
         self.inputs = {name: _input_specs(function) for name, function in self.signatures.items()}
         self.outputs = {name: _output_specs(function) for name, function in self.signatures.items()}
 
     def batchable(self, signature_name):
         """Whether requests can be merged: every input and output has a leading batch axis."""
-        specs = list(self.inputs[signature_name].values()) + list(self.outputs[signature_name].values())
+        specs = list(self.inputs[signature_name].values()) + list(
+            self.outputs[signature_name].values()
+        )
         return all(spec.shape and spec.shape[0] is None for spec in specs)
 
     def warm_up(self):
@@ -60,15 +65,19 @@ class ServedVersion:
 
         for name, specs in self.inputs.items():
             if all(spec.dtype == "DT_STRING" and spec.shape == [None] for spec in specs.values()):
-                self.run(name, {input_name: np.array([b"warm up"], dtype=object) for input_name in specs})
+                self.run(
+                    name, {input_name: np.array([b"warm up"], dtype=object) for input_name in specs}
+                )
 
     def run(self, signature_name, inputs):
         """{input name: numpy array} -> {output name: numpy array}, in the signature's order."""
         import tensorflow as tf
 
         function = self.signatures[signature_name]
-        arguments = {name: tf.constant(value, dtype=_tf_dtype(self.inputs[signature_name][name].dtype))
-                     for name, value in inputs.items()}
+        arguments = {
+            name: tf.constant(value, dtype=_tf_dtype(self.inputs[signature_name][name].dtype))
+            for name, value in inputs.items()
+        }
         outputs = function(**arguments)
         return {name: outputs[name].numpy() for name in self.outputs[signature_name]}
 
@@ -126,8 +135,11 @@ class ServedModel:
             # As TensorFlow Serving: a missing base path (perhaps a network
             # file system's hiccup) changes nothing, unlike an empty one.
             if not self._base_path_missing:
-                logger.warning("model=%s: no folder at its base path %s; serving what was loaded",
-                               self.name, self.base_path)
+                logger.warning(
+                    "model=%s: no folder at its base path %s; serving what was loaded",
+                    self.name,
+                    self.base_path,
+                )
             self._base_path_missing = True
             return False
         self._base_path_missing = False
@@ -137,7 +149,9 @@ class ServedModel:
         from keras_transformer.export.versions import version_folders
 
         folders = version_folders(self.base_path)
-        self._failed = {version: retry for version, retry in self._failed.items() if version in folders}
+        self._failed = {
+            version: retry for version, retry in self._failed.items() if version in folders
+        }
         policy = self.config.version_policy
         limit = policy.limit()
         keep, changed = [], False
@@ -163,26 +177,45 @@ class ServedModel:
         started = time.monotonic()
         try:
             loaded = self._loader(path)
-            served = ServedVersion(self.name, version, path, loaded, self.config.public_signatures())
+            served = ServedVersion(
+                self.name, version, path, loaded, self.config.public_signatures()
+            )
             served.warm_up()
         except Exception as error:  # a broken export must not take the server down
-            delay = min(2 * last_delay, self.max_retry_seconds) if last_delay else self.retry_seconds
+            delay = (
+                min(2 * last_delay, self.max_retry_seconds) if last_delay else self.retry_seconds
+            )
             self._failed[version] = (delay, time.monotonic() + delay)
             self.load_failures += 1
             message = f"{type(error).__name__}: {error}".splitlines()[0][:500]
             self._set_state(version, END, message)
-            logger.error("model=%s version=%d failed to load (retrying in %.3g s): %s",
-                         self.name, version, delay, message)
+            logger.error(
+                "model=%s version=%d failed to load (retrying in %.3g s): %s",
+                self.name,
+                version,
+                delay,
+                message,
+            )
             return False
         self._failed.pop(version, None)
         self.served = {**self.served, version: served}
         self._set_state(version, AVAILABLE)
         missing = sorted(set(self.config.signatures) - set(loaded.signatures))
-        logger.info("model=%s version=%d available (%.1f s to load), signatures %s", self.name, version,
-                    time.monotonic() - started, sorted(served.signatures))
+        logger.info(
+            "model=%s version=%d available (%.1f s to load), signatures %s",
+            self.name,
+            version,
+            time.monotonic() - started,
+            sorted(served.signatures),
+        )
         if missing:
-            logger.warning("model=%s version=%d has no signature %s (it has %s)", self.name, version,
-                           ", ".join(missing), sorted(loaded.signatures))
+            logger.warning(
+                "model=%s version=%d has no signature %s (it has %s)",
+                self.name,
+                version,
+                ", ".join(missing),
+                sorted(loaded.signatures),
+            )
         return True
 
     def _set_state(self, version, state, message=""):
@@ -196,10 +229,16 @@ class ServedModel:
         for version in unloaded:
             self.served[version].retired = True
         self._releasing += [weakref.ref(self.served[version]) for version in unloaded]
-        self.served = {version: served for version, served in self.served.items() if version in keep}
+        self.served = {
+            version: served for version, served in self.served.items() if version in keep
+        }
         for version in unloaded:
             self._set_state(version, END)
-            reason = "its folder was removed" if version not in folders else f"policy {self.config.version_policy}"
+            reason = (
+                "its folder was removed"
+                if version not in folders
+                else f"policy {self.config.version_policy}"
+            )
             logger.info("model=%s version=%d unloaded (%s)", self.name, version, reason)
         if not self.served:
             # As TensorFlow Serving, whose source then aspires to no version.
@@ -218,13 +257,17 @@ class ServedModel:
         """
         if any(reference() is None for reference in self._releasing):
             gc.collect()
-            self._releasing = [reference for reference in self._releasing if reference() is not None]
+            self._releasing = [
+                reference for reference in self._releasing if reference() is not None
+            ]
 
 
 class ModelRepository:
     """Every served model by name, and the poller that keeps them current."""
 
-    def __init__(self, models, loader=None, poll_seconds=1.0, retry_seconds=1.0, max_retry_seconds=60.0):
+    def __init__(
+        self, models, loader=None, poll_seconds=1.0, retry_seconds=1.0, max_retry_seconds=60.0
+    ):
         """`models`: `ModelConfig`s, or {name: base path} for the defaults
         (the newest version, `serving_default` only); `loader`: path -> loaded
         SavedModel; a version that fails to load is retried after
@@ -233,7 +276,9 @@ class ModelRepository:
         if isinstance(models, dict):
             models = model_configs(models)
         self.models = {
-            config.name: ServedModel(config, loader or load_saved_model, retry_seconds, max_retry_seconds)
+            config.name: ServedModel(
+                config, loader or load_saved_model, retry_seconds, max_retry_seconds
+            )
             for config in models
         }
         self.poll_seconds = poll_seconds
@@ -274,13 +319,25 @@ def load_saved_model(path):
 
 def _input_specs(function):
     _, keyword_specs = function.structured_input_signature
-    return {name: TensorSpec(name, _dtype_name(spec.dtype), spec.shape.as_list() if spec.shape.rank is not None else [])
-            for name, spec in sorted(keyword_specs.items())}
+    return {
+        name: TensorSpec(
+            name,
+            _dtype_name(spec.dtype),
+            spec.shape.as_list() if spec.shape.rank is not None else [],
+        )
+        for name, spec in sorted(keyword_specs.items())
+    }
 
 
 def _output_specs(function):
-    return {name: TensorSpec(name, _dtype_name(spec.dtype), spec.shape.as_list() if spec.shape.rank is not None else [])
-            for name, spec in sorted(function.structured_outputs.items())}
+    return {
+        name: TensorSpec(
+            name,
+            _dtype_name(spec.dtype),
+            spec.shape.as_list() if spec.shape.rank is not None else [],
+        )
+        for name, spec in sorted(function.structured_outputs.items())
+    }
 
 
 def _dtype_name(dtype):

@@ -48,10 +48,22 @@ class ServerSettings:
         explorer: serve the attention explorer page at `/`.
     """
 
-    def __init__(self, max_body_bytes=1 << 20, max_instances=256, batching=True, max_batch_size=64,
-                 batch_timeout_ms=5.0, num_threads=2, max_queued_examples=256, request_timeout=30.0,
-                 max_response_bytes=8 << 20, grpc_port=0, grpc_host="127.0.0.1",
-                 signature_max_instances=None, explorer=False):
+    def __init__(
+        self,
+        max_body_bytes=1 << 20,
+        max_instances=256,
+        batching=True,
+        max_batch_size=64,
+        batch_timeout_ms=5.0,
+        num_threads=2,
+        max_queued_examples=256,
+        request_timeout=30.0,
+        max_response_bytes=8 << 20,
+        grpc_port=0,
+        grpc_host="127.0.0.1",
+        signature_max_instances=None,
+        explorer=False,
+    ):
         self.max_body_bytes = max_body_bytes
         self.max_instances = max_instances
         self.batching = batching
@@ -68,7 +80,9 @@ class ServerSettings:
 
     def instance_limit(self, signature_name):
         """The most examples one request to `signature_name` may carry."""
-        return min(self.max_instances, self.signature_max_instances.get(signature_name, self.max_instances))
+        return min(
+            self.max_instances, self.signature_max_instances.get(signature_name, self.max_instances)
+        )
 
 
 class PredictionService:
@@ -77,12 +91,17 @@ class PredictionService:
     def __init__(self, repository, settings=None):
         self.repository = repository
         self.settings = settings or ServerSettings()
-        self.executor = ThreadPoolExecutor(max_workers=self.settings.num_threads, thread_name_prefix="model")
+        self.executor = ThreadPoolExecutor(
+            max_workers=self.settings.num_threads, thread_name_prefix="model"
+        )
         self.metrics = ServingMetrics(self)
         self.batcher = Batcher(
-            self.executor, self.settings.max_batch_size, self.settings.batch_timeout_ms / 1000.0,
+            self.executor,
+            self.settings.max_batch_size,
+            self.settings.batch_timeout_ms / 1000.0,
             max_concurrent_batches=self.settings.num_threads,
-            max_queued_examples=self.settings.max_queued_examples, on_batch=self.metrics.observe_batch,
+            max_queued_examples=self.settings.max_queued_examples,
+            on_batch=self.metrics.observe_batch,
         )
 
     async def start(self):
@@ -111,7 +130,9 @@ class PredictionService:
             version = self.label_version(model, label)
         served = model.resolve(version)
         if served is None:
-            raise RequestError(404, f"Servable not found for request: {servable_name(name, version)}")
+            raise RequestError(
+                404, f"Servable not found for request: {servable_name(name, version)}"
+            )
         return served
 
     @staticmethod
@@ -128,8 +149,9 @@ class PredictionService:
             raise RequestError(400, "'signature_name' must be a string.")
         if signature_name not in served.signatures:
             raise RequestError(
-                400, f'Serving signature name: "{signature_name}" not found in signature def; '
-                f"this model has {sorted(served.signatures)}."
+                400,
+                f'Serving signature name: "{signature_name}" not found in signature def; '
+                f"this model has {sorted(served.signatures)}.",
             )
         return served.inputs[signature_name]
 
@@ -143,19 +165,25 @@ class PredictionService:
         limit = self.settings.request_timeout if timeout is None else timeout
         try:
             return await self.batcher.submit(
-                served, signature_name, inputs, batch_size, timeout=limit,
+                served,
+                signature_name,
+                inputs,
+                batch_size,
+                timeout=limit,
                 merge=self.settings.batching and served.batchable(signature_name),
             )
         except QueueFull as full:
             raise RequestError(
-                503, f"Too many requests waiting for model {served.model_name} version {served.version} "
+                503,
+                f"Too many requests waiting for model {served.model_name} version {served.version} "
                 f"signature {signature_name}: {full.queued} examples are queued and the limit is {full.limit} "
-                "(--max-queued-examples); try again later."
+                "(--max-queued-examples); try again later.",
             ) from None
         except DeadlineExceeded:
             raise RequestError(
-                504, f"Deadline exceeded: no answer in the {max(limit, 0):.3g} s the request had left "
-                f"(the server's --request-timeout is {self.settings.request_timeout:g} s)."
+                504,
+                f"Deadline exceeded: no answer in the {max(limit, 0):.3g} s the request had left "
+                f"(the server's --request-timeout is {self.settings.request_timeout:g} s).",
             ) from None
         except Exception as error:
             raise model_error(error)
@@ -173,7 +201,10 @@ class PredictionService:
             if version not in states:
                 raise RequestError(404, f"Could not find version {version} of model {name}.")
             states = {version: states[version]}
-        return [(number, state, message) for number, (state, message) in sorted(states.items(), reverse=True)]
+        return [
+            (number, state, message)
+            for number, (state, message) in sorted(states.items(), reverse=True)
+        ]
 
 
 def servable_name(name, version):

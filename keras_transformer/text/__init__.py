@@ -21,4 +21,10 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["RESERVED_TOKENS", "WordPieceTokenizer", "build_vocabulary", "save_vocabulary", "trim_shared_padding"]
+__all__ = [
+    "RESERVED_TOKENS",
+    "WordPieceTokenizer",
+    "build_vocabulary",
+    "save_vocabulary",
+    "trim_shared_padding",
+]

@@ -66,8 +66,11 @@ def detokenize(token_ids, vocabulary):
     reserved = len(RESERVED_TOKENS)
     texts = []
     for row in token_ids:
-        tokens = [vocabulary[token_id] if token_id < len(vocabulary) else UNK
-                  for token_id in map(int, row) if token_id >= reserved]
+        tokens = [
+            vocabulary[token_id] if token_id < len(vocabulary) else UNK
+            for token_id in map(int, row)
+            if token_id >= reserved
+        ]
         # tensorflow-text also strips spaces at the ends: none, as no token is empty.
         text = " ".join(tokens).replace(" ##", "")
         texts.append(join_punctuation_text(text))
@@ -86,7 +89,8 @@ def _python_punctuation_spacing():
     # RE2's \d is ASCII digits only; Python has no \pL, and its [^\W\d_] also
     # takes the numerals that are not decimal digits (², Ⅻ), left out here.
     numerals = "".join(
-        character for character in map(chr, range(sys.maxunicode + 1))
+        character
+        for character in map(chr, range(sys.maxunicode + 1))
         if character.isnumeric() and not character.isdecimal() and not character.isalpha()
     )
     letter = f"[^\\W\\d_{re.escape(numerals)}]"
@@ -94,4 +98,3 @@ def _python_punctuation_spacing():
         (re.compile(pattern.replace(r"\d", "[0-9]").replace(r"\pL", letter)), replacement)
         for pattern, replacement in PUNCTUATION_SPACING
     )
-

@@ -92,11 +92,13 @@ def _fit_to_size(vocabulary, vocabulary_size):
         return vocabulary
     reserved = [token for token in vocabulary if token in RESERVED_TOKENS]
     characters = [
-        token for token in vocabulary
+        token
+        for token in vocabulary
         if token not in RESERVED_TOKENS and len(token.removeprefix("##")) == 1
     ]
     pieces = [
-        token for token in vocabulary
+        token
+        for token in vocabulary
         if token not in RESERVED_TOKENS and len(token.removeprefix("##")) > 1
     ]
     room = vocabulary_size - len(reserved) - len(characters)
@@ -121,9 +123,16 @@ def _learn_wordpieces(word_counts, vocabulary_size):
     as the threshold rises, so nothing larger was to be found.
     """
     params = learner.Params(
-        upper_thresh=int(1e7), lower_thresh=10, num_iterations=4, max_input_tokens=int(5e6),
-        max_token_length=50, max_unique_chars=1000, vocab_size=vocabulary_size,
-        slack_ratio=0.05, include_joiner_token=True, joiner="##",
+        upper_thresh=int(1e7),
+        lower_thresh=10,
+        num_iterations=4,
+        max_input_tokens=int(5e6),
+        max_token_length=50,
+        max_unique_chars=1000,
+        vocab_size=vocabulary_size,
+        slack_ratio=0.05,
+        include_joiner_token=True,
+        joiner="##",
         reserved_tokens=list(RESERVED_TOKENS),
     )
     upper, lower = learner.get_search_threshs(word_counts, params.upper_thresh, params.lower_thresh)

@@ -43,18 +43,25 @@ class ArrayBatches(keras.utils.PyDataset):
         self.arrays = tuple(np.asarray(array) for array in arrays)
         sizes = {len(array) for array in self.arrays}
         if len(sizes) != 1:
-            raise ValueError(f"ArrayBatches needs arrays of one length, got lengths {sorted(sizes)}.")
+            raise ValueError(
+                f"ArrayBatches needs arrays of one length, got lengths {sorted(sizes)}."
+            )
         if not isinstance(batch_size, int) or batch_size <= 0:
             raise ValueError(f"`batch_size` must be a positive integer, got {batch_size!r}.")
         if bucket_width is not None and seed is None:
-            raise ValueError("Length buckets need a `seed`: unshuffled batches keep the arrays' order.")
+            raise ValueError(
+                "Length buckets need a `seed`: unshuffled batches keep the arrays' order."
+            )
         self.num_rows = sizes.pop()
         self.batch_size = batch_size
         self.make_batch = make_batch or trim_id_rows
         self.seed = seed
         self.bucket_width = bucket_width
         self.epoch = 0
-        self._order = (None, None)  # (epoch, its batch rows): one attribute, so a reader never sees half
+        self._order = (
+            None,
+            None,
+        )  # (epoch, its batch rows): one attribute, so a reader never sees half
 
     def __len__(self):
         return math.ceil(self.num_rows / self.batch_size)
@@ -78,11 +85,17 @@ class ArrayBatches(keras.utils.PyDataset):
     def _batch_rows(self, epoch):
         if self.seed is None:
             rows = np.arange(self.num_rows)
-            return [rows[start : start + self.batch_size] for start in range(0, self.num_rows, self.batch_size)]
+            return [
+                rows[start : start + self.batch_size]
+                for start in range(0, self.num_rows, self.batch_size)
+            ]
         rng = np.random.default_rng([self.seed, epoch])
         rows = rng.permutation(self.num_rows)
         if self.bucket_width is None:
-            return [rows[start : start + self.batch_size] for start in range(0, self.num_rows, self.batch_size)]
+            return [
+                rows[start : start + self.batch_size]
+                for start in range(0, self.num_rows, self.batch_size)
+            ]
         lengths = self.row_lengths()[rows]
         bands = (np.maximum(lengths, 1) - 1) // self.bucket_width
         batches, left_over = [], []
@@ -93,12 +106,17 @@ class ArrayBatches(keras.utils.PyDataset):
             left_over.append(members[full:])
         left_over = np.concatenate(left_over)
         left_over = left_over[np.argsort(self.row_lengths()[left_over], kind="stable")]
-        batches.extend(left_over[start : start + self.batch_size] for start in range(0, len(left_over), self.batch_size))
+        batches.extend(
+            left_over[start : start + self.batch_size]
+            for start in range(0, len(left_over), self.batch_size)
+        )
         return [batches[index] for index in rng.permutation(len(batches))]
 
     def row_lengths(self):
         """Each row's longest id row: its non-zero count, the most over every 2-D array."""
-        return np.max([(array != 0).sum(axis=1) for array in self.arrays if array.ndim == 2], axis=0)
+        return np.max(
+            [(array != 0).sum(axis=1) for array in self.arrays if array.ndim == 2], axis=0
+        )
 
 
 def batch_width_multiple():
@@ -110,8 +128,10 @@ def batch_width_multiple():
 def trim_id_rows(*arrays):
     """The batch `(arrays...)` with each 2-D id array's shared padding columns trimmed."""
     multiple = batch_width_multiple()
-    return tuple(trim_shared_padding_array(array, multiple=multiple) if array.ndim == 2 else array
-                 for array in arrays)
+    return tuple(
+        trim_shared_padding_array(array, multiple=multiple) if array.ndim == 2 else array
+        for array in arrays
+    )
 
 
 class FollowEpochs(keras.callbacks.Callback):
@@ -143,4 +163,6 @@ def as_tf_dataset(batches):
     dataset = tf.data.Dataset.from_generator(
         lambda: (batches[index] for index in range(len(batches))), output_signature=signature
     )
-    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(tf.data.AUTOTUNE)
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(
+        tf.data.AUTOTUNE
+    )

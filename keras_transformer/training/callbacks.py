@@ -53,7 +53,9 @@ class TimeBudget(keras.callbacks.Callback):
         if time.monotonic() - self._start >= self.minutes * 60:
             self.exhausted = True
             self.model.stop_training = True
-            print(f"\nTime budget of {self.minutes:g} minutes spent: stopping training.", flush=True)
+            print(
+                f"\nTime budget of {self.minutes:g} minutes spent: stopping training.", flush=True
+            )
 
 
 class FitScheduleToBudget(keras.callbacks.Callback):
@@ -111,7 +113,10 @@ class MacroF1(keras.metrics.Metric):
         super().__init__(name=name, **kwargs)
         self.num_classes = num_classes
         self.confusion = self.add_variable(
-            shape=(num_classes, num_classes), initializer="zeros", name="confusion", aggregation="sum"
+            shape=(num_classes, num_classes),
+            initializer="zeros",
+            name="confusion",
+            aggregation="sum",
         )
 
     def update_state(self, y_true, y_pred, sample_weight=None):
@@ -120,7 +125,9 @@ class MacroF1(keras.metrics.Metric):
         predicted = ops.argmax(ops.reshape(y_pred, (-1, self.num_classes)), axis=-1)
         predicted_one_hot = ops.one_hot(predicted, self.num_classes)
         self.confusion.assign_add(
-            ops.cast(ops.matmul(ops.transpose(true_one_hot), predicted_one_hot), self.confusion.dtype)
+            ops.cast(
+                ops.matmul(ops.transpose(true_one_hot), predicted_one_hot), self.confusion.dtype
+            )
         )
 
     def result(self):
@@ -155,7 +162,9 @@ class BestEpoch(keras.callbacks.Callback):
     def __init__(self, checkpoint_path, record_path, monitor="val_accuracy", patience=0, verbose=1):
         super().__init__()
         if monitor not in MONITOR_MODES:
-            raise ValueError(f"Cannot select epochs on {monitor!r}: choose one of {', '.join(MONITOR_MODES)}.")
+            raise ValueError(
+                f"Cannot select epochs on {monitor!r}: choose one of {', '.join(MONITOR_MODES)}."
+            )
         self.checkpoint_path = os.fspath(checkpoint_path)
         self.record_path = os.fspath(record_path)
         self.monitor = monitor
@@ -184,8 +193,13 @@ class BestEpoch(keras.callbacks.Callback):
         loss = float(logs.get("val_loss", np.nan))
         if self.is_better(value, loss):
             self.model.save(self.checkpoint_path)
-            self.best = {"epoch": epoch + 1, "monitor": self.monitor, "value": value, "val_loss": loss,
-                         "epochs_without_improvement": 0}
+            self.best = {
+                "epoch": epoch + 1,
+                "monitor": self.monitor,
+                "value": value,
+                "val_loss": loss,
+                "epochs_without_improvement": 0,
+            }
         else:
             self.best["epochs_without_improvement"] += 1
             if self.patience and self.best["epochs_without_improvement"] >= self.patience:
@@ -211,7 +225,9 @@ def read_best_epoch(record_path):
         return json.load(record_file)
 
 
-TENSORBOARD_NOTICE = "TensorBoard logs need TensorFlow; not written (history.csv and learning_curves.png are)."
+TENSORBOARD_NOTICE = (
+    "TensorBoard logs need TensorFlow; not written (history.csv and learning_curves.png are)."
+)
 _tensorboard_notice_said = False
 
 
@@ -228,8 +244,9 @@ def tensorboard(log_dir, verbose=1):
 
 
 def describe_best_epoch(best):
-    return (f"{best['epoch']} ({best['monitor']} {best['value']:.4f}, "
-            f"val_loss {best['val_loss']:.4f})")
+    return (
+        f"{best['epoch']} ({best['monitor']} {best['value']:.4f}, val_loss {best['val_loss']:.4f})"
+    )
 
 
 class RunFolder:
@@ -289,8 +306,13 @@ class RunFolder:
             # Appends, so the curve after a resume still starts at epoch 1.
             keras.callbacks.CSVLogger(self.history_path, append=True),
             keras.callbacks.ModelCheckpoint(self.file("checkpoints", "last.keras")),
-            BestEpoch(self.file("checkpoints", "best.keras"), self.best_epoch_path, monitor=monitor,
-                      patience=patience or 0, verbose=verbose),
+            BestEpoch(
+                self.file("checkpoints", "best.keras"),
+                self.best_epoch_path,
+                monitor=monitor,
+                patience=patience or 0,
+                verbose=verbose,
+            ),
             *tensorboard(self.file("logs"), verbose),
             keras.callbacks.BackupAndRestore(self.backup_dir, save_freq="epoch"),
         ]

@@ -57,12 +57,22 @@ from keras_transformer.training.settings import check_settings
 
 
 METRICS_FILE = "metrics.json"  # written once a run finished
-TRANSFORMER_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)  # beside the bag of n-grams' logits (`add_bag_of_ngrams`)
+TRANSFORMER_WEIGHTS = (
+    0.0,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+)  # beside the bag of n-grams' logits (`add_bag_of_ngrams`)
 MONITORS = ("val_accuracy", "val_macro_f1", "val_loss")  # what `--monitor` selects the epoch on
 # `--ngram-units`: the bag of n-grams' feature families (`BagOfNgrams.adapt`), or a choice on validation
 # between both and the words alone: the pieces add rare stems and punctuation, but can dilute the words.
-NGRAM_UNITS = {"pieces": [("pieces",)], "words": [("words",)], "both": [("pieces", "words")],
-               "choose": [("pieces", "words"), ("words",)]}
+NGRAM_UNITS = {
+    "pieces": [("pieces",)],
+    "words": [("words",)],
+    "both": [("pieces", "words")],
+    "choose": [("pieces", "words"), ("words",)],
+}
 WORD_BUCKETS = 262139  # `BagOfNgrams.num_word_buckets` where words are features
 
 
@@ -75,7 +85,14 @@ class ClassifierSettings:
     chosen `sequence_length`.
     """
 
-    FROM_DATA = ("vocabulary_size", "sequence_length", "batch_size", "warmup_fraction", "ngram_l2", "ngram_length")
+    FROM_DATA = (
+        "vocabulary_size",
+        "sequence_length",
+        "batch_size",
+        "warmup_fraction",
+        "ngram_l2",
+        "ngram_length",
+    )
 
     epochs: int = 12
     batch_size: int = None
@@ -97,39 +114,60 @@ class ClassifierSettings:
     seed: int = 1337
     mixed_precision: str = "off"  # "off", "float16" or "bfloat16"
     jit_compile: bool = False  # XLA
-    pretrain_epochs: int = 0  # masked-token pretraining of the encoder before fine-tuning (0 = none)
+    pretrain_epochs: int = (
+        0  # masked-token pretraining of the encoder before fine-tuning (0 = none)
+    )
     # A logistic regression on the TF-IDF of WordPiece unigrams and bigrams
     # (`BagOfNgrams`), fit after the Transformer and added to its logits at a
     # weight chosen on validation: True, False, or a dict of `BagOfNgrams`
     # arguments.
     bag_of_ngrams: object = True
     ngram_l2: float = None  # the bag of n-grams' L2 penalty (`BagOfNgrams`' l2)
-    ngram_refit: bool = True  # fit it again on training + validation once validation chose (`add_bag_of_ngrams`)
+    ngram_refit: bool = (
+        True  # fit it again on training + validation once validation chose (`add_bag_of_ngrams`)
+    )
     ngram_units: str = "choose"  # one of NGRAM_UNITS
-    ngram_length: int = None  # the tokens the bag of n-grams reads, beyond sequence_length for long texts
+    ngram_length: int = (
+        None  # the tokens the bag of n-grams reads, beyond sequence_length for long texts
+    )
 
     def validate(self):
         check_settings(self)
         if self.monitor not in MONITORS:
-            raise ValueError(f"`monitor` must be one of {', '.join(MONITORS)}, got {self.monitor!r}.")
+            raise ValueError(
+                f"`monitor` must be one of {', '.join(MONITORS)}, got {self.monitor!r}."
+            )
         if self.learning_rate <= 0:
             raise ValueError(f"`learning_rate` must be positive, got {self.learning_rate}.")
         if self.warmup_fraction is not None and not 0.0 <= self.warmup_fraction < 1.0:
             raise ValueError(f"`warmup_fraction` must be in [0, 1), got {self.warmup_fraction}.")
         if not isinstance(self.bag_of_ngrams, (bool, dict)):
-            raise ValueError(f"`bag_of_ngrams` must be True, False or a dict of BagOfNgrams arguments, "
-                             f"got {self.bag_of_ngrams!r}.")
-        if self.ngram_l2 is not None and not (isinstance(self.ngram_l2, (int, float)) and self.ngram_l2 >= 0):
+            raise ValueError(
+                f"`bag_of_ngrams` must be True, False or a dict of BagOfNgrams arguments, "
+                f"got {self.bag_of_ngrams!r}."
+            )
+        if self.ngram_l2 is not None and not (
+            isinstance(self.ngram_l2, (int, float)) and self.ngram_l2 >= 0
+        ):
             raise ValueError(f"`ngram_l2` must be a number of at least 0, got {self.ngram_l2!r}.")
         if self.ngram_length is not None and not (
-                isinstance(self.ngram_length, int) and not isinstance(self.ngram_length, bool) and self.ngram_length > 0):
-            raise ValueError(f"`ngram_length` must be a positive integer, got {self.ngram_length!r}.")
+            isinstance(self.ngram_length, int)
+            and not isinstance(self.ngram_length, bool)
+            and self.ngram_length > 0
+        ):
+            raise ValueError(
+                f"`ngram_length` must be a positive integer, got {self.ngram_length!r}."
+            )
         if self.ngram_units not in NGRAM_UNITS:
-            raise ValueError(f"`ngram_units` must be one of {', '.join(NGRAM_UNITS)}, got {self.ngram_units!r}.")
+            raise ValueError(
+                f"`ngram_units` must be one of {', '.join(NGRAM_UNITS)}, got {self.ngram_units!r}."
+            )
         if not isinstance(self.ngram_refit, bool):
             raise ValueError(f"`ngram_refit` must be True or False, got {self.ngram_refit!r}.")
         if not isinstance(self.pretrain_epochs, int) or self.pretrain_epochs < 0:
-            raise ValueError(f"`pretrain_epochs` must be an integer of at least 0, got {self.pretrain_epochs!r}.")
+            raise ValueError(
+                f"`pretrain_epochs` must be an integer of at least 0, got {self.pretrain_epochs!r}."
+            )
         return self
 
 
@@ -146,8 +184,16 @@ class ClassifierRun:
     run_dir: str
 
 
-def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=None, verbose=1,
-                     strategy=None, unlabeled_texts=()):
+def train_classifier(
+    data,
+    settings,
+    run_dir,
+    resume=False,
+    time_budget_minutes=None,
+    verbose=1,
+    strategy=None,
+    unlabeled_texts=(),
+):
     """Builds the vocabulary, trains with `fit`, evaluates on the test split.
 
     Args:
@@ -174,7 +220,14 @@ def train_classifier(data, settings, run_dir, resume=False, time_budget_minutes=
     """
     with worker_run_dir(run_dir, strategy, resume=resume) as own_run_dir:
         return _train_classifier(
-            data, settings, RunFolder(own_run_dir), run_dir, resume, time_budget_minutes, verbose, strategy,
+            data,
+            settings,
+            RunFolder(own_run_dir),
+            run_dir,
+            resume,
+            time_budget_minutes,
+            verbose,
+            strategy,
             list(unlabeled_texts),
         )
 
@@ -204,11 +257,19 @@ def tokenize_classification_data(data, settings, vocabulary_dir, verbose=1, unla
 
     def build_tokenizer(vocabulary_size):
         # Unlabelled texts shape the vocabulary too; the lengths are the labelled texts'.
-        say(verbose, f"Building a WordPiece vocabulary from {len(data.train) + len(unlabeled_texts)} texts...")
-        save_vocabulary(build_vocabulary([*data.train.texts, *unlabeled_texts], vocabulary_size), vocabulary_path)
+        say(
+            verbose,
+            f"Building a WordPiece vocabulary from {len(data.train) + len(unlabeled_texts)} texts...",
+        )
+        save_vocabulary(
+            build_vocabulary([*data.train.texts, *unlabeled_texts], vocabulary_size),
+            vocabulary_path,
+        )
         return WordPieceTokenizer(vocabulary_path)
 
-    settings, chosen = classifier_tokenization_from_data(settings, data.train.texts, build_tokenizer)
+    settings, chosen = classifier_tokenization_from_data(
+        settings, data.train.texts, build_tokenizer
+    )
     return encode_classification_data(data, settings, vocabulary_path, choices_record(chosen))
 
 
@@ -224,8 +285,9 @@ def encode_classification_data(data, settings, vocabulary_path, chosen_from_data
     add_cls = settings.pooling == "cls"
 
     def encode(split):
-        token_ids = tokenizer.encode(tf.constant(split.texts, tf.string), classifier_input_length(settings),
-                                     add_cls=add_cls)
+        token_ids = tokenizer.encode(
+            tf.constant(split.texts, tf.string), classifier_input_length(settings), add_cls=add_cls
+        )
         return ClassificationTokens(token_ids.numpy(), np.asarray(split.labels, np.int32))
 
     return TokenizedClassificationData(
@@ -241,8 +303,9 @@ def encode_classification_data(data, settings, vocabulary_path, chosen_from_data
     )
 
 
-def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minutes, verbose, strategy,
-                      unlabeled_texts):
+def _train_classifier(
+    data, settings, folder, run_dir, resume, time_budget_minutes, verbose, strategy, unlabeled_texts
+):
     vocabulary_path = folder.file(CLASSIFIER_VOCABULARY)
     tokens = data if isinstance(data, TokenizedClassificationData) else None
     if tokens is not None and (unlabeled_texts or settings.pretrain_epochs):
@@ -250,8 +313,14 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
             f"{tokens.name} holds tokens, and pretraining (--pretrain-epochs, --unlabeled) needs the raw texts: "
             "train from the data source instead."
         )
-    saved = saved_run_or_fresh_start(folder, run_dir, resume, METRICS_FILE, verbose,
-                                     earlier_phase_started=pretraining_started(folder))
+    saved = saved_run_or_fresh_start(
+        folder,
+        run_dir,
+        resume,
+        METRICS_FILE,
+        verbose,
+        earlier_phase_started=pretraining_started(folder),
+    )
     if saved is not None:
         if saved["class_names"] != data.class_names:
             raise ValueError(
@@ -267,7 +336,9 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
         settings.validate()
         clear_pretraining(folder)
         if tokens is None:
-            tokens = tokenize_classification_data(data, settings, folder.path, verbose, unlabeled_texts)
+            tokens = tokenize_classification_data(
+                data, settings, folder.path, verbose, unlabeled_texts
+            )
         else:
             copy_vocabularies(tokens, folder.path)
         settings = settings_from_tokens(settings, tokens)
@@ -275,17 +346,33 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
         chosen = choices_from_record(tokens.chosen_from_data) + counted
         for choice in chosen:
             say(verbose, choice.line())
-        save_settings(folder, settings.validate(), class_names=tokens.class_names, data=tokens.name,
-                      chosen_from_data=choices_record(chosen))
+        save_settings(
+            folder,
+            settings.validate(),
+            class_names=tokens.class_names,
+            data=tokens.name,
+            chosen_from_data=choices_record(chosen),
+        )
     keras.utils.set_random_seed(settings.seed)
     steps_per_epoch = math.ceil(len(tokens.train) / settings.batch_size)
     model = build_classifier_model(
-        settings, len(read_vocabulary(vocabulary_path)), len(data.class_names), steps_per_epoch, strategy
+        settings,
+        len(read_vocabulary(vocabulary_path)),
+        len(data.class_names),
+        steps_per_epoch,
+        strategy,
     )
     # Tokens encoded for a bag of n-grams that reads further than this model are cut to what it reads.
-    tokens = dataclasses.replace(tokens, **{split: dataclasses.replace(
-        getattr(tokens, split), token_ids=getattr(tokens, split).token_ids[:, :model.input_length])
-        for split in ("train", "validation", "test")})
+    tokens = dataclasses.replace(
+        tokens,
+        **{
+            split: dataclasses.replace(
+                getattr(tokens, split),
+                token_ids=getattr(tokens, split).token_ids[:, : model.input_length],
+            )
+            for split in ("train", "validation", "test")
+        },
+    )
     train_ids, train_labels = tokens.train.token_ids, tokens.train.labels
     validation_ids, validation_labels = tokens.validation.token_ids, tokens.validation.labels
     test_ids, test_labels = tokens.test.token_ids, tokens.test.labels
@@ -295,17 +382,30 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
             model.ngrams.set_vocabulary(read_vocabulary(vocabulary_path))
         model.ngrams.adapt(train_ids)
     if settings.pretrain_epochs:
-        from keras_transformer.text.wordpiece import WordPieceTokenizer  # pretraining masks raw texts
+        from keras_transformer.text.wordpiece import (
+            WordPieceTokenizer,
+        )  # pretraining masks raw texts
 
         time_budget_minutes = pretrain_encoder(
-            model, settings, WordPieceTokenizer(vocabulary_path), [*data.train.texts, *unlabeled_texts], data.validation.texts, folder,
-            strategy, time_budget_minutes, verbose,
+            model,
+            settings,
+            WordPieceTokenizer(vocabulary_path),
+            [*data.train.texts, *unlabeled_texts],
+            data.validation.texts,
+            folder,
+            strategy,
+            time_budget_minutes,
+            verbose,
         )
     fitted = fit_in_folder(
-        model, strategy, folder, settings,
+        model,
+        strategy,
+        folder,
+        settings,
         _batches(train_ids, train_labels, settings.batch_size, shuffle_seed=settings.seed),
         _batches(validation_ids, validation_labels, settings.batch_size),
-        time_budget_minutes=time_budget_minutes, verbose=verbose,
+        time_budget_minutes=time_budget_minutes,
+        verbose=verbose,
         callbacks=[FitScheduleToBudget(learning_rate_schedule(model), time_budget_minutes)],
     )
     if fitted is None:
@@ -315,10 +415,12 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
         combination = add_bag_of_ngrams(fitted.model, settings, tokens, verbose)
 
     # Batch by batch: `predict` would wrap the batches with the first ones' widths (`as_tf_dataset`).
-    probabilities = np.concatenate([
-        fitted.model.predict_on_batch(token_ids)
-        for token_ids, _ in _batches(test_ids, test_labels, settings.batch_size)
-    ])
+    probabilities = np.concatenate(
+        [
+            fitted.model.predict_on_batch(token_ids)
+            for token_ids, _ in _batches(test_ids, test_labels, settings.batch_size)
+        ]
+    )
     report = classification_report(test_labels, np.argmax(probabilities, axis=-1), data.class_names)
     report.update(
         {
@@ -334,8 +436,12 @@ def _train_classifier(data, settings, folder, run_dir, resume, time_budget_minut
     )
     with open(folder.file(METRICS_FILE), "w") as metrics_file:
         json.dump(report, metrics_file, indent=2)
-    draw_plot("plot_confusion_matrix", np.asarray(report["confusion_matrix"]), data.class_names,
-              folder.file("confusion_matrix.png"))
+    draw_plot(
+        "plot_confusion_matrix",
+        np.asarray(report["confusion_matrix"]),
+        data.class_names,
+        folder.file("confusion_matrix.png"),
+    )
     save_model_and_curves(folder, fitted)
     say(verbose, format_classification_report(report))
     return ClassifierRun(
@@ -368,15 +474,21 @@ def add_bag_of_ngrams(model, settings, tokens, verbose=1):
         What was done, as a dict for `metrics.json`.
     """
     ngrams, train, validation = model.ngrams, tokens.train, tokens.validation
-    transformer_logits, labels = _validation_outputs(model, tokens, settings.batch_size, lambda ids: np.log(
-        np.maximum(model.predict_on_batch(ids), 1e-30)))
+    transformer_logits, labels = _validation_outputs(
+        model,
+        tokens,
+        settings.batch_size,
+        lambda ids: np.log(np.maximum(model.predict_on_batch(ids), 1e-30)),
+    )
     metric = settings.monitor.removeprefix("val_")
 
     def rank(scores):
         return (-scores["loss"] if metric == "loss" else scores[metric], -scores["loss"])
 
     def best_value(scores_by_weight):
-        return (min if metric == "loss" else max)(scores[metric] for scores in scores_by_weight.values())
+        return (min if metric == "loss" else max)(
+            scores[metric] for scores in scores_by_weight.values()
+        )
 
     candidates = NGRAM_UNITS[settings.ngram_units] if ngrams.num_word_buckets else [("pieces",)]
     tried = {}
@@ -384,10 +496,17 @@ def add_bag_of_ngrams(model, settings, tokens, verbose=1):
         ngrams.adapt(train.token_ids, features=features)
         linear = fit_logistic_regression(ngrams, train.token_ids, train.labels, ngrams.l2)
         ngram_logits, _ = _validation_outputs(model, tokens, settings.batch_size, ngrams)
-        tried[features] = (linear, {weight: _validation_scores(ngram_logits + weight * transformer_logits, labels)
-                                    for weight in TRANSFORMER_WEIGHTS})
-    features, best = max(((features, weight) for features in candidates for weight in TRANSFORMER_WEIGHTS),
-                         key=lambda pair: rank(tried[pair[0]][1][pair[1]]))
+        tried[features] = (
+            linear,
+            {
+                weight: _validation_scores(ngram_logits + weight * transformer_logits, labels)
+                for weight in TRANSFORMER_WEIGHTS
+            },
+        )
+    features, best = max(
+        ((features, weight) for features in candidates for weight in TRANSFORMER_WEIGHTS),
+        key=lambda pair: rank(tried[pair[0]][1][pair[1]]),
+    )
     linear, scores = tried[features]
     model.head.kernel.assign(keras.ops.convert_to_numpy(model.head.kernel) * best)
     model.head.bias.assign(keras.ops.convert_to_numpy(model.head.bias) * best)
@@ -399,22 +518,40 @@ def add_bag_of_ngrams(model, settings, tokens, verbose=1):
     }
     if len(candidates) > 1:
         record["validation_by_features"] = {
-            "+".join(option): {str(weight): tried[option][1][weight] for weight in TRANSFORMER_WEIGHTS}
-            for option in candidates}
-    say(verbose, f"Bag of n-grams ({' and '.join(features)}): a logistic regression fit in {linear.seconds:.1f} s "
-                 f"({linear.iterations} iterations, training accuracy {linear.train_accuracy:.4f}); the Transformer's "
-                 f"logits added at weight {best} (validation {metric} "
-                 + ", ".join(f"{weight}: {scores[weight][metric]:.4f}" for weight in TRANSFORMER_WEIGHTS) + ")"
-                 + "".join(f"; {' and '.join(option)}: at best {best_value(tried[option][1]):.4f}"
-                           for option in candidates if option != features) + ").")
+            "+".join(option): {
+                str(weight): tried[option][1][weight] for weight in TRANSFORMER_WEIGHTS
+            }
+            for option in candidates
+        }
+    say(
+        verbose,
+        f"Bag of n-grams ({' and '.join(features)}): a logistic regression fit in {linear.seconds:.1f} s "
+        f"({linear.iterations} iterations, training accuracy {linear.train_accuracy:.4f}); the Transformer's "
+        f"logits added at weight {best} (validation {metric} "
+        + ", ".join(f"{weight}: {scores[weight][metric]:.4f}" for weight in TRANSFORMER_WEIGHTS)
+        + ")"
+        + "".join(
+            f"; {' and '.join(option)}: at best {best_value(tried[option][1]):.4f}"
+            for option in candidates
+            if option != features
+        )
+        + ").",
+    )
     if settings.ngram_refit:
         token_ids = _stacked_ids(train.token_ids, validation.token_ids)
         ngrams.adapt(token_ids, features=features)
-        refit = fit_logistic_regression(ngrams, token_ids, np.concatenate([train.labels, validation.labels]),
-                                        ngrams.l2 * len(train) / (len(train) + len(validation)))
+        refit = fit_logistic_regression(
+            ngrams,
+            token_ids,
+            np.concatenate([train.labels, validation.labels]),
+            ngrams.l2 * len(train) / (len(train) + len(validation)),
+        )
         record["refit_on_train_and_validation"] = dataclasses.asdict(refit)
-        say(verbose, f"Fit again on the {len(train)} training and {len(validation)} validation texts in "
-                     f"{refit.seconds:.1f} s.")
+        say(
+            verbose,
+            f"Fit again on the {len(train)} training and {len(validation)} validation texts in "
+            f"{refit.seconds:.1f} s.",
+        )
     elif features != candidates[-1]:
         # The last fit was another family's: fit the chosen one again (L-BFGS from zeros: the same optimum).
         ngrams.adapt(train.token_ids, features=features)
@@ -425,13 +562,17 @@ def add_bag_of_ngrams(model, settings, tokens, verbose=1):
 def _stacked_ids(*arrays):
     """0-padded id arrays one below the other, padded to the widest."""
     width = max(array.shape[1] for array in arrays)
-    return np.concatenate([np.pad(array, ((0, 0), (0, width - array.shape[1]))) for array in arrays])
+    return np.concatenate(
+        [np.pad(array, ((0, 0), (0, width - array.shape[1]))) for array in arrays]
+    )
 
 
 def _validation_outputs(model, tokens, batch_size, outputs_of):
     """`outputs_of(token_ids)` on the validation split, batch by batch, with the labels in the same order."""
     outputs, labels = [], []
-    for token_ids, batch_labels in _batches(tokens.validation.token_ids, tokens.validation.labels, batch_size):
+    for token_ids, batch_labels in _batches(
+        tokens.validation.token_ids, tokens.validation.labels, batch_size
+    ):
         outputs.append(np.asarray(keras.ops.convert_to_numpy(outputs_of(token_ids)), np.float64))
         labels.append(np.asarray(batch_labels))
     return np.concatenate(outputs), np.concatenate(labels)
@@ -442,8 +583,11 @@ def _validation_scores(logits, labels):
     log_probabilities = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     predicted = np.argmax(logits, axis=1)
     macro_f1 = classification_report(labels, predicted, list(range(logits.shape[1])))["macro_f1"]
-    return {"accuracy": float(np.mean(predicted == labels)), "macro_f1": float(macro_f1),
-            "loss": float(-np.mean(log_probabilities[np.arange(len(labels)), labels]))}
+    return {
+        "accuracy": float(np.mean(predicted == labels)),
+        "macro_f1": float(macro_f1),
+        "loss": float(-np.mean(log_probabilities[np.arange(len(labels)), labels])),
+    }
 
 
 def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epoch, strategy=None):
@@ -480,7 +624,9 @@ def saved_classifier_settings(saved):
     """The `ClassifierSettings` in a run's `settings.json` (as `saved_run_or_fresh_start` reads it)."""
     # A run saved before the bag of n-grams existed has none, and one saved before its word
     # features has only the pieces': their checkpoints lack those weights.
-    return ClassifierSettings(**{"bag_of_ngrams": False, "ngram_units": "pieces", **saved["settings"]})
+    return ClassifierSettings(
+        **{"bag_of_ngrams": False, "ngram_units": "pieces", **saved["settings"]}
+    )
 
 
 def bag_of_ngrams_arguments(settings):
@@ -499,7 +645,9 @@ def bag_of_ngrams_arguments(settings):
     return {"use_bias": True, "trainable": False, **words, **given}
 
 
-def build_compiled_model(settings, model_class, total_steps, loss, make_metrics, strategy=None, **model_arguments):
+def build_compiled_model(
+    settings, model_class, total_steps, loss, make_metrics, strategy=None, **model_arguments
+):
     """A `model_class` with the encoder sizes of `settings` and `model_arguments`,
     built and compiled with `build_adamw` over `total_steps`, ready for `fit`.
 

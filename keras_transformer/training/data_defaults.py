@@ -46,7 +46,9 @@ CLASSIFIER_BATCH_SIZES = (32, 16, 8)  # the first that gives an epoch enough ste
 MIN_STEPS_PER_EPOCH = 50
 MIN_WARMUP_STEPS = 50
 WARMUP_FRACTION_RANGE = (0.1, 0.3)
-NGRAM_INVERSE_REGULARIZATION = 10.0  # the C of scikit-learn's LogisticRegression that `_ngram_l2` matches
+NGRAM_INVERSE_REGULARIZATION = (
+    10.0  # the C of scikit-learn's LogisticRegression that `_ngram_l2` matches
+)
 TRANSLATOR_WARMUP_FRACTION = 0.1
 TRANSLATOR_WARMUP_RANGE = (100, 500)
 
@@ -58,14 +60,54 @@ TRANSLATOR_WARMUP_RANGE = (100, 500)
 # rate a cosine brings to 0: more epochs fit a time budget, and its last
 # epochs, at the lowest rates, are the best (benchmarks/BENCHMARKS.md).
 TRANSLATOR_TIERS = (
-    (400_000, "large", {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3,
-                        "dropout": 0.1, "label_smoothing": 0.1, "schedule": "inverse_sqrt"}),
-    (200_000, "medium", {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3,
-                         "dropout": 0.2, "label_smoothing": 0.1, "schedule": "inverse_sqrt"}),
-    (60_000, "small", {"d_model": 256, "intermediate_dim": 1024, "num_layers": 2,
-                       "dropout": 0.3, "label_smoothing": 0.1, "schedule": "cosine"}),
-    (0, "tiny", {"d_model": 128, "intermediate_dim": 512, "num_layers": 2,
-                 "dropout": 0.3, "label_smoothing": 0.2, "schedule": "inverse_sqrt"}),
+    (
+        400_000,
+        "large",
+        {
+            "d_model": 256,
+            "intermediate_dim": 1024,
+            "num_layers": 3,
+            "dropout": 0.1,
+            "label_smoothing": 0.1,
+            "schedule": "inverse_sqrt",
+        },
+    ),
+    (
+        200_000,
+        "medium",
+        {
+            "d_model": 256,
+            "intermediate_dim": 1024,
+            "num_layers": 3,
+            "dropout": 0.2,
+            "label_smoothing": 0.1,
+            "schedule": "inverse_sqrt",
+        },
+    ),
+    (
+        60_000,
+        "small",
+        {
+            "d_model": 256,
+            "intermediate_dim": 1024,
+            "num_layers": 2,
+            "dropout": 0.3,
+            "label_smoothing": 0.1,
+            "schedule": "cosine",
+        },
+    ),
+    (
+        0,
+        "tiny",
+        {
+            "d_model": 128,
+            "intermediate_dim": 512,
+            "num_layers": 2,
+            "dropout": 0.3,
+            "label_smoothing": 0.2,
+            "schedule": "inverse_sqrt",
+        },
+    ),
 )
 # Early stopping's patience by schedule: the cosine's best epochs come last,
 # where early stopping on a noisy validation metric would have cut it off.
@@ -121,7 +163,8 @@ def large_corpus_settings(settings):
     (benchmarks of speed and serving)."""
     values = {**LARGE_CORPUS, "sequence_length": settings.max_length}
     return dataclasses.replace(
-        settings, **{name: values[name] for name in settings.FROM_DATA if getattr(settings, name) is None}
+        settings,
+        **{name: values[name] for name in settings.FROM_DATA if getattr(settings, name) is None},
     )
 
 
@@ -148,9 +191,17 @@ def classifier_tokenization_from_data(settings, texts, build_tokenizer):
     `bag_of_ngrams`) alone."""
     from keras_transformer.text.wordpiece import count_words  # needs TensorFlow
 
-    settings, choices = _fill(settings, [
-        ("vocabulary_size", lambda current: _vocabulary_size(count_words(texts), f"{len(texts):,} training texts")),
-    ])
+    settings, choices = _fill(
+        settings,
+        [
+            (
+                "vocabulary_size",
+                lambda current: _vocabulary_size(
+                    count_words(texts), f"{len(texts):,} training texts"
+                ),
+            ),
+        ],
+    )
     tokenizer = build_tokenizer(settings.vocabulary_size)
     add_cls = settings.pooling == "cls"
     what = "the training texts' WordPiece lengths" + (" (+1 for [CLS])" if add_cls else "")
@@ -158,26 +209,42 @@ def classifier_tokenization_from_data(settings, texts, build_tokenizer):
 
     def lengths_up_to(length):
         if not lengths:
-            longest = max(settings.max_length, NGRAM_MAX_LENGTH if settings.bag_of_ngrams is not False else 0)
+            longest = max(
+                settings.max_length, NGRAM_MAX_LENGTH if settings.bag_of_ngrams is not False else 0
+            )
             lengths.append(_wordpiece_lengths(tokenizer, texts, longest) + int(add_cls))
         return np.minimum(lengths[0], length)
 
     def sequence_length(current):
-        return _sequence_length(lengths_up_to(current.max_length), CLASSIFIER_LENGTH_PERCENTILE, current.max_length,
-                                what)
+        return _sequence_length(
+            lengths_up_to(current.max_length),
+            CLASSIFIER_LENGTH_PERCENTILE,
+            current.max_length,
+            what,
+        )
 
     def ngram_length(current):
-        value, reason = _sequence_length(lengths_up_to(NGRAM_MAX_LENGTH), NGRAM_LENGTH_PERCENTILE, NGRAM_MAX_LENGTH,
-                                         what)
+        value, reason = _sequence_length(
+            lengths_up_to(NGRAM_MAX_LENGTH), NGRAM_LENGTH_PERCENTILE, NGRAM_MAX_LENGTH, what
+        )
         reason = reason.replace(f"(cap max_length {NGRAM_MAX_LENGTH})", f"(cap {NGRAM_MAX_LENGTH})")
         if value <= current.sequence_length:
-            return current.sequence_length, f"{reason}: the bag of n-grams reads what the Transformer reads"
-        return value, f"{reason}: the bag of n-grams reads that far, the Transformer the first sequence_length"
+            return (
+                current.sequence_length,
+                f"{reason}: the bag of n-grams reads what the Transformer reads",
+            )
+        return (
+            value,
+            f"{reason}: the bag of n-grams reads that far, the Transformer the first sequence_length",
+        )
 
-    more_settings, more_choices = _fill(settings, [
-        ("sequence_length", sequence_length),
-        *([("ngram_length", ngram_length)] if settings.bag_of_ngrams is not False else []),
-    ])
+    more_settings, more_choices = _fill(
+        settings,
+        [
+            ("sequence_length", sequence_length),
+            *([("ngram_length", ngram_length)] if settings.bag_of_ngrams is not False else []),
+        ],
+    )
     return more_settings, choices + more_choices
 
 
@@ -185,11 +252,21 @@ def classifier_settings_from_counts(settings, num_examples):
     """`classifier_settings_from_data` for the fields chosen from the number
     of training texts alone (`batch_size`, `warmup_fraction`, and `ngram_l2`
     with `bag_of_ngrams`): what training from a token folder still chooses."""
-    return _fill(settings, [
-        ("batch_size", lambda current: _batch_size(num_examples)),
-        ("warmup_fraction", lambda current: _warmup_fraction(num_examples, current.batch_size, current.epochs)),
-        *([("ngram_l2", lambda current: _ngram_l2(num_examples))] if settings.bag_of_ngrams is not False else []),
-    ])
+    return _fill(
+        settings,
+        [
+            ("batch_size", lambda current: _batch_size(num_examples)),
+            (
+                "warmup_fraction",
+                lambda current: _warmup_fraction(num_examples, current.batch_size, current.epochs),
+            ),
+            *(
+                [("ngram_l2", lambda current: _ngram_l2(num_examples))]
+                if settings.bag_of_ngrams is not False
+                else []
+            ),
+        ],
+    )
 
 
 def translator_settings_from_data(settings, sources, targets, build_tokenizers):
@@ -205,8 +282,12 @@ def translator_settings_from_data(settings, sources, targets, build_tokenizers):
     Returns:
         `(settings, choices)`: a filled copy and a `Choice` per filled field.
     """
-    settings, choices = translator_tokenization_from_data(settings, sources, targets, build_tokenizers)
-    settings, more_choices = translator_settings_from_counts(settings, len(sources), target_word_count(targets))
+    settings, choices = translator_tokenization_from_data(
+        settings, sources, targets, build_tokenizers
+    )
+    settings, more_choices = translator_settings_from_counts(
+        settings, len(sources), target_word_count(targets)
+    )
     return settings, choices + more_choices
 
 
@@ -228,20 +309,32 @@ def translator_tokenization_from_data(settings, sources, targets, build_tokenize
         if current.shared_vocabulary:
             return current.vocabulary_size, "the shared vocabulary's size"
         if settings.vocabulary_size is not None:
-            return current.vocabulary_size, "the same as the vocabulary_size that was set, for both sides"
-        return _vocabulary_size(count_words(targets, lower_case=False), f"the targets of the {pairs}")
+            return (
+                current.vocabulary_size,
+                "the same as the vocabulary_size that was set, for both sides",
+            )
+        return _vocabulary_size(
+            count_words(targets, lower_case=False), f"the targets of the {pairs}"
+        )
 
     def vocabulary_size(current):
         if current.shared_vocabulary:
             # One cased vocabulary spells both sides.
-            return _vocabulary_size(count_words([*sources, *targets], lower_case=False), f"both sides of the {pairs}")
+            return _vocabulary_size(
+                count_words([*sources, *targets], lower_case=False), f"both sides of the {pairs}"
+            )
         return _vocabulary_size(count_words(sources), f"the sources of the {pairs}")
 
-    settings, choices = _fill(settings, [
-        ("vocabulary_size", vocabulary_size),
-        ("target_vocabulary_size", target_vocabulary_size),
-    ])
-    source_tokenizer, target_tokenizer = build_tokenizers(settings.vocabulary_size, settings.target_vocabulary_size)
+    settings, choices = _fill(
+        settings,
+        [
+            ("vocabulary_size", vocabulary_size),
+            ("target_vocabulary_size", target_vocabulary_size),
+        ],
+    )
+    source_tokenizer, target_tokenizer = build_tokenizers(
+        settings.vocabulary_size, settings.target_vocabulary_size
+    )
 
     def sequence_length(current):
         # Sources fill `sequence_length` tokens; targets `sequence_length - 1`
@@ -250,8 +343,12 @@ def translator_tokenization_from_data(settings, sources, targets, build_tokenize
             _wordpiece_lengths(source_tokenizer, sources, current.max_length),
             _wordpiece_lengths(target_tokenizer, targets, current.max_length) + 1,
         )
-        return _sequence_length(lengths, TRANSLATOR_LENGTH_PERCENTILE, current.max_length,
-                                "the training pairs' WordPiece lengths (the longer side; a target +1)")
+        return _sequence_length(
+            lengths,
+            TRANSLATOR_LENGTH_PERCENTILE,
+            current.max_length,
+            "the training pairs' WordPiece lengths (the longer side; a target +1)",
+        )
 
     more_settings, more_choices = _fill(settings, [("sequence_length", sequence_length)])
     return more_settings, choices + more_choices
@@ -263,8 +360,9 @@ def translator_settings_from_counts(settings, num_pairs, target_words):
     training from a token folder still chooses."""
     pairs = f"{num_pairs:,} training pairs"
     floor, tier, values = next(tier for tier in TRANSLATOR_TIERS if target_words >= tier[0])
-    size = (f"{target_words:,} target-side words in the {pairs}: a {tier} corpus"
-            + (f" (at least {floor:,} words)" if floor else f" (under {TRANSLATOR_TIERS[-2][0]:,} words)"))
+    size = f"{target_words:,} target-side words in the {pairs}: a {tier} corpus" + (
+        f" (at least {floor:,} words)" if floor else f" (under {TRANSLATOR_TIERS[-2][0]:,} words)"
+    )
 
     def from_tier(name):
         return lambda current: (values[name], size)
@@ -272,13 +370,21 @@ def translator_settings_from_counts(settings, num_pairs, target_words):
     def patience(current):
         return TRANSLATOR_PATIENCE[current.schedule], (
             "no early stopping under the cosine: its last epochs, at the lowest rates, are its best"
-            if current.schedule == "cosine" else f"epochs without a better {current.monitor}")
+            if current.schedule == "cosine"
+            else f"epochs without a better {current.monitor}"
+        )
 
-    return _fill(settings, [
-        *[(name, from_tier(name)) for name in values],
-        ("patience", patience),
-        ("warmup_steps", lambda current: _warmup_steps(num_pairs, current.batch_size, current.epochs)),
-    ])
+    return _fill(
+        settings,
+        [
+            *[(name, from_tier(name)) for name in values],
+            ("patience", patience),
+            (
+                "warmup_steps",
+                lambda current: _warmup_steps(num_pairs, current.batch_size, current.epochs),
+            ),
+        ],
+    )
 
 
 def choices_from_record(record):
@@ -322,7 +428,9 @@ def _wordpiece_lengths(tokenizer, texts, max_length, chunk=1024):
     import tensorflow as tf
 
     lengths = [
-        tokenizer.tokenize(tf.constant(texts[start:start + chunk]), max_tokens=max_length).row_lengths().numpy()
+        tokenizer.tokenize(tf.constant(texts[start : start + chunk]), max_tokens=max_length)
+        .row_lengths()
+        .numpy()
         for start in range(0, len(texts), chunk)
     ]
     return np.concatenate(lengths)

@@ -37,7 +37,11 @@ import numpy as np
 from keras_transformer.training.batching import as_tf_dataset
 
 # `--mixed-precision` value -> Keras dtype policy.
-MIXED_PRECISION_POLICIES = {"off": "float32", "float16": "mixed_float16", "bfloat16": "mixed_bfloat16"}
+MIXED_PRECISION_POLICIES = {
+    "off": "float32",
+    "float16": "mixed_float16",
+    "bfloat16": "mixed_bfloat16",
+}
 DISTRIBUTE_CHOICES = ("none", "mirrored", "multi_worker", "data_parallel")
 
 TF_CONFIG_EXAMPLE = (
@@ -110,10 +114,10 @@ def read_tf_config(environ=None):
     cluster = config.get("cluster") if isinstance(config, dict) else None
     task = config.get("task") if isinstance(config, dict) else None
     if not isinstance(cluster, dict) or not isinstance(task, dict):
-        raise ValueError(f"TF_CONFIG needs a \"cluster\" and a \"task\", e.g. {TF_CONFIG_EXAMPLE}.")
+        raise ValueError(f'TF_CONFIG needs a "cluster" and a "task", e.g. {TF_CONFIG_EXAMPLE}.')
     task_type, index = task.get("type"), task.get("index")
     if task_type not in ("worker", "chief"):
-        raise ValueError(f"TF_CONFIG's task type must be \"worker\" or \"chief\", got {task_type!r}.")
+        raise ValueError(f'TF_CONFIG\'s task type must be "worker" or "chief", got {task_type!r}.')
     addresses = cluster.get(task_type)
     if not isinstance(addresses, list) or not addresses:
         raise ValueError(f"TF_CONFIG's cluster has no {task_type!r} list of host:port addresses.")
@@ -134,7 +138,9 @@ def make_strategy(distribute):
     program startup (TensorFlow raises otherwise).
     """
     if distribute not in DISTRIBUTE_CHOICES:
-        raise ValueError(f"`distribute` must be one of {', '.join(DISTRIBUTE_CHOICES)}, got {distribute!r}.")
+        raise ValueError(
+            f"`distribute` must be one of {', '.join(DISTRIBUTE_CHOICES)}, got {distribute!r}."
+        )
     if distribute == "none":
         return None
     if distribute == "data_parallel":
@@ -210,7 +216,7 @@ def is_chief(strategy):
 
 
 def worker_name(strategy):
-    """"worker N" of a multi-worker run, for messages."""
+    """ "worker N" of a multi-worker run, for messages."""
     resolver = strategy.cluster_resolver
     return f"{resolver.task_type} {resolver.task_id}"
 
@@ -258,7 +264,9 @@ def worker_run_dir(run_dir, strategy, resume=False):
     if is_chief(strategy):
         yield os.fspath(run_dir)
         return
-    scratch = tempfile.mkdtemp(prefix=f"keras_transformer_{worker_name(strategy).replace(' ', '')}_")
+    scratch = tempfile.mkdtemp(
+        prefix=f"keras_transformer_{worker_name(strategy).replace(' ', '')}_"
+    )
     if resume and os.path.isdir(run_dir):
         try:
             shutil.copytree(run_dir, scratch, dirs_exist_ok=True)
@@ -286,8 +294,16 @@ def local_copy(model):
     return copy
 
 
-def fit(model, strategy, train_dataset, validation_dataset, epochs, steps_per_epoch=None, callbacks=(),
-        verbose=1):
+def fit(
+    model,
+    strategy,
+    train_dataset,
+    validation_dataset,
+    epochs,
+    steps_per_epoch=None,
+    callbacks=(),
+    verbose=1,
+):
     """`model.fit` on one machine, `fit_multi_worker` across several; returns
     the model to evaluate and save (a local copy after multi-worker training).
 
@@ -295,10 +311,21 @@ def fit(model, strategy, train_dataset, validation_dataset, epochs, steps_per_ep
     On TensorFlow, `ArrayBatches` go in as `tf.data` (`as_tf_dataset`).
     """
     if keras.backend.backend() == "tensorflow":
-        train_dataset, validation_dataset = as_tf_dataset(train_dataset), as_tf_dataset(validation_dataset)
+        train_dataset, validation_dataset = (
+            as_tf_dataset(train_dataset),
+            as_tf_dataset(validation_dataset),
+        )
     if is_multi_worker(strategy):
-        fit_multi_worker(model, strategy, train_dataset, validation_dataset, epochs=epochs,
-                         steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
+        fit_multi_worker(
+            model,
+            strategy,
+            train_dataset,
+            validation_dataset,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            callbacks=callbacks,
+            verbose=verbose,
+        )
         return local_copy(model)
     if is_data_parallel(strategy):
         train_dataset, validation_dataset, callbacks = _data_parallel_inputs(
@@ -369,9 +396,11 @@ class SplittableBatches(keras.utils.PyDataset):
 
     def __init__(self, batches, devices):
         # As the batches underneath load (PyDataset's defaults where they never set them).
-        super().__init__(workers=getattr(batches, "workers", 1),
-                         use_multiprocessing=getattr(batches, "use_multiprocessing", False),
-                         max_queue_size=getattr(batches, "max_queue_size", 10))
+        super().__init__(
+            workers=getattr(batches, "workers", 1),
+            use_multiprocessing=getattr(batches, "use_multiprocessing", False),
+            max_queue_size=getattr(batches, "max_queue_size", 10),
+        )
         self.batches = batches
         self.devices = devices
 
@@ -389,7 +418,9 @@ class SplittableBatches(keras.utils.PyDataset):
             taken = np.arange(rows - rows % self.devices)
         else:
             taken = np.tile(np.arange(rows), self.devices // np.gcd(rows, self.devices))
-        return keras.tree.map_structure(lambda array: None if array is None else array[taken], batch)
+        return keras.tree.map_structure(
+            lambda array: None if array is None else array[taken], batch
+        )
 
     def on_epoch_begin(self):
         self.batches.on_epoch_begin()
@@ -422,8 +453,16 @@ class ValidateOutsideDistribution(keras.callbacks.Callback):
             logs.update({f"val_{name}": value for name, value in results.items()})
 
 
-def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, epochs=1,
-                     steps_per_epoch=None, callbacks=(), verbose=1):
+def fit_multi_worker(
+    model,
+    strategy,
+    train_dataset,
+    validation_dataset=None,
+    epochs=1,
+    steps_per_epoch=None,
+    callbacks=(),
+    verbose=1,
+):
     """`model.fit(train_dataset, validation_data=..., ...)` under a MultiWorkerMirroredStrategy.
 
     The same epochs of the same steps as `fit`: each step runs Keras'
@@ -451,7 +490,10 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
     if not model.compiled:
         raise ValueError("Compile the model (in `strategy.scope()`) before `fit_multi_worker`.")
     check_jit_compile("multi_worker", model.jit_compile)
-    train_dataset, validation_dataset = as_tf_dataset(train_dataset), as_tf_dataset(validation_dataset)
+    train_dataset, validation_dataset = (
+        as_tf_dataset(train_dataset),
+        as_tf_dataset(validation_dataset),
+    )
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
 
@@ -464,8 +506,12 @@ def fit_multi_worker(model, strategy, train_dataset, validation_dataset=None, ep
     steps = steps_per_epoch or int(train_dataset.cardinality())  # for the progress bar
     history = keras.callbacks.History()
     callbacks = keras.callbacks.CallbackList(
-        [*callbacks, history], add_progbar=chief and verbose != 0,
-        verbose=verbose if chief else 0, epochs=epochs, steps=steps if steps > 0 else None, model=model,
+        [*callbacks, history],
+        add_progbar=chief and verbose != 0,
+        verbose=verbose if chief else 0,
+        epochs=epochs,
+        steps=steps if steps > 0 else None,
+        model=model,
     )
 
     def compiled(step):
@@ -551,11 +597,15 @@ def _agreed_initial_epoch(strategy, epoch):
                 tf.distribute.ReduceOp.SUM,
                 tf.where(context.replica_id_in_sync_group == 0, value, tf.zeros_like(value)),
             )
-            mismatch = context.all_reduce(tf.distribute.ReduceOp.SUM, tf.cast(value != chief_value, tf.int32))
+            mismatch = context.all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.cast(value != chief_value, tf.int32)
+            )
             return chief_value, mismatch
 
         chief_value, mismatch = strategy.run(replica, args=(value,))
-        return strategy.experimental_local_results(chief_value)[0], strategy.experimental_local_results(mismatch)[0]
+        return strategy.experimental_local_results(chief_value)[
+            0
+        ], strategy.experimental_local_results(mismatch)[0]
 
     chief_epoch, mismatch = chief_value_and_mismatch(tf.constant(epoch, tf.int32))
     if int(mismatch):

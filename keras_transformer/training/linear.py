@@ -39,12 +39,18 @@ def fit_logistic_regression(layer, token_ids, labels, l2, max_iterations=1000):
 
     labels = np.asarray(labels, np.int64)
     if layer.bias is None:
-        raise ValueError("fit_logistic_regression needs a BagOfNgrams with `use_bias=True` (the intercept).")
+        raise ValueError(
+            "fit_logistic_regression needs a BagOfNgrams with `use_bias=True` (the intercept)."
+        )
     if len(labels) != len(token_ids) or len(labels) == 0:
-        raise ValueError(f"fit_logistic_regression needs one label per text, got {len(labels)} labels "
-                         f"for {len(token_ids)} texts.")
+        raise ValueError(
+            f"fit_logistic_regression needs one label per text, got {len(labels)} labels "
+            f"for {len(token_ids)} texts."
+        )
     if labels.min() < 0 or labels.max() >= layer.units:
-        raise ValueError(f"Labels must lie in [0, {layer.units}), got {labels.min()}..{labels.max()}.")
+        raise ValueError(
+            f"Labels must lie in [0, {layer.units}), got {labels.min()}..{labels.max()}."
+        )
     started = time.monotonic()
     rows, columns, values = layer.sparse_features(token_ids)
     features = sparse.csr_matrix((values, (rows, columns)), shape=(len(labels), layer.num_features))
@@ -62,14 +68,23 @@ def fit_logistic_regression(layer, token_ids, labels, l2, max_iterations=1000):
         log_probabilities = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
         error = (np.exp(log_probabilities) - one_hot) / count
         loss = -np.sum(one_hot * log_probabilities) / count + penalty * np.sum(kernel * kernel)
-        gradient = np.concatenate([(features.T @ error + 2.0 * penalty * kernel).ravel(), error.sum(axis=0)])
+        gradient = np.concatenate(
+            [(features.T @ error + 2.0 * penalty * kernel).ravel(), error.sum(axis=0)]
+        )
         return loss, gradient
 
-    result = optimize.minimize(loss_and_gradient, np.zeros(len(used) * units + units), jac=True,
-                               method="L-BFGS-B", options={"maxiter": max_iterations})
+    result = optimize.minimize(
+        loss_and_gradient,
+        np.zeros(len(used) * units + units),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": max_iterations},
+    )
     kernel = np.zeros((layer.num_features, units))
     kernel[used] = result.x[:-units].reshape(len(used), units)
     bias = result.x[-units:]
     layer.set_linear_weights(kernel, bias)
     train_accuracy = float(np.mean(np.argmax(features @ kernel[used] + bias, axis=1) == labels))
-    return LinearFit(int(result.nit), bool(result.success), train_accuracy, time.monotonic() - started)
+    return LinearFit(
+        int(result.nit), bool(result.success), train_accuracy, time.monotonic() - started
+    )

@@ -29,7 +29,9 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         # The smoothed target is (1 - e) * one_hot + e / V, so its cross-entropy
         # splits into the true token's term and the mean over the vocabulary,
         # without materializing a [B, T, V] one-hot tensor.
-        per_token = -ops.squeeze(ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1)
+        per_token = -ops.squeeze(
+            ops.take_along_axis(log_probs, y_true[..., None], axis=-1), axis=-1
+        )
         if self.label_smoothing:
             per_token = (1.0 - self.label_smoothing) * per_token - self.label_smoothing * ops.mean(
                 log_probs, axis=-1
@@ -58,7 +60,9 @@ def masked_accuracy(y_true, y_pred, padding_id=0):
     predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
     real = ops.not_equal(y_true, padding_id)
     correct = ops.logical_and(ops.equal(predicted, y_true), real)
-    return ops.sum(ops.cast(correct, "float32")) / ops.maximum(ops.sum(ops.cast(real, "float32")), 1.0)
+    return ops.sum(ops.cast(correct, "float32")) / ops.maximum(
+        ops.sum(ops.cast(real, "float32")), 1.0
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -100,7 +104,9 @@ class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
         self.peak = peak
         self.warmup_fraction = warmup_fraction
         self.warmup_steps = warmup_steps
-        self.total_steps = keras.Variable(float(max(1, total_steps)), trainable=False, name="total_steps")
+        self.total_steps = keras.Variable(
+            float(max(1, total_steps)), trainable=False, name="total_steps"
+        )
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
@@ -114,5 +120,9 @@ class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
         return ops.where(step < warmup, self.peak * step / warmup, cosine)
 
     def get_config(self):
-        return {"peak": self.peak, "total_steps": float(self.total_steps.numpy()),
-                "warmup_fraction": self.warmup_fraction, "warmup_steps": self.warmup_steps}
+        return {
+            "peak": self.peak,
+            "total_steps": float(self.total_steps.numpy()),
+            "warmup_fraction": self.warmup_fraction,
+            "warmup_steps": self.warmup_steps,
+        }

@@ -33,7 +33,9 @@ from keras_transformer.training.runs import fit_in_folder
 from keras_transformer.training.runs import say
 
 PRETRAINING_DIR = "pretraining"  # inside the run folder
-PRETRAINED_WEIGHTS_FILE = "pretrained_encoder.weights.h5"  # inside PRETRAINING_DIR, written when done
+PRETRAINED_WEIGHTS_FILE = (
+    "pretrained_encoder.weights.h5"  # inside PRETRAINING_DIR, written when done
+)
 # The most of a --time-budget pretraining may take; fine-tuning gets the rest.
 PRETRAINING_BUDGET_SHARE = 0.5
 
@@ -95,13 +97,18 @@ def mask_tokens(token_ids, seed, vocabulary_size):
     token_ids = tf.cast(token_ids, tf.int32)
     choose_seed, how_seed, random_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     shape = tf.shape(token_ids)
-    chosen = tf.logical_and(token_ids >= FIRST_WORD_ID,
-                            tf.random.stateless_uniform(shape, choose_seed) < MASK_RATE)
+    chosen = tf.logical_and(
+        token_ids >= FIRST_WORD_ID, tf.random.stateless_uniform(shape, choose_seed) < MASK_RATE
+    )
     how = tf.random.stateless_uniform(shape, how_seed)
-    random_ids = tf.random.stateless_uniform(shape, random_seed, minval=FIRST_WORD_ID,
-                                             maxval=vocabulary_size, dtype=tf.int32)
-    replacement = tf.where(how < MASK_TOKEN_SHARE, MASK_ID,
-                           tf.where(how < MASK_TOKEN_SHARE + RANDOM_TOKEN_SHARE, random_ids, token_ids))
+    random_ids = tf.random.stateless_uniform(
+        shape, random_seed, minval=FIRST_WORD_ID, maxval=vocabulary_size, dtype=tf.int32
+    )
+    replacement = tf.where(
+        how < MASK_TOKEN_SHARE,
+        MASK_ID,
+        tf.where(how < MASK_TOKEN_SHARE + RANDOM_TOKEN_SHARE, random_ids, token_ids),
+    )
     inputs = tf.where(chosen, replacement, token_ids)
     labels = tf.where(chosen, token_ids, 0)
     return inputs, labels
@@ -139,7 +146,9 @@ def build_masked_lm(settings, vocabulary_size, steps_per_epoch, strategy=None):
         MaskedLanguageModel,
         settings.pretrain_epochs * steps_per_epoch,
         loss=MaskedSparseCategoricalCrossentropy(),
-        make_metrics=lambda: [keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")],
+        make_metrics=lambda: [
+            keras.metrics.MeanMetricWrapper(masked_accuracy, name="masked_accuracy")
+        ],
         strategy=strategy,
         vocabulary_size=vocabulary_size,
     )
@@ -156,8 +165,17 @@ def pretraining_started(folder):
     return pretraining.has_backup() or os.path.exists(pretraining.file(PRETRAINED_WEIGHTS_FILE))
 
 
-def pretrain_encoder(classifier, settings, tokenizer, texts, validation_texts, folder, strategy=None,
-                     time_budget_minutes=None, verbose=1):
+def pretrain_encoder(
+    classifier,
+    settings,
+    tokenizer,
+    texts,
+    validation_texts,
+    folder,
+    strategy=None,
+    time_budget_minutes=None,
+    verbose=1,
+):
     """Pretrains a masked LM of the classifier's shape and copies its encoder into `classifier`.
 
     A finished pretraining (its weights file in the run folder) is loaded
@@ -189,8 +207,9 @@ def pretrain_encoder(classifier, settings, tokenizer, texts, validation_texts, f
     def encode(split_texts):
         import tensorflow as tf
 
-        return tokenizer.encode(tf.constant(split_texts, tf.string), settings.sequence_length,
-                                add_cls=add_cls).numpy()
+        return tokenizer.encode(
+            tf.constant(split_texts, tf.string), settings.sequence_length, add_cls=add_cls
+        ).numpy()
 
     if os.path.exists(weights_path):
         say(verbose, f"Pretraining already done: loading {weights_path}.")
@@ -203,17 +222,34 @@ def pretrain_encoder(classifier, settings, tokenizer, texts, validation_texts, f
     steps_per_epoch = math.ceil(len(train_ids) / settings.batch_size)
     model = build_masked_lm(settings, tokenizer.vocabulary_size, steps_per_epoch, strategy)
     budget = None if time_budget_minutes is None else time_budget_minutes * PRETRAINING_BUDGET_SHARE
-    say(verbose, f"Pretraining the encoder on {len(train_ids)} texts: masked-token prediction, "
-                 f"{settings.pretrain_epochs} epochs" + (f", at most {budget:g} minutes." if budget else "."))
+    say(
+        verbose,
+        f"Pretraining the encoder on {len(train_ids)} texts: masked-token prediction, "
+        f"{settings.pretrain_epochs} epochs"
+        + (f", at most {budget:g} minutes." if budget else "."),
+    )
     if not pretraining.has_backup():
         pretraining.start_fresh()  # drops the history of epochs a kill left without a backup
-    phase_settings = dataclasses.replace(settings, epochs=settings.pretrain_epochs, monitor="val_loss", patience=0)
+    phase_settings = dataclasses.replace(
+        settings, epochs=settings.pretrain_epochs, monitor="val_loss", patience=0
+    )
     fitted = fit_in_folder(
-        model, strategy, pretraining, phase_settings,
-        masked_batches(train_ids, settings.batch_size, tokenizer.vocabulary_size, settings.seed, training=True),
-        masked_batches(encode(validation_texts), settings.batch_size, tokenizer.vocabulary_size,
-                       settings.seed, training=False),
-        time_budget_minutes=budget, verbose=verbose,
+        model,
+        strategy,
+        pretraining,
+        phase_settings,
+        masked_batches(
+            train_ids, settings.batch_size, tokenizer.vocabulary_size, settings.seed, training=True
+        ),
+        masked_batches(
+            encode(validation_texts),
+            settings.batch_size,
+            tokenizer.vocabulary_size,
+            settings.seed,
+            training=False,
+        ),
+        time_budget_minutes=budget,
+        verbose=verbose,
         callbacks=[FitScheduleToBudget(learning_rate_schedule(model), budget)],
     )
     model = fitted.model if fitted is not None else model  # None on the other workers of a cluster

@@ -78,12 +78,18 @@ def read_run(run_dir):
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise RunFolderError(f"Cannot read {settings_path}: {one_line(error)}") from error
     if not isinstance(saved, dict) or not isinstance(saved.get("settings"), dict):
-        raise RunFolderError(f"{settings_path} has no \"settings\" object: it is not a training run's settings.")
+        raise RunFolderError(
+            f'{settings_path} has no "settings" object: it is not a training run\'s settings.'
+        )
     task = CLASSIFIER if "class_names" in saved else TRANSLATOR
     settings_class = ClassifierSettings if task == CLASSIFIER else TranslatorSettings
     unknown = set(saved["settings"]) - {field.name for field in dataclasses.fields(settings_class)}
     if unknown:
-        has = "class_names, a classifier's," if task == CLASSIFIER else "no class_names, which a classifier's has,"
+        has = (
+            "class_names, a classifier's,"
+            if task == CLASSIFIER
+            else "no class_names, which a classifier's has,"
+        )
         raise RunFolderError(
             f"{settings_path} is neither a classifier's nor a translator's run settings: it has {has} "
             f"and settings a {task} does not have: {', '.join(sorted(unknown))}."
@@ -91,8 +97,14 @@ def read_run(run_dir):
     if task == TRANSLATOR:
         return SavedRun(run_dir, task, saved_translator_settings(saved), saved)
     names = saved["class_names"]
-    if not isinstance(names, list) or len(names) < 2 or not all(isinstance(name, str) for name in names):
-        raise RunFolderError(f"{settings_path}: class_names must be a list of at least two names, got {names!r}.")
+    if (
+        not isinstance(names, list)
+        or len(names) < 2
+        or not all(isinstance(name, str) for name in names)
+    ):
+        raise RunFolderError(
+            f"{settings_path}: class_names must be a list of at least two names, got {names!r}."
+        )
     return SavedRun(run_dir, task, saved_classifier_settings(saved), saved)
 
 
@@ -120,7 +132,9 @@ def export_run(run_dir, export_dir, model_file=None, beam_width=4, length_penalt
         raise RunFolderError(_missing_model_message(run, model_path, model_file is None))
     if run.task == CLASSIFIER:
         return ExportedRun(CLASSIFIER, _export_classifier_run(run, model_path, export_dir))
-    return ExportedRun(TRANSLATOR, _export_translator_run(run, model_path, export_dir, beam_width, length_penalty))
+    return ExportedRun(
+        TRANSLATOR, _export_translator_run(run, model_path, export_dir, beam_width, length_penalty)
+    )
 
 
 def _missing_model_message(run, model_path, is_final_model):
@@ -130,7 +144,9 @@ def _missing_model_message(run, model_path, is_final_model):
         f"python -m {TRAINING_APPS[run.task]} --data {run.saved.get('data', 'SOURCE')} --run-dir {run.run_dir} "
         "--resume (with the flags it started with)"
     )
-    message = f"The run in {run.run_dir} has not finished (no {model_path}): resume it with {resume}"
+    message = (
+        f"The run in {run.run_dir} has not finished (no {model_path}): resume it with {resume}"
+    )
     best = run.file(BEST_CHECKPOINT)
     if os.path.isfile(best):
         message += f", or export its best epoch so far with python -m apps.export {run.run_dir} --model-file {best}"
@@ -158,14 +174,22 @@ def _export_translator_run(run, model_path, export_dir, beam_width, length_penal
     from keras_transformer.export.translator import export_translator
     from keras_transformer.models import Seq2SeqTransformer
 
-    source_tokenizer, target_tokenizer = _tokenizers(lambda: run_tokenizers(RunFolder(run.run_dir), run.settings))
+    source_tokenizer, target_tokenizer = _tokenizers(
+        lambda: run_tokenizers(RunFolder(run.run_dir), run.settings)
+    )
     model = load_run_model(model_path, Seq2SeqTransformer, run)
     _check_vocabulary_size(model.source_vocabulary_size, source_tokenizer, model_path, "source ")
     _check_vocabulary_size(model.target_vocabulary_size, target_tokenizer, model_path, "target ")
     return export_translator(
-        model, source_tokenizer, target_tokenizer, export_dir,
-        max_output_length=run.settings.sequence_length, beam_width=beam_width, length_penalty=length_penalty,
-        source_language=run.saved.get("source_language"), target_language=run.saved.get("target_language"),
+        model,
+        source_tokenizer,
+        target_tokenizer,
+        export_dir,
+        max_output_length=run.settings.sequence_length,
+        beam_width=beam_width,
+        length_penalty=length_penalty,
+        source_language=run.saved.get("source_language"),
+        target_language=run.saved.get("target_language"),
     )
 
 
@@ -173,7 +197,10 @@ def _tokenizers(make):
     """`make()`, with a missing, unreadable or foreign vocabulary file as a `RunFolderError`."""
     try:
         return make()
-    except (OSError, UnicodeDecodeError) as error:  # FileNotFoundError included: its message names the file
+    except (
+        OSError,
+        UnicodeDecodeError,
+    ) as error:  # FileNotFoundError included: its message names the file
         raise RunFolderError(f"Cannot read the run's vocabulary: {one_line(error)}") from error
     except ValueError as error:  # not one of our vocabularies; the message names the file
         raise RunFolderError(str(error)) from error

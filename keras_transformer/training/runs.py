@@ -22,7 +22,9 @@ def say(verbose, message):
         print(message, flush=True)
 
 
-def saved_run_or_fresh_start(folder, run_dir, resume, finished_file, verbose, earlier_phase_started=False):
+def saved_run_or_fresh_start(
+    folder, run_dir, resume, finished_file, verbose, earlier_phase_started=False
+):
     """The saved settings file of the run to resume, or None once `folder` is ready for a new run.
 
     A run resumes when `resume` is asked for and the folder has a backup and
@@ -80,8 +82,19 @@ class FitResult:
     stopped_by_time_budget: bool
 
 
-def fit_in_folder(model, strategy, folder, settings, train_dataset, validation_dataset,
-                  time_budget_minutes=None, verbose=1, steps_per_epoch=None, callbacks=(), epoch_metrics=()):
+def fit_in_folder(
+    model,
+    strategy,
+    folder,
+    settings,
+    train_dataset,
+    validation_dataset,
+    time_budget_minutes=None,
+    verbose=1,
+    steps_per_epoch=None,
+    callbacks=(),
+    epoch_metrics=(),
+):
     """Fits `settings.epochs` with a time budget and the folder's callbacks
     (backup, checkpoints, logs, history, the best epoch by `settings.monitor`
     with early stopping after `settings.patience`).
@@ -98,11 +111,24 @@ def fit_in_folder(model, strategy, folder, settings, train_dataset, validation_d
     """
     time_budget = TimeBudget(time_budget_minutes)
     follow_epochs = [FollowEpochs(train_dataset)] if isinstance(train_dataset, ArrayBatches) else []
-    callbacks = [*follow_epochs, *epoch_metrics, time_budget,
-                 *folder.callbacks(settings.monitor, settings.patience, verbose), *callbacks]
+    callbacks = [
+        *follow_epochs,
+        *epoch_metrics,
+        time_budget,
+        *folder.callbacks(settings.monitor, settings.patience, verbose),
+        *callbacks,
+    ]
     started = time.monotonic()
-    model = fit(model, strategy, train_dataset, validation_dataset, settings.epochs,
-                steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
+    model = fit(
+        model,
+        strategy,
+        train_dataset,
+        validation_dataset,
+        settings.epochs,
+        steps_per_epoch=steps_per_epoch,
+        callbacks=callbacks,
+        verbose=verbose,
+    )
     training_seconds = time.monotonic() - started
     if not is_chief(strategy):
         return None

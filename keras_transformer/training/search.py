@@ -22,7 +22,9 @@ import time
 try:
     import keras_tuner
 except ImportError as error:  # an optional dependency: only --search needs it
-    raise ImportError("--search needs KerasTuner: pip install keras-tuner (or keras-transformer[search]).") from error
+    raise ImportError(
+        "--search needs KerasTuner: pip install keras-tuner (or keras-transformer[search])."
+    ) from error
 
 from keras_transformer.data.tokens import TokenizedClassificationData
 from keras_transformer.training.classifier import tokenize_classification_data
@@ -55,8 +57,17 @@ class SearchTrial:
     minutes: float
 
 
-def search_classifier(data, settings, run_dir, trials, time_budget_minutes=None, verbose=1, fixed=(),
-                      resume=False, strategy=None):
+def search_classifier(
+    data,
+    settings,
+    run_dir,
+    trials,
+    time_budget_minutes=None,
+    verbose=1,
+    fixed=(),
+    resume=False,
+    strategy=None,
+):
     """Tries `trials` configurations of `settings`; keeps the best on validation.
 
     Args:
@@ -84,17 +95,27 @@ def search_classifier(data, settings, run_dir, trials, time_budget_minutes=None,
             `resume`, pretraining, or a `strategy`.
     """
     if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
-        raise ValueError(f"--search takes the number of configurations to try, at least 1; got {trials!r}.")
+        raise ValueError(
+            f"--search takes the number of configurations to try, at least 1; got {trials!r}."
+        )
     unknown = sorted(set(fixed) - set(SEARCH_SPACE) - {"intermediate_dim"})
     if unknown:
-        raise ValueError(f"`fixed` names fields the search does not vary: {unknown}; it varies {sorted(SEARCH_SPACE)}.")
+        raise ValueError(
+            f"`fixed` names fields the search does not vary: {unknown}; it varies {sorted(SEARCH_SPACE)}."
+        )
     if resume:
-        raise ValueError("--resume does not continue a --search: start the search again (or resume one trial's "
-                         f"run folder under {os.path.join(run_dir, 'search')} without --search).")
+        raise ValueError(
+            "--resume does not continue a --search: start the search again (or resume one trial's "
+            f"run folder under {os.path.join(run_dir, 'search')} without --search)."
+        )
     if strategy is not None:
-        raise ValueError("--search trains its trials one after the other on this machine: drop --distribute.")
+        raise ValueError(
+            "--search trains its trials one after the other on this machine: drop --distribute."
+        )
     if settings.pretrain_epochs:
-        raise ValueError("--search does not pretrain its trials: drop --pretrain-epochs (or search without it).")
+        raise ValueError(
+            "--search does not pretrain its trials: drop --pretrain-epochs (or search without it)."
+        )
     settings.validate()
 
     started = time.monotonic()
@@ -105,22 +126,41 @@ def search_classifier(data, settings, run_dir, trials, time_budget_minutes=None,
         data = tokenize_classification_data(data, settings, search_dir, verbose)
     direction = "min" if settings.monitor == "val_loss" else "max"
     tuner = ClassifierTuner(
-        data=data, settings=settings, fixed=set(fixed), trials=trials, started=started,
-        time_budget_minutes=time_budget_minutes, verbose=verbose,
+        data=data,
+        settings=settings,
+        fixed=set(fixed),
+        trials=trials,
+        started=started,
+        time_budget_minutes=time_budget_minutes,
+        verbose=verbose,
         oracle=keras_tuner.oracles.RandomSearchOracle(
             objective=keras_tuner.Objective(settings.monitor, direction=direction),
-            max_trials=trials, seed=settings.seed),
-        directory=run_dir, project_name="search", overwrite=False,
+            max_trials=trials,
+            seed=settings.seed,
+        ),
+        directory=run_dir,
+        project_name="search",
+        overwrite=False,
     )
     tuner.search(verbose=min(verbose, 1))
     if not tuner.finished:
         raise RuntimeError(f"No trial of the search in {search_dir} finished.")
-    best = min(tuner.finished, key=lambda trial: (trial.score if direction == "min" else -trial.score, trial.loss))
+    best = min(
+        tuner.finished,
+        key=lambda trial: (trial.score if direction == "min" else -trial.score, trial.loss),
+    )
     run = tuner.runs[best.trial_id]
     _copy_run(run.run_dir, run_dir)
     with open(os.path.join(run_dir, SEARCH_FILE), "w") as search_file:
-        json.dump({"monitor": settings.monitor, "kept": best.trial_id,
-                   "trials": [dataclasses.asdict(trial) for trial in tuner.finished]}, search_file, indent=2)
+        json.dump(
+            {
+                "monitor": settings.monitor,
+                "kept": best.trial_id,
+                "trials": [dataclasses.asdict(trial) for trial in tuner.finished],
+            },
+            search_file,
+            indent=2,
+        )
     say(verbose, format_search(tuner.finished, best, settings.monitor))
     return dataclasses.replace(run, run_dir=os.fspath(run_dir))
 
@@ -134,9 +174,13 @@ def trial_settings(settings, hyperparameters, fixed):
         current = getattr(settings, name)
         if name in fixed or current == "cls":
             continue
-        values[name] = hyperparameters.Choice(name, sorted(set(choices) | {current}), default=current)
+        values[name] = hyperparameters.Choice(
+            name, sorted(set(choices) | {current}), default=current
+        )
     if "d_model" in values and "intermediate_dim" not in fixed:
-        values["intermediate_dim"] = settings.intermediate_dim * values["d_model"] // settings.d_model
+        values["intermediate_dim"] = (
+            settings.intermediate_dim * values["d_model"] // settings.d_model
+        )
     return dataclasses.replace(settings, **values)
 
 
@@ -156,13 +200,28 @@ def format_search(finished, best, monitor):
     """A table of the trials, the kept one marked with `*`."""
     names = sorted({name for trial in finished for name in trial.values})
     header = ["trial", *names, monitor, "val_loss", "epochs", "minutes"]
-    rows = [[trial.trial_id, *(f"{trial.values[name]:g}" if isinstance(trial.values[name], float)
-                               else str(trial.values[name]) for name in names),
-             f"{trial.score:.4f}", f"{trial.loss:.4f}", str(trial.epochs), f"{trial.minutes:.1f}"]
-            for trial in finished]
+    rows = [
+        [
+            trial.trial_id,
+            *(
+                f"{trial.values[name]:g}"
+                if isinstance(trial.values[name], float)
+                else str(trial.values[name])
+                for name in names
+            ),
+            f"{trial.score:.4f}",
+            f"{trial.loss:.4f}",
+            str(trial.epochs),
+            f"{trial.minutes:.1f}",
+        ]
+        for trial in finished
+    ]
     widths = [max(len(row[column]) for row in [header, *rows]) for column in range(len(header))]
     lines = [f"Search: {len(finished)} configurations, kept trial {best.trial_id} by {monitor}:"]
-    for mark, row in [(" ", header), *(("*" if trial is best else " ", row) for trial, row in zip(finished, rows))]:
+    for mark, row in [
+        (" ", header),
+        *(("*" if trial is best else " ", row) for trial, row in zip(finished, rows)),
+    ]:
         lines.append(f"{mark} " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
     return "\n".join(lines)
 
@@ -183,7 +242,9 @@ class ClassifierTuner(keras_tuner.Tuner):
     """Runs a trial as one `train_classifier` run in the trial's folder;
     `finished` lists the trials done, `runs` their `ClassifierRun`s by id."""
 
-    def __init__(self, data, settings, fixed, trials, started, time_budget_minutes, verbose, **kwargs):
+    def __init__(
+        self, data, settings, fixed, trials, started, time_budget_minutes, verbose, **kwargs
+    ):
         super().__init__(**kwargs)
         self.data, self.settings, self.fixed = data, settings, fixed
         self.trials, self.started, self.time_budget_minutes = trials, started, time_budget_minutes
@@ -197,12 +258,25 @@ class ClassifierTuner(keras_tuner.Tuner):
             left = self.time_budget_minutes - (time.monotonic() - self.started) / 60
             budget = max(left, 0.0) / (self.trials - len(self.finished))
         trial_started = time.monotonic()
-        run = train_classifier(self.data, settings, os.path.join(self.get_trial_dir(trial.trial_id), "run"),
-                               time_budget_minutes=budget, verbose=self.training_verbose)
+        run = train_classifier(
+            self.data,
+            settings,
+            os.path.join(self.get_trial_dir(trial.trial_id), "run"),
+            time_budget_minutes=budget,
+            verbose=self.training_verbose,
+        )
         score, loss = validation_scores(run, self.settings.monitor)
         values = {name: getattr(settings, name) for name in SEARCH_SPACE if name not in self.fixed}
-        self.finished.append(SearchTrial(trial.trial_id, values, score, loss, run.epochs_completed,
-                                         round((time.monotonic() - trial_started) / 60, 2)))
+        self.finished.append(
+            SearchTrial(
+                trial.trial_id,
+                values,
+                score,
+                loss,
+                run.epochs_completed,
+                round((time.monotonic() - trial_started) / 60, 2),
+            )
+        )
         self.runs[trial.trial_id] = run
         return {self.settings.monitor: score}
 

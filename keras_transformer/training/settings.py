@@ -3,8 +3,15 @@
 from keras_transformer.training.distribute import check_mixed_precision
 
 SHARED_INTEGERS = (
-    "epochs", "batch_size", "sequence_length", "vocabulary_size", "num_layers",
-    "d_model", "num_heads", "intermediate_dim", "max_length",
+    "epochs",
+    "batch_size",
+    "sequence_length",
+    "vocabulary_size",
+    "num_layers",
+    "d_model",
+    "num_heads",
+    "intermediate_dim",
+    "max_length",
 )
 
 

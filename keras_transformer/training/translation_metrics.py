@@ -34,7 +34,9 @@ BETA = 2
 def character_ngrams(text, order):
     """Counts of the character n-grams of length `order` in `text`, whitespace removed."""
     characters = "".join(text.split())
-    return Counter(characters[start : start + order] for start in range(len(characters) - order + 1))
+    return Counter(
+        characters[start : start + order] for start in range(len(characters) - order + 1)
+    )
 
 
 def chrf_statistics(hypothesis, reference, char_order=CHAR_ORDER):
@@ -48,7 +50,9 @@ def chrf_statistics(hypothesis, reference, char_order=CHAR_ORDER):
     for order in range(1, char_order + 1):
         hypothesis_ngrams = character_ngrams(hypothesis, order)
         reference_ngrams = character_ngrams(reference, order)
-        matches = sum(min(count, reference_ngrams[ngram]) for ngram, count in hypothesis_ngrams.items())
+        matches = sum(
+            min(count, reference_ngrams[ngram]) for ngram, count in hypothesis_ngrams.items()
+        )
         hypothesis_count = sum(hypothesis_ngrams.values()) if reference_ngrams else 0
         statistics.append([hypothesis_count, sum(reference_ngrams.values()), matches])
     return statistics
@@ -74,8 +78,10 @@ def corpus_chrf(hypotheses, references, char_order=CHAR_ORDER, beta=BETA):
     """Corpus-level chrF (0-100) of `hypotheses` against one reference each."""
     hypotheses, references = list(hypotheses), list(references)
     if len(hypotheses) != len(references):
-        raise ValueError(f"chrF needs one reference per hypothesis: got {len(hypotheses)} hypotheses "
-                         f"and {len(references)} references.")
+        raise ValueError(
+            f"chrF needs one reference per hypothesis: got {len(hypotheses)} hypotheses "
+            f"and {len(references)} references."
+        )
     totals = np.zeros((char_order, 3), np.int64)
     for hypothesis, reference in zip(hypotheses, references):
         totals += np.asarray(chrf_statistics(hypothesis, reference, char_order), np.int64)
@@ -115,21 +121,30 @@ class ValidationChrF(keras.callbacks.Callback):
         batch_size: sources decoded at once.
     """
 
-    def __init__(self, source_ids, reference_ids, references, vocabulary, max_output_length, batch_size=64):
+    def __init__(
+        self, source_ids, reference_ids, references, vocabulary, max_output_length, batch_size=64
+    ):
         super().__init__()
         source_ids, reference_ids = np.asarray(source_ids, np.int32), np.asarray(reference_ids)
         if not len(references) or not len(source_ids) == len(reference_ids) == len(references):
-            raise ValueError(f"ValidationChrF needs pairs: got {len(source_ids)} sources, {len(reference_ids)} "
-                             f"encoded references and {len(references)} references.")
+            raise ValueError(
+                f"ValidationChrF needs pairs: got {len(source_ids)} sources, {len(reference_ids)} "
+                f"encoded references and {len(references)} references."
+            )
         self.references = list(references)
         self.vocabulary = list(vocabulary)
         self.start_id, self.end_id = self.vocabulary.index(START), self.vocabulary.index(END)
-        reference_lengths = np.isin(reference_ids, [0, self.start_id, self.end_id], invert=True).sum(axis=1)
+        reference_lengths = np.isin(
+            reference_ids, [0, self.start_id, self.end_id], invert=True
+        ).sum(axis=1)
         self.max_output_length = min(int(max_output_length), 2 * int(reference_lengths.max()) + 1)
         self.batch_size = int(batch_size)
         # Sorted by length so a batch of short sentences does not wait on one long one.
         order = np.argsort((source_ids > 0).sum(axis=1), kind="stable")
-        self._batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+        self._batches = [
+            order[start : start + self.batch_size]
+            for start in range(0, len(order), self.batch_size)
+        ]
         self._source_ids = source_ids
         self._decode = None
 
@@ -143,7 +158,9 @@ class ValidationChrF(keras.callbacks.Callback):
             # One trace for every batch: the signature leaves both dimensions open.
             @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
             def traced(source_ids):
-                return greedy_decode(model, trim_shared_padding(source_ids), max_length, start_id, end_id)
+                return greedy_decode(
+                    model, trim_shared_padding(source_ids), max_length, start_id, end_id
+                )
 
             self._decode = lambda source_ids: traced(tf.constant(source_ids)).numpy()
         else:
@@ -154,10 +171,14 @@ class ValidationChrF(keras.callbacks.Callback):
     def translations(self):
         """The current model's translations of the sources, in their order."""
         if self._decode is None:
-            raise RuntimeError("ValidationChrF translates once training has begun (on_train_begin).")
+            raise RuntimeError(
+                "ValidationChrF translates once training has begun (on_train_begin)."
+            )
         translations = [None] * len(self.references)
         for indices in self._batches:
-            for index, text in zip(indices, detokenize(self._decode(self._source_ids[indices]), self.vocabulary)):
+            for index, text in zip(
+                indices, detokenize(self._decode(self._source_ids[indices]), self.vocabulary)
+            ):
                 translations[index] = text
         return translations
 

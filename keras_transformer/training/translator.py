@@ -76,8 +76,17 @@ class TranslatorSettings:
     """
 
     FROM_DATA = (
-        "vocabulary_size", "target_vocabulary_size", "sequence_length", "num_layers", "d_model",
-        "intermediate_dim", "dropout", "label_smoothing", "warmup_steps", "schedule", "patience",
+        "vocabulary_size",
+        "target_vocabulary_size",
+        "sequence_length",
+        "num_layers",
+        "d_model",
+        "intermediate_dim",
+        "dropout",
+        "label_smoothing",
+        "warmup_steps",
+        "schedule",
+        "patience",
     )
 
     epochs: int = 20
@@ -116,21 +125,34 @@ class TranslatorSettings:
     schedule: str = None
 
     def validate(self):
-        extra = ("warmup_steps", "target_vocabulary_size", *(() if self.num_decoder_layers is None
-                                                              else ("num_decoder_layers",)))
+        extra = (
+            "warmup_steps",
+            "target_vocabulary_size",
+            *(() if self.num_decoder_layers is None else ("num_decoder_layers",)),
+        )
         check_settings(self, extra_integers=extra)
         if self.monitor not in MONITORS:
-            raise ValueError(f"`monitor` must be one of {', '.join(MONITORS)}, got {self.monitor!r}.")
+            raise ValueError(
+                f"`monitor` must be one of {', '.join(MONITORS)}, got {self.monitor!r}."
+            )
         if not isinstance(self.chrf_pairs, int) or self.chrf_pairs < 0:
-            raise ValueError(f"`chrf_pairs` must be a non-negative integer, got {self.chrf_pairs!r}.")
+            raise ValueError(
+                f"`chrf_pairs` must be a non-negative integer, got {self.chrf_pairs!r}."
+            )
         if self.monitor == "val_chrf" and self.chrf_pairs == 0:
-            raise ValueError("`monitor` val_chrf needs validation pairs to translate: `chrf_pairs` is 0.")
+            raise ValueError(
+                "`monitor` val_chrf needs validation pairs to translate: `chrf_pairs` is 0."
+            )
         if self.schedule is not None and self.schedule not in SCHEDULES:
-            raise ValueError(f"`schedule` must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}.")
+            raise ValueError(
+                f"`schedule` must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}."
+            )
         if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 0):
             raise ValueError(f"`patience` must be a non-negative integer, got {self.patience!r}.")
         if not isinstance(self.shared_vocabulary, bool):
-            raise ValueError(f"`shared_vocabulary` must be True or False, got {self.shared_vocabulary!r}.")
+            raise ValueError(
+                f"`shared_vocabulary` must be True or False, got {self.shared_vocabulary!r}."
+            )
         return self
 
 
@@ -154,8 +176,17 @@ class TranslatorRun:
         return run_tokenizers(RunFolder(self.run_dir), self.settings)[1]
 
 
-def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=None, verbose=1,
-                     num_samples=5, callbacks=(), strategy=None):
+def train_translator(
+    data,
+    settings,
+    run_dir,
+    resume=False,
+    time_budget_minutes=None,
+    verbose=1,
+    num_samples=5,
+    callbacks=(),
+    strategy=None,
+):
     """Builds one vocabulary per language, trains with `fit`, translates a few test sources.
 
     Args:
@@ -177,8 +208,18 @@ def train_translator(data, settings, run_dir, resume=False, time_budget_minutes=
             returns a `TranslatorRun`; the others return None.
     """
     with worker_run_dir(run_dir, strategy, resume=resume) as own_run_dir:
-        return _train_translator(data, settings, RunFolder(own_run_dir), run_dir, resume,
-                                 time_budget_minutes, verbose, num_samples, callbacks, strategy)
+        return _train_translator(
+            data,
+            settings,
+            RunFolder(own_run_dir),
+            run_dir,
+            resume,
+            time_budget_minutes,
+            verbose,
+            num_samples,
+            callbacks,
+            strategy,
+        )
 
 
 def tokenize_translation_data(data, settings, vocabulary_dir, verbose=1):
@@ -201,7 +242,9 @@ def tokenize_translation_data(data, settings, vocabulary_dir, verbose=1):
     def build_tokenizers(source_vocabulary_size, target_vocabulary_size):
         say(verbose, f"Building WordPiece vocabularies from {len(data.train)} training pairs...")
         sizes = dataclasses.replace(
-            settings, vocabulary_size=source_vocabulary_size, target_vocabulary_size=target_vocabulary_size
+            settings,
+            vocabulary_size=source_vocabulary_size,
+            target_vocabulary_size=target_vocabulary_size,
         )
         build_run_vocabularies(folder, data, sizes)
         return run_tokenizers(folder, sizes)
@@ -220,14 +263,22 @@ def encode_translation_data(data, settings, vocabulary_folder, chosen_from_data=
     source_tokenizer, target_tokenizer = run_tokenizers(vocabulary_folder, settings)
 
     def encode(split, keep_texts):
-        source_ids = source_tokenizer.encode(tf.constant(split.sources), settings.sequence_length).numpy()
+        source_ids = source_tokenizer.encode(
+            tf.constant(split.sources), settings.sequence_length
+        ).numpy()
         target_ids = target_tokenizer.encode(
             tf.constant(split.targets), settings.sequence_length + 1, add_start_end=True
         ).numpy()
-        texts = {"sources": list(split.sources), "targets": list(split.targets)} if keep_texts else {}
+        texts = (
+            {"sources": list(split.sources), "targets": list(split.targets)} if keep_texts else {}
+        )
         return TranslationTokens(source_ids, target_ids, **texts)
 
-    files = [SHARED_VOCABULARY] if settings.shared_vocabulary else [SOURCE_VOCABULARY, TARGET_VOCABULARY]
+    files = (
+        [SHARED_VOCABULARY]
+        if settings.shared_vocabulary
+        else [SOURCE_VOCABULARY, TARGET_VOCABULARY]
+    )
     return TokenizedTranslationData(
         name=data.name,
         source_name=data.name,
@@ -243,8 +294,18 @@ def encode_translation_data(data, settings, vocabulary_folder, chosen_from_data=
     )
 
 
-def _train_translator(data, settings, folder, run_dir, resume, time_budget_minutes, verbose,
-                      num_samples, callbacks, strategy):
+def _train_translator(
+    data,
+    settings,
+    folder,
+    run_dir,
+    resume,
+    time_budget_minutes,
+    verbose,
+    num_samples,
+    callbacks,
+    strategy,
+):
     tokens = data if isinstance(data, TokenizedTranslationData) else None
     saved = saved_run_or_fresh_start(folder, run_dir, resume, SAMPLES_FILE, verbose)
     if saved is not None:
@@ -260,35 +321,68 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
         else:
             copy_vocabularies(tokens, folder.path)
         settings = settings_from_tokens(settings, tokens)
-        settings, counted = translator_settings_from_counts(settings, len(tokens.train), tokens.train_target_words)
+        settings, counted = translator_settings_from_counts(
+            settings, len(tokens.train), tokens.train_target_words
+        )
         chosen = choices_from_record(tokens.chosen_from_data) + counted
         for choice in chosen:
             say(verbose, choice.line())
-        save_settings(folder, settings.validate(), data=tokens.name, source_language=tokens.source_language,
-                      target_language=tokens.target_language, chosen_from_data=choices_record(chosen))
+        save_settings(
+            folder,
+            settings.validate(),
+            data=tokens.name,
+            source_language=tokens.source_language,
+            target_language=tokens.target_language,
+            chosen_from_data=choices_record(chosen),
+        )
     keras.utils.set_random_seed(settings.seed)
     source_vocabulary, target_vocabulary = run_vocabularies(folder, settings)
 
-    train_dataset = _translation_batches(tokens.train.source_ids, tokens.train.target_ids, settings, shuffle=True)
+    train_dataset = _translation_batches(
+        tokens.train.source_ids, tokens.train.target_ids, settings, shuffle=True
+    )
     validation_dataset = _translation_batches(
         tokens.validation.source_ids, tokens.validation.target_ids, settings, shuffle=False
     )
 
-    model = build_compiled_translator(settings, len(source_vocabulary), len(target_vocabulary), strategy,
-                                      total_steps=settings.epochs * len(train_dataset))
+    model = build_compiled_translator(
+        settings,
+        len(source_vocabulary),
+        len(target_vocabulary),
+        strategy,
+        total_steps=settings.epochs * len(train_dataset),
+    )
     schedule = learning_rate_schedule(model)
-    fit_schedule = [FitScheduleToBudget(schedule, time_budget_minutes)] if isinstance(schedule, WarmupCosine) else []
+    fit_schedule = (
+        [FitScheduleToBudget(schedule, time_budget_minutes)]
+        if isinstance(schedule, WarmupCosine)
+        else []
+    )
     fitted = fit_in_folder(
-        model, strategy, folder, settings, train_dataset, validation_dataset,
-        time_budget_minutes=time_budget_minutes, verbose=verbose, callbacks=[*fit_schedule, *callbacks],
-        epoch_metrics=_validation_chrf(tokens.validation.source_ids, tokens.validation.target_ids,
-                                       tokens.validation.targets, settings, target_vocabulary),
+        model,
+        strategy,
+        folder,
+        settings,
+        train_dataset,
+        validation_dataset,
+        time_budget_minutes=time_budget_minutes,
+        verbose=verbose,
+        callbacks=[*fit_schedule, *callbacks],
+        epoch_metrics=_validation_chrf(
+            tokens.validation.source_ids,
+            tokens.validation.target_ids,
+            tokens.validation.targets,
+            settings,
+            target_vocabulary,
+        ),
     )
     if fitted is None:
         return None  # the chief translates the samples and writes the results
 
     sources = tokens.test.sources[:num_samples]
-    translations = translate_ids(fitted.model, tokens.test.source_ids[:num_samples], settings, target_vocabulary)
+    translations = translate_ids(
+        fitted.model, tokens.test.source_ids[:num_samples], settings, target_vocabulary
+    )
     samples = [
         {"source": source, "reference": reference, "translation": translation}
         for source, reference, translation in zip(sources, tokens.test.targets, translations)
@@ -297,8 +391,11 @@ def _train_translator(data, settings, folder, run_dir, resume, time_budget_minut
         json.dump(samples, samples_file, indent=2, ensure_ascii=False)
     save_model_and_curves(folder, fitted)
     for sample in samples:
-        say(verbose, f"  source:      {sample['source']}\n  reference:   {sample['reference']}\n"
-                     f"  translation: {sample['translation']}\n")
+        say(
+            verbose,
+            f"  source:      {sample['source']}\n  reference:   {sample['reference']}\n"
+            f"  translation: {sample['translation']}\n",
+        )
     return TranslatorRun(
         model=fitted.model,
         settings=settings,
@@ -330,10 +427,14 @@ def build_run_vocabularies(folder, data, settings):
         save_vocabulary(vocabulary, folder.file(SHARED_VOCABULARY))
         return
     # Sources are lower-cased (less sparsity); targets keep case, since they are output.
-    save_vocabulary(build_vocabulary(data.train.sources, settings.vocabulary_size),
-                    folder.file(SOURCE_VOCABULARY))
-    save_vocabulary(build_vocabulary(data.train.targets, settings.target_vocabulary_size, lower_case=False),
-                    folder.file(TARGET_VOCABULARY))
+    save_vocabulary(
+        build_vocabulary(data.train.sources, settings.vocabulary_size),
+        folder.file(SOURCE_VOCABULARY),
+    )
+    save_vocabulary(
+        build_vocabulary(data.train.targets, settings.target_vocabulary_size, lower_case=False),
+        folder.file(TARGET_VOCABULARY),
+    )
 
 
 def run_tokenizers(folder, settings):
@@ -343,8 +444,10 @@ def run_tokenizers(folder, settings):
     if settings.shared_vocabulary:
         tokenizer = WordPieceTokenizer(folder.file(SHARED_VOCABULARY), lower_case=False)
         return tokenizer, tokenizer
-    return (WordPieceTokenizer(folder.file(SOURCE_VOCABULARY)),
-            WordPieceTokenizer(folder.file(TARGET_VOCABULARY), lower_case=False))
+    return (
+        WordPieceTokenizer(folder.file(SOURCE_VOCABULARY)),
+        WordPieceTokenizer(folder.file(TARGET_VOCABULARY), lower_case=False),
+    )
 
 
 def run_vocabularies(folder, settings):
@@ -352,7 +455,9 @@ def run_vocabularies(folder, settings):
     if settings.shared_vocabulary:
         vocabulary = read_vocabulary(folder.file(SHARED_VOCABULARY))
         return vocabulary, vocabulary
-    return read_vocabulary(folder.file(SOURCE_VOCABULARY)), read_vocabulary(folder.file(TARGET_VOCABULARY))
+    return read_vocabulary(folder.file(SOURCE_VOCABULARY)), read_vocabulary(
+        folder.file(TARGET_VOCABULARY)
+    )
 
 
 def _validation_chrf(source_ids, target_ids, references, settings, vocabulary):
@@ -364,10 +469,16 @@ def _validation_chrf(source_ids, target_ids, references, settings, vocabulary):
     if not settings.chrf_pairs or not len(references):
         return []
     subset = chrf_subset(len(references), settings.chrf_pairs, settings.seed)
-    return [ValidationChrF(
-        np.asarray(source_ids)[subset], np.asarray(target_ids)[subset], [references[index] for index in subset],
-        vocabulary, max_output_length=settings.sequence_length, batch_size=settings.batch_size,
-    )]
+    return [
+        ValidationChrF(
+            np.asarray(source_ids)[subset],
+            np.asarray(target_ids)[subset],
+            [references[index] for index in subset],
+            vocabulary,
+            max_output_length=settings.sequence_length,
+            batch_size=settings.batch_size,
+        )
+    ]
 
 
 def translate_ids(model, source_ids, settings, vocabulary):
@@ -379,14 +490,19 @@ def translate_ids(model, source_ids, settings, vocabulary):
     """
     start_id, end_id = vocabulary.index(START), vocabulary.index(END)
     if keras.backend.backend() == "tensorflow":
-        token_ids = greedy_decode(model, source_ids, settings.sequence_length, start_id, end_id).numpy()
+        token_ids = greedy_decode(
+            model, source_ids, settings.sequence_length, start_id, end_id
+        ).numpy()
     else:
-        token_ids = greedy_decode_loop(model, source_ids, settings.sequence_length, start_id, end_id)
+        token_ids = greedy_decode_loop(
+            model, source_ids, settings.sequence_length, start_id, end_id
+        )
     return detokenize(token_ids, vocabulary)
 
 
-def build_compiled_translator(settings, source_vocabulary_size, target_vocabulary_size, strategy=None,
-                              total_steps=None):
+def build_compiled_translator(
+    settings, source_vocabulary_size, target_vocabulary_size, strategy=None, total_steps=None
+):
     """`build_translator_model`, compiled for `fit` (Adam on `settings.schedule`, masked loss
     and accuracy) in `strategy`'s scope under `settings.mixed_precision`. The cosine
     schedule reaches 0 after `total_steps` (needed for it)."""
@@ -396,7 +512,10 @@ def build_compiled_translator(settings, source_vocabulary_size, target_vocabular
         model.compile(
             optimizer=keras.optimizers.Adam(
                 learning_rate_schedule_of(settings, total_steps),
-                beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=settings.clip_norm,
+                beta_1=0.9,
+                beta_2=0.98,
+                epsilon=1e-9,
+                clipnorm=settings.clip_norm,
             ),
             loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
             # An object, not the bare function: Keras wraps a function into a
@@ -412,7 +531,9 @@ def learning_rate_schedule_of(settings, total_steps=None):
     """The `TransformerSchedule` of `settings`, or with `schedule` "cosine" a
     `WarmupCosine` over `total_steps` with the same warmup and peak."""
     check_chosen(settings, "schedule", "d_model", "warmup_steps")
-    inverse_sqrt = TransformerSchedule(settings.d_model, settings.warmup_steps, settings.learning_rate_scale)
+    inverse_sqrt = TransformerSchedule(
+        settings.d_model, settings.warmup_steps, settings.learning_rate_scale
+    )
     if settings.schedule == "inverse_sqrt":
         return inverse_sqrt
     if total_steps is None:
@@ -423,7 +544,9 @@ def learning_rate_schedule_of(settings, total_steps=None):
 
 def build_translator_model(settings, source_vocabulary_size, target_vocabulary_size):
     """A built `Seq2SeqTransformer` of `settings`' sizes (what `train_translator` trains)."""
-    check_chosen(settings, "sequence_length", "num_layers", "d_model", "intermediate_dim", "dropout")
+    check_chosen(
+        settings, "sequence_length", "num_layers", "d_model", "intermediate_dim", "dropout"
+    )
     model = Seq2SeqTransformer(
         source_vocabulary_size=source_vocabulary_size,
         target_vocabulary_size=target_vocabulary_size,
@@ -449,8 +572,11 @@ def _translation_batches(source_ids, target_ids, settings, shuffle):
     Either way an epoch is `ceil(N / batch_size)` batches, every pair once.
     """
     return ArrayBatches(
-        (source_ids, target_ids), settings.batch_size, make_batch=_teacher_forcing,
-        seed=settings.seed if shuffle else None, bucket_width=8 if shuffle else None,
+        (source_ids, target_ids),
+        settings.batch_size,
+        make_batch=_teacher_forcing,
+        seed=settings.seed if shuffle else None,
+        bucket_width=8 if shuffle else None,
     )
 
 
@@ -460,4 +586,7 @@ def _teacher_forcing(source_ids, target_ids):
     multiple = batch_width_multiple()
     labels = trim_shared_padding_array(target_ids[:, 1:], multiple=multiple)
     inputs = target_ids[:, : labels.shape[1]]
-    return {"source_ids": trim_shared_padding_array(source_ids, multiple=multiple), "target_ids": inputs}, labels
+    return {
+        "source_ids": trim_shared_padding_array(source_ids, multiple=multiple),
+        "target_ids": inputs,
+    }, labels

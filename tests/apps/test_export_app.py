@@ -19,8 +19,14 @@ from tests.apps.test_train_translator import write_pairs
 from tests.classifier_fixtures import expect_usage_error
 from tests.classifier_fixtures import snapshot
 
-TEXTS = ["the team scored a goal", "shares fell on the market", "a film about music", "uno dos tres",
-         "seis cinco", ""]
+TEXTS = [
+    "the team scored a goal",
+    "shares fell on the market",
+    "a film about music",
+    "uno dos tres",
+    "seis cinco",
+    "",
+]
 RUN_FILES = ("settings.json", "vocabulary.txt", "model.keras")  # what a classifier's export reads
 
 
@@ -29,10 +35,23 @@ def translator_run(tmp_path_factory):
     """`(run folder, the training app's export folder)` of a tiny translator trained with TensorFlow."""
     folder = tmp_path_factory.mktemp("translator")
     run_dir, export_dir = str(folder / "run"), str(folder / "app_export")
-    status = train_translator.main([
-        "--data", f"tsv:{write_pairs(folder / 'pairs.tsv')}", *TRANSLATOR_FLAGS, "--epochs", "1",
-        "--beam-width", "3", "--length-penalty", "1.5", "--run-dir", run_dir, "--export-dir", export_dir,
-    ])
+    status = train_translator.main(
+        [
+            "--data",
+            f"tsv:{write_pairs(folder / 'pairs.tsv')}",
+            *TRANSLATOR_FLAGS,
+            "--epochs",
+            "1",
+            "--beam-width",
+            "3",
+            "--length-penalty",
+            "1.5",
+            "--run-dir",
+            run_dir,
+            "--export-dir",
+            export_dir,
+        ]
+    )
     assert status == 0
     return run_dir, export_dir
 
@@ -49,7 +68,9 @@ def read_extra(version_dir, name):
         return extra.read()
 
 
-def test_classifier_run_exports_as_the_training_app_did(trained_classifier, tmp_path, monkeypatch, capsys):
+def test_classifier_run_exports_as_the_training_app_did(
+    trained_classifier, tmp_path, monkeypatch, capsys
+):
     # No --export-dir: the classifier's default, under the working folder.
     monkeypatch.chdir(tmp_path)
     assert export_app.main([trained_classifier.run_dir]) == 0
@@ -59,9 +80,15 @@ def test_classifier_run_exports_as_the_training_app_did(trained_classifier, tmp_
         f'Try it: python -m apps.predict {base} "your text here"',
     ]
     mine, theirs = str(tmp_path / base / "1"), trained_classifier.version_dir
-    np.testing.assert_allclose(answers(mine, "serving_default", "probabilities"),
-                               answers(theirs, "serving_default", "probabilities"), rtol=0, atol=1e-6)
-    assert list(answers(mine, "serving_default", "label")) == list(answers(theirs, "serving_default", "label"))
+    np.testing.assert_allclose(
+        answers(mine, "serving_default", "probabilities"),
+        answers(theirs, "serving_default", "probabilities"),
+        rtol=0,
+        atol=1e-6,
+    )
+    assert list(answers(mine, "serving_default", "label")) == list(
+        answers(theirs, "serving_default", "label")
+    )
     assert read_extra(mine, "class_names.txt") == read_extra(theirs, "class_names.txt")
 
 
@@ -71,13 +98,25 @@ def test_translator_run_exports_as_the_training_app_did(translator_run, tmp_path
     shutil.copytree(app_export, base)  # version 1 there: the export is version 2
     before = snapshot(base)
     capsys.readouterr()
-    assert export_app.main([run_dir, "--export-dir", base, "--beam-width", "3", "--length-penalty", "1.5"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == f'Try it: python -m apps.translate {base} "your sentence here"'
+    assert (
+        export_app.main(
+            [run_dir, "--export-dir", base, "--beam-width", "3", "--length-penalty", "1.5"]
+        )
+        == 0
+    )
+    assert (
+        capsys.readouterr().out.splitlines()[-1]
+        == f'Try it: python -m apps.translate {base} "your sentence here"'
+    )
     assert sorted(os.listdir(base)) == ["1", "2"]
-    assert {path: data for path, data in snapshot(base).items() if path.startswith("1" + os.sep)} == before
+    assert {
+        path: data for path, data in snapshot(base).items() if path.startswith("1" + os.sep)
+    } == before
     theirs, mine = os.path.join(base, "1"), os.path.join(base, "2")
     for signature in ("serving_default", "greedy"):
-        assert list(answers(mine, signature, "translation")) == list(answers(theirs, signature, "translation"))
+        assert list(answers(mine, signature, "translation")) == list(
+            answers(theirs, signature, "translation")
+        )
     config = json.loads(read_extra(mine, "translator.json"))
     assert config == json.loads(read_extra(theirs, "translator.json"))
     # The languages come from the run's settings.json (a tsv file names none of its own).
@@ -119,7 +158,10 @@ def test_a_missing_folder_or_one_without_settings(tmp_path, capsys):
     [
         ("{not json", "Cannot read"),
         ('["a list"]', 'no "settings" object'),
-        ('{"settings": {"pooling": "max", "seed": 1}}', "neither a classifier's nor a translator's"),
+        (
+            '{"settings": {"pooling": "max", "seed": 1}}',
+            "neither a classifier's nor a translator's",
+        ),
         ('{"settings": {"label_smoothing": 0.1}, "class_names": ["a", "b"]}', "neither"),
         ('{"settings": {}, "class_names": "ab"}', "class_names must be a list"),
     ],
@@ -130,21 +172,31 @@ def test_unreadable_or_foreign_settings(classifier_copy, tmp_path, capsys, conte
     assert expected in line and str(classifier_copy / "settings.json") in line
 
 
-def test_an_unfinished_run_says_how_to_resume_or_export_its_best_epoch(classifier_copy, tmp_path, capsys):
+def test_an_unfinished_run_says_how_to_resume_or_export_its_best_epoch(
+    classifier_copy, tmp_path, capsys
+):
     os.remove(classifier_copy / "model.keras")
     line = export_error([str(classifier_copy)], capsys, tmp_path)
     best = str(classifier_copy / "checkpoints" / "best.keras")
     assert "has not finished" in line and "--resume" in line and "apps.train_classifier" in line
     assert f"--model-file {best}" in line
     # What the line suggests works.
-    assert export_app.main([str(classifier_copy), "--model-file", best, "--export-dir", str(tmp_path / "e")]) == 0
+    assert (
+        export_app.main(
+            [str(classifier_copy), "--model-file", best, "--export-dir", str(tmp_path / "e")]
+        )
+        == 0
+    )
     assert os.listdir(tmp_path / "e") == ["1"]
 
 
 def test_a_missing_vocabulary(classifier_copy, tmp_path, capsys):
     os.remove(classifier_copy / "vocabulary.txt")
     line = export_error([str(classifier_copy)], capsys, tmp_path)
-    assert "Cannot read the run's vocabulary" in line and str(classifier_copy / "vocabulary.txt") in line
+    assert (
+        "Cannot read the run's vocabulary" in line
+        and str(classifier_copy / "vocabulary.txt") in line
+    )
 
 
 def test_a_vocabulary_of_another_size(classifier_copy, tmp_path, capsys):
@@ -162,7 +214,9 @@ def test_a_model_file_that_is_not_a_model(classifier_copy, tmp_path, capsys):
 
 def test_a_model_of_the_other_task(classifier_copy, translator_run, tmp_path, capsys):
     line = export_error(
-        [str(classifier_copy), "--model-file", os.path.join(translator_run[0], "model.keras")], capsys, tmp_path
+        [str(classifier_copy), "--model-file", os.path.join(translator_run[0], "model.keras")],
+        capsys,
+        tmp_path,
     )
     assert "holds a Seq2SeqTransformer" in line and "classifier" in line
 

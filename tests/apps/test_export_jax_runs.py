@@ -48,10 +48,22 @@ TEXTS = [
 ]
 
 # What shapes the tokens: given to apps.tokenize, not to training (which takes them from the folder).
-TRANSLATOR_TOKEN_FLAGS = ["--max-length", "12", "--vocab-size", "120", "--validation-size", "8", "--test-size", "8"]
-TRANSLATOR_TRAINING_FLAGS = [flag for index, flag in enumerate(TRANSLATOR_FLAGS)
-                             if flag not in TRANSLATOR_TOKEN_FLAGS[::2]
-                             and TRANSLATOR_FLAGS[index - 1] not in TRANSLATOR_TOKEN_FLAGS[::2]]
+TRANSLATOR_TOKEN_FLAGS = [
+    "--max-length",
+    "12",
+    "--vocab-size",
+    "120",
+    "--validation-size",
+    "8",
+    "--test-size",
+    "8",
+]
+TRANSLATOR_TRAINING_FLAGS = [
+    flag
+    for index, flag in enumerate(TRANSLATOR_FLAGS)
+    if flag not in TRANSLATOR_TOKEN_FLAGS[::2]
+    and TRANSLATOR_FLAGS[index - 1] not in TRANSLATOR_TOKEN_FLAGS[::2]
+]
 
 # The JAX side, without TensorFlow or matplotlib: train from the token folders,
 # then answer `TEXTS` (encoded here, with the folders' vocabularies) with each model.
@@ -115,7 +127,7 @@ LOADER = LOADER_HEADER + textwrap.dedent(
 
 def last_json_line(stdout, prefix):
     [line] = [line for line in stdout.splitlines() if line.startswith(prefix)]
-    return json.loads(line[len(prefix):])
+    return json.loads(line[len(prefix) :])
 
 
 @pytest.fixture(scope="module")
@@ -123,14 +135,35 @@ def token_folders(tmp_path_factory):
     """`(classifier, translator)` token folders written by `apps.tokenize` here, under TensorFlow."""
     folder = tmp_path_factory.mktemp("tokens")
     classifier_tokens, translator_tokens = str(folder / "classifier"), str(folder / "translator")
-    assert tokenize_app.main([
-        "classifier", "--data", f"csv:{write_keyword_csv(folder / 'keywords.csv')}",
-        "--sequence-length", "32", "--vocab-size", "200", "--out", classifier_tokens,
-    ]) == 0
-    assert tokenize_app.main([
-        "translator", "--data", f"tsv:{write_pairs(folder / 'pairs.tsv', count=200)}", *TRANSLATOR_TOKEN_FLAGS,
-        "--out", translator_tokens,
-    ]) == 0
+    assert (
+        tokenize_app.main(
+            [
+                "classifier",
+                "--data",
+                f"csv:{write_keyword_csv(folder / 'keywords.csv')}",
+                "--sequence-length",
+                "32",
+                "--vocab-size",
+                "200",
+                "--out",
+                classifier_tokens,
+            ]
+        )
+        == 0
+    )
+    assert (
+        tokenize_app.main(
+            [
+                "translator",
+                "--data",
+                f"tsv:{write_pairs(folder / 'pairs.tsv', count=200)}",
+                *TRANSLATOR_TOKEN_FLAGS,
+                "--out",
+                translator_tokens,
+            ]
+        )
+        == 0
+    )
     return classifier_tokens, translator_tokens
 
 
@@ -140,7 +173,9 @@ def encode_texts(token_folder, task):
     if task == "classifier":
         tokenizer = WordPieceTokenizer(tokens.vocabulary_files["vocabulary.txt"])
         add_cls = tokens.settings["pooling"] == "cls"
-        return tokenizer.encode(tf.constant(TEXTS), tokens.settings["sequence_length"], add_cls=add_cls).numpy()
+        return tokenizer.encode(
+            tf.constant(TEXTS), tokens.settings["sequence_length"], add_cls=add_cls
+        ).numpy()
     tokenizer = WordPieceTokenizer(tokens.vocabulary_files["source_vocabulary.txt"])
     # The export encodes sources at the model's `sequence_length`, one above the
     # tokens' (which leaves room for [START] / [END] on targets).
@@ -157,18 +192,43 @@ def jax_runs(token_folders, tmp_path_factory):
         "classifier_run": classifier_run,
         "classifier_ids": encode_texts(classifier_tokens, "classifier").tolist(),
         "classifier_argv": [
-            "--data", f"tokens:{classifier_tokens}", *CLASSIFIER_FLAGS,
-            "--epochs", "3", "--batch-size", "16", "--learning-rate", "0.005", "--verbose", "0",
+            "--data",
+            f"tokens:{classifier_tokens}",
+            *CLASSIFIER_FLAGS,
+            "--epochs",
+            "3",
+            "--batch-size",
+            "16",
+            "--learning-rate",
+            "0.005",
+            "--verbose",
+            "0",
             # No TensorFlow to export with: the app says so and leaves the folder alone.
-            "--run-dir", classifier_run, "--export-dir", str(folder / "not_exported"),
+            "--run-dir",
+            classifier_run,
+            "--export-dir",
+            str(folder / "not_exported"),
         ],
         "translator_run": translator_run,
         "translator_ids": encode_texts(translator_tokens, "translator").tolist(),
         # Steps enough that the greedy translations differ from text to text.
         "translator_argv": [
-            "--data", f"tokens:{translator_tokens}", *TRANSLATOR_TRAINING_FLAGS,
-            "--epochs", "15", "--dropout", "0", "--label-smoothing", "0", "--learning-rate-scale", "2",
-            "--patience", "0", "--run-dir", translator_run, "--no-export",
+            "--data",
+            f"tokens:{translator_tokens}",
+            *TRANSLATOR_TRAINING_FLAGS,
+            "--epochs",
+            "15",
+            "--dropout",
+            "0",
+            "--label-smoothing",
+            "0",
+            "--learning-rate-scale",
+            "2",
+            "--patience",
+            "0",
+            "--run-dir",
+            translator_run,
+            "--no-export",
         ],
     }
     done = run_without_tensorflow(JAX_SIDE, timeout=420, env={"JAX_REQUEST": json.dumps(request)})
@@ -201,7 +261,11 @@ def loaded_fresh(exported, tmp_path_factory):
     done = subprocess.run(
         # LOADER_HEADER gives sys.argv to saved_model_cli: the translator's folder goes by the environment.
         [sys.executable, "-c", LOADER, classifier_dir, str(texts_path)],
-        cwd=cwd, env={**fresh_environment(), "TRANSLATOR_EXPORT": translator_dir}, capture_output=True, text=True, timeout=300,
+        cwd=cwd,
+        env={**fresh_environment(), "TRANSLATOR_EXPORT": translator_dir},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return last_json_line(done.stdout, "RESULT ")
@@ -224,10 +288,15 @@ def test_jax_translator_exports_to_the_same_greedy_translations(jax_runs, loaded
 
 def test_the_exports_list_their_string_signatures(loaded_fresh):
     assert loaded_fresh["cli"]["status"] == 0
-    assert "serving_default" in loaded_fresh["cli"]["stdout"] and "DT_STRING" in loaded_fresh["cli"]["stdout"]
+    assert (
+        "serving_default" in loaded_fresh["cli"]["stdout"]
+        and "DT_STRING" in loaded_fresh["cli"]["stdout"]
+    )
 
 
-def test_the_samples_of_the_run_without_tensorflow_are_the_exports_greedy_translations(jax_runs, exported):
+def test_the_samples_of_the_run_without_tensorflow_are_the_exports_greedy_translations(
+    jax_runs, exported
+):
     # The run's end-of-run samples come from the TensorFlow-free decode loop and
     # detokenizer; the export's `greedy` signature decodes in a tf.while_loop.
     import tensorflow_text  # noqa: F401  registers the tokenizer ops
@@ -235,18 +304,25 @@ def test_the_samples_of_the_run_without_tensorflow_are_the_exports_greedy_transl
     samples = jax_runs[2]["samples"]
     assert len(samples) == 5
     greedy = tf.saved_model.load(exported[1]).signatures["greedy"]
-    answered = greedy(text=tf.constant([sample["source"] for sample in samples]))["translation"].numpy()
+    answered = greedy(text=tf.constant([sample["source"] for sample in samples]))[
+        "translation"
+    ].numpy()
     assert [text.decode() for text in answered] == [sample["translation"] for sample in samples]
 
 
 def test_a_training_app_without_tensorflow_says_how_to_export_instead(jax_runs):
     answers = jax_runs[2]
     assert "TensorFlow is not installed here, so the run is not exported" in answers["stdout"]
-    assert f"python -m apps.export {jax_runs[0]} --export-dir {answers['not_exported']}" in answers["stdout"]
+    assert (
+        f"python -m apps.export {jax_runs[0]} --export-dir {answers['not_exported']}"
+        in answers["stdout"]
+    )
     assert not os.path.exists(answers["not_exported"])
 
 
-def test_a_training_app_on_another_backend_exports_in_a_tensorflow_process(jax_runs, tmp_path, capfd):
+def test_a_training_app_on_another_backend_exports_in_a_tensorflow_process(
+    jax_runs, tmp_path, capfd
+):
     # What a JAX training app with TensorFlow installed does after training.
     export_app._export_in_tensorflow_process(jax_runs[0], str(tmp_path / "classifier"))
     assert "Exporting under TensorFlow" in capfd.readouterr().out

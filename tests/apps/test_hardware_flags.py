@@ -46,7 +46,9 @@ def built_classifiers(monkeypatch):
     return models
 
 
-def test_bfloat16_xla_mirrored_classifier_trains_and_exports_float32(tmp_path, capsys, built_classifiers):
+def test_bfloat16_xla_mirrored_classifier_trains_and_exports_float32(
+    tmp_path, capsys, built_classifiers
+):
     """All three flags in one short run (each run costs seconds). XLA compiles
     once per batch shape: 6 tokens cut every text to one length. Dropout is
     off: its random-number ops are most of XLA's compile time on CPU."""
@@ -57,13 +59,32 @@ def test_bfloat16_xla_mirrored_classifier_trains_and_exports_float32(tmp_path, c
     data = write_keyword_csv(tmp_path / "data.csv")
     run_dir, export_dir = str(tmp_path / "run"), str(tmp_path / "export")
     status = train_classifier.main(
-        ["--data", f"csv:{data}", *TRAIN_FLAGS, "--epochs", "2", "--dropout", "0", "--sequence-length", "6",
-         "--mixed-precision", "bfloat16",
-         "--jit-compile", "--distribute", "mirrored", "--run-dir", run_dir, "--export-dir", export_dir]
+        [
+            "--data",
+            f"csv:{data}",
+            *TRAIN_FLAGS,
+            "--epochs",
+            "2",
+            "--dropout",
+            "0",
+            "--sequence-length",
+            "6",
+            "--mixed-precision",
+            "bfloat16",
+            "--jit-compile",
+            "--distribute",
+            "mirrored",
+            "--run-dir",
+            run_dir,
+            "--export-dir",
+            export_dir,
+        ]
     )
     assert status == 0
     assert "MirroredStrategy: 1 replica (CPU:0)" in capsys.readouterr().out
-    assert [model.jit_compile for model in built_classifiers] == [True]  # XLA, not quietly turned off
+    assert [model.jit_compile for model in built_classifiers] == [
+        True
+    ]  # XLA, not quietly turned off
     settings = saved_settings(run_dir)
     assert settings["mixed_precision"] == "bfloat16" and settings["jit_compile"] is True
     history = losses(run_dir)
@@ -75,7 +96,9 @@ def test_bfloat16_xla_mirrored_classifier_trains_and_exports_float32(tmp_path, c
     # Float weights stay float32 (the bag of n-grams' piece kinds are ids, int32).
     assert {variable.dtype for variable in model.weights} - {"int32"} == {"float32"}
     texts = ["goal match team", "stocks market shares", "film music actor", "the news of the week"]
-    token_ids = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt")).encode(tf.constant(texts), 6)
+    token_ids = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt")).encode(
+        tf.constant(texts), 6
+    )
     predicted = model.predict(token_ids, verbose=0)
 
     serve = tf.saved_model.load(os.path.join(export_dir, "1")).signatures["serving_default"]
@@ -94,9 +117,18 @@ def test_float16_classifier_is_wired_for_loss_scaling():
     from keras_transformer.training.classifier import ClassifierSettings
     from keras_transformer.training.classifier import build_classifier_model
 
-    settings = ClassifierSettings(sequence_length=16, d_model=8, num_heads=2, intermediate_dim=16,
-                                  warmup_fraction=0.1, ngram_l2=1e-4, mixed_precision="float16")
-    model = build_classifier_model(settings.validate(), vocabulary_size=50, num_classes=3, steps_per_epoch=4)
+    settings = ClassifierSettings(
+        sequence_length=16,
+        d_model=8,
+        num_heads=2,
+        intermediate_dim=16,
+        warmup_fraction=0.1,
+        ngram_l2=1e-4,
+        mixed_precision="float16",
+    )
+    model = build_classifier_model(
+        settings.validate(), vocabulary_size=50, num_classes=3, steps_per_epoch=4
+    )
     assert keras.config.dtype_policy().name == "float32"  # set only while the model was built
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     assert isinstance(model.optimizer.inner_optimizer, keras.optimizers.AdamW)
@@ -124,8 +156,19 @@ def test_translator_flags_reach_its_model(tmp_path, monkeypatch):
     data = write_pairs(tmp_path / "pairs.tsv", count=64)
     run_dir = str(tmp_path / "run")
     with pytest.raises(Fitted) as fitted:
-        train_translator.main(["--data", f"tsv:{data}", *TRANSLATOR_FLAGS, "--jit-compile", "--mixed-precision",
-                               "float16", "--run-dir", run_dir, "--no-export"])
+        train_translator.main(
+            [
+                "--data",
+                f"tsv:{data}",
+                *TRANSLATOR_FLAGS,
+                "--jit-compile",
+                "--mixed-precision",
+                "float16",
+                "--run-dir",
+                run_dir,
+                "--no-export",
+            ]
+        )
     assert fitted.value.args == (True, "mixed_float16", "LossScaleOptimizer")
     settings = saved_settings(run_dir)
     assert settings["jit_compile"] is True and settings["mixed_precision"] == "float16"
@@ -140,7 +183,15 @@ def test_multi_worker_without_tf_config_is_a_usage_error(tmp_path, capsys, monke
     data = write_keyword_csv(tmp_path / "data.csv", 30)
     for main in (train_classifier.main, train_translator.main):
         message = expect_usage_error(
-            main, ["--data", f"csv:{data}", "--distribute", "multi_worker", "--run-dir", str(tmp_path / "run")],
+            main,
+            [
+                "--data",
+                f"csv:{data}",
+                "--distribute",
+                "multi_worker",
+                "--run-dir",
+                str(tmp_path / "run"),
+            ],
             capsys,
         )
         assert "TF_CONFIG" in message and '"worker"' in message
@@ -152,24 +203,47 @@ def test_xla_across_workers_is_a_usage_error(tmp_path, capsys):
     data = write_keyword_csv(tmp_path / "data.csv", 30)
     for main in (train_classifier.main, train_translator.main):
         message = expect_usage_error(
-            main, ["--data", f"csv:{data}", "--distribute", "multi_worker", "--jit-compile",
-                   "--run-dir", str(tmp_path / "run")], capsys,
+            main,
+            [
+                "--data",
+                f"csv:{data}",
+                "--distribute",
+                "multi_worker",
+                "--jit-compile",
+                "--run-dir",
+                str(tmp_path / "run"),
+            ],
+            capsys,
         )
         assert "--jit-compile" in message and "multi_worker" in message
 
 
-@pytest.mark.parametrize("tf_config, expected", [
-    ("{not json", "not valid JSON"),
-    ('{"cluster": {"worker": ["127.0.0.1:1"]}}', '"task"'),
-    ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 1}}', "index must be 0 to 0"),
-    ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": 0}}', "'ps'"),
-])
+@pytest.mark.parametrize(
+    "tf_config, expected",
+    [
+        ("{not json", "not valid JSON"),
+        ('{"cluster": {"worker": ["127.0.0.1:1"]}}', '"task"'),
+        (
+            '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 1}}',
+            "index must be 0 to 0",
+        ),
+        ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": 0}}', "'ps'"),
+    ],
+)
 def test_bad_tf_config_is_a_usage_error(tf_config, expected, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("TF_CONFIG", tf_config)
     data = write_keyword_csv(tmp_path / "data.csv", 30)
     message = expect_usage_error(
-        train_classifier.main, ["--data", f"csv:{data}", "--distribute", "multi_worker",
-                                "--run-dir", str(tmp_path / "run")], capsys,
+        train_classifier.main,
+        [
+            "--data",
+            f"csv:{data}",
+            "--distribute",
+            "multi_worker",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
+        capsys,
     )
     assert expected in message
 
@@ -182,12 +256,17 @@ def test_multi_worker_after_tensorflow_ran_is_a_clear_error(monkeypatch):
     from keras_transformer.training.distribute import make_strategy
 
     assert int(tf.constant(1) + 1) == 2  # this process has run TensorFlow ops
-    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}')
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 0}}',
+    )
     with pytest.raises(ValueError, match="fresh process"):
         make_strategy("multi_worker")
 
 
-@pytest.mark.parametrize("flags", [["--mixed-precision", "float8"], ["--distribute", "parameter_server"]])
+@pytest.mark.parametrize(
+    "flags", [["--mixed-precision", "float8"], ["--distribute", "parameter_server"]]
+)
 def test_unknown_choices_are_refused(flags, capsys):
     for main in (train_classifier.main, train_translator.main):
         with pytest.raises(SystemExit) as raised:

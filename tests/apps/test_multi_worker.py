@@ -26,8 +26,23 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 # pinned: the one chosen from so few steps is longer, and the second epoch's
 # losses then part by more than the tolerance below.
 NUM_TEXTS = 120
-FLAGS = [*MODEL_FLAGS, "--dropout", "0", "--epochs", "2", "--batch-size", "16", "--learning-rate", "0.005",
-         "--warmup-fraction", "0.1", "--patience", "0", "--verbose", "0"]
+FLAGS = [
+    *MODEL_FLAGS,
+    "--dropout",
+    "0",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "16",
+    "--learning-rate",
+    "0.005",
+    "--warmup-fraction",
+    "0.1",
+    "--patience",
+    "0",
+    "--verbose",
+    "0",
+]
 
 
 def free_ports(count):
@@ -53,22 +68,54 @@ def two_workers_and_one_process(tmp_path_factory):
     scratch = folder / "tmp"  # the workers' TMPDIR, where worker 1 writes and then cleans up
     scratch.mkdir()
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
-    argv = [sys.executable, "-m", "tests.apps.unclipped_classifier", "--data", f"csv:{data}", *FLAGS,
-            "--distribute", "multi_worker", "--run-dir", str(folder / "run"),
-            "--export-dir", str(folder / "export")]
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.apps.unclipped_classifier",
+        "--data",
+        f"csv:{data}",
+        *FLAGS,
+        "--distribute",
+        "multi_worker",
+        "--run-dir",
+        str(folder / "run"),
+        "--export-dir",
+        str(folder / "export"),
+    ]
     workers = []
     for index in range(2):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3",
-                   TF_CONFIG=json.dumps(tf_config), TMPDIR=str(scratch))
+        env = dict(
+            os.environ,
+            KERAS_BACKEND="tensorflow",
+            TF_CPP_MIN_LOG_LEVEL="3",
+            TF_CONFIG=json.dumps(tf_config),
+            TMPDIR=str(scratch),
+        )
         log = open(folder / f"worker{index}.log", "wb")
-        workers.append((subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+        workers.append(
+            (
+                subprocess.Popen(
+                    argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+                ),
+                log,
+            )
+        )
     try:
         # The same run in this process, while the workers start up.
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(train_classifier, "settings_from", unclipped(train_classifier.settings_from))
+            patch.setattr(
+                train_classifier, "settings_from", unclipped(train_classifier.settings_from)
+            )
             single_status = train_classifier.main(
-                ["--data", f"csv:{data}", *FLAGS, "--run-dir", str(folder / "single"), "--no-export"]
+                [
+                    "--data",
+                    f"csv:{data}",
+                    *FLAGS,
+                    "--run-dir",
+                    str(folder / "single"),
+                    "--no-export",
+                ]
             )
         statuses = [process.wait(timeout=300) for process, _ in workers]
     finally:
@@ -78,8 +125,13 @@ def two_workers_and_one_process(tmp_path_factory):
                 process.wait()
             log.close()
     logs = [(folder / f"worker{index}.log").read_text(errors="replace") for index in range(2)]
-    return {"folder": folder, "statuses": statuses, "logs": logs, "single_status": single_status,
-            "scratch": scratch}
+    return {
+        "folder": folder,
+        "statuses": statuses,
+        "logs": logs,
+        "single_status": single_status,
+        "scratch": scratch,
+    }
 
 
 def test_both_workers_finish_and_only_the_chief_writes(two_workers_and_one_process):

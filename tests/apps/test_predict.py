@@ -18,8 +18,11 @@ TEXTS = ["goal match team", "stocks market shares", "film music actor"]
 def label_lines(output):
     """The first word of each prediction line (the label), skipping the
     `Model:` line and the indented per-class probability lines."""
-    return [line.split()[0] for line in output.splitlines()
-            if line.strip() and not line.startswith((" ", "Model:"))]
+    return [
+        line.split()[0]
+        for line in output.splitlines()
+        if line.strip() and not line.startswith((" ", "Model:"))
+    ]
 
 
 def usage_error(argv, capsys):
@@ -84,7 +87,12 @@ def test_a_missing_model_is_a_usage_error(tmp_path, capsys):
 
 def test_plot_attention_writes_a_png(trained_classifier, tmp_path, capsys):
     out = tmp_path / "plots" / "a.png"  # the folder is made for it
-    assert predict.main([trained_classifier.export_dir, "--plot-attention", TEXTS[0], "--out", str(out)]) == 0
+    assert (
+        predict.main(
+            [trained_classifier.export_dir, "--plot-attention", TEXTS[0], "--out", str(out)]
+        )
+        == 0
+    )
     assert is_png(out)
     assert str(out) in capsys.readouterr().out
 
@@ -92,7 +100,16 @@ def test_plot_attention_writes_a_png(trained_classifier, tmp_path, capsys):
 def test_a_layer_out_of_range_is_a_usage_error(trained_classifier, tmp_path, capsys):
     out = tmp_path / "a.png"
     message = usage_error(
-        [trained_classifier.export_dir, "--plot-attention", TEXTS[0], "--out", str(out), "--layer", "5"], capsys
+        [
+            trained_classifier.export_dir,
+            "--plot-attention",
+            TEXTS[0],
+            "--out",
+            str(out),
+            "--layer",
+            "5",
+        ],
+        capsys,
     )
     assert "--layer 5" in message and "1 encoder block" in message
     assert not out.exists()

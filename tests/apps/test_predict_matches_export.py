@@ -34,8 +34,14 @@ TEXTS = [
 def run_predict(*args, stdin=None):
     environment = dict(os.environ, PYTHONPATH=REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
     completed = subprocess.run(
-        [sys.executable, "-m", "apps.predict", *args], cwd=REPO_ROOT, env=environment, input=stdin,
-        capture_output=True, text=True, encoding="utf-8", timeout=300,
+        [sys.executable, "-m", "apps.predict", *args],
+        cwd=REPO_ROOT,
+        env=environment,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed.stdout
@@ -69,15 +75,22 @@ def test_json_output_equals_the_saved_models_answer(trained_classifier, saved_mo
         assert answer["label"] == labels[index], (text, answer)
         assert list(answer["probabilities"]) == CLASS_NAMES
         # Printed rounded to 4 decimals.
-        np.testing.assert_allclose([answer["probabilities"][name] for name in CLASS_NAMES], probabilities[index],
-                                   atol=5.01e-5, rtol=0, err_msg=text)
+        np.testing.assert_allclose(
+            [answer["probabilities"][name] for name in CLASS_NAMES],
+            probabilities[index],
+            atol=5.01e-5,
+            rtol=0,
+            err_msg=text,
+        )
 
 
 @pytest.mark.timeout(600)
 def test_plain_output_equals_the_saved_models_answer(trained_classifier, saved_model_answers):
     labels, probabilities = saved_model_answers
     # One text per line on stdin, from the version folder this time.
-    output = run_predict(trained_classifier.version_dir, "--batch-size", "4", stdin="\n".join(TEXTS) + "\n")
+    output = run_predict(
+        trained_classifier.version_dir, "--batch-size", "4", stdin="\n".join(TEXTS) + "\n"
+    )
     lines = output.splitlines()
     assert lines[0] == f"Model: {trained_classifier.version_dir}"
     # Per text: "label  top%  'text'", then "    class p  class p ...".
@@ -87,9 +100,16 @@ def test_plain_output_equals_the_saved_models_answer(trained_classifier, saved_m
         assert head.split()[0] == labels[index], (text, head)
         assert head.endswith(repr(text)), head
         top = float(head.split()[1].rstrip("%")) / 100
-        assert top == pytest.approx(probabilities[index].max(), abs=5.01e-4)  # printed as a 1-decimal percentage
+        assert top == pytest.approx(
+            probabilities[index].max(), abs=5.01e-4
+        )  # printed as a 1-decimal percentage
         fields = detail.split()
         assert fields[0::2] == CLASS_NAMES, detail
         # Printed to 3 decimals, rounded once.
-        np.testing.assert_allclose([float(value) for value in fields[1::2]], probabilities[index],
-                                   atol=5.001e-4, rtol=0, err_msg=text)
+        np.testing.assert_allclose(
+            [float(value) for value in fields[1::2]],
+            probabilities[index],
+            atol=5.001e-4,
+            rtol=0,
+            err_msg=text,
+        )

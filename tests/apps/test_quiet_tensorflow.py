@@ -21,8 +21,18 @@ def run_predict(trained_classifier, log_level):
     if log_level is not None:
         env["TF_CPP_MIN_LOG_LEVEL"] = log_level
     finished = subprocess.run(
-        [sys.executable, "-m", "apps.predict", trained_classifier.export_dir, "goal match team today"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "apps.predict",
+            trained_classifier.export_dir,
+            "goal match team today",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert finished.returncode == 0, finished.stderr
     assert finished.stdout.startswith(f"Model: {trained_classifier.version_dir}\n"), finished.stdout
@@ -63,11 +73,12 @@ def test_only_chatter_is_dropped_from_what_the_import_wrote(tmp_path, monkeypatc
         "spec.loader.exec_module(module)\n"
         "sys.stderr.write('after the import\\n')\n"
     )
-    finished = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    finished = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert finished.returncode == 0, finished.stderr
     assert finished.stderr.splitlines() == [
         "a line of the module",
         "E0000 00:00:1795499917.371998    6034 cuda_platform.cc:52] a real error",
         "after the import",
     ]
-

@@ -105,10 +105,14 @@ def test_checkpoints_load_and_best_is_the_exported_model(trained_classifier):
     # answers as the finished model.keras does.
     finished = keras.models.load_model(os.path.join(run_dir, "model.keras"))
     exported = tf.saved_model.load(trained_classifier.version_dir)
-    served = exported.signatures["serving_default"](text=tf.constant(texts))["probabilities"].numpy()
+    served = exported.signatures["serving_default"](text=tf.constant(texts))[
+        "probabilities"
+    ].numpy()
     np.testing.assert_allclose(served, finished.predict(token_ids, verbose=0), atol=1e-5)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(finished.encoder_blocks[0].weights[0]),
-                               keras.ops.convert_to_numpy(best.encoder_blocks[0].weights[0]))
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(finished.encoder_blocks[0].weights[0]),
+        keras.ops.convert_to_numpy(best.encoder_blocks[0].weights[0]),
+    )
 
 
 # --- bad input ---------------------------------------------------------------------
@@ -130,7 +134,15 @@ def test_missing_csv_file_is_a_usage_error(tmp_path, capsys):
 def test_missing_column_is_named(tmp_path, capsys):
     path = write_keyword_csv(tmp_path / "data.csv", 30)
     message = run_expecting_usage_error(
-        ["--data", f"csv:{path}", "--text-column", "body", *TRAIN_FLAGS, "--run-dir", str(tmp_path / "run")],
+        [
+            "--data",
+            f"csv:{path}",
+            "--text-column",
+            "body",
+            *TRAIN_FLAGS,
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
         capsys,
     )
     assert "'body'" in message
@@ -148,8 +160,17 @@ def test_a_single_class_is_a_usage_error(tmp_path, capsys):
 def test_heads_that_do_not_divide_the_width_are_a_usage_error(tmp_path, capsys):
     path = write_keyword_csv(tmp_path / "data.csv", 30)
     message = run_expecting_usage_error(
-        ["--data", f"csv:{path}", *TRAIN_FLAGS, "--num-heads", "3", "--d-model", "16",
-         "--run-dir", str(tmp_path / "run")],
+        [
+            "--data",
+            f"csv:{path}",
+            *TRAIN_FLAGS,
+            "--num-heads",
+            "3",
+            "--d-model",
+            "16",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
         capsys,
     )
     assert "num_heads" in message and "16" in message and "3" in message
@@ -159,8 +180,15 @@ def test_heads_that_do_not_divide_the_width_are_a_usage_error(tmp_path, capsys):
 def test_resume_of_a_finished_run_refuses_and_keeps_its_results(trained_classifier, capsys):
     before = snapshot(trained_classifier.run_dir)
     message = run_expecting_usage_error(
-        ["--data", f"csv:{trained_classifier.csv_path}", *TRAIN_FLAGS, "--resume",
-         "--run-dir", trained_classifier.run_dir, "--no-export"],
+        [
+            "--data",
+            f"csv:{trained_classifier.csv_path}",
+            *TRAIN_FLAGS,
+            "--resume",
+            "--run-dir",
+            trained_classifier.run_dir,
+            "--no-export",
+        ],
         capsys,
     )
     assert "already finished" in message and trained_classifier.run_dir in message
@@ -189,11 +217,27 @@ def time_budget_run(trained_classifier, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(training_callbacks.TimeBudget, "on_train_batch_end", counting)
         status = train_classifier.main(
-            ["--data", f"csv:{trained_classifier.csv_path}", *TRAIN_FLAGS, "--epochs", "50",
-             "--time-budget", "0.001", "--run-dir", run_dir, "--export-dir", export_dir]
+            [
+                "--data",
+                f"csv:{trained_classifier.csv_path}",
+                *TRAIN_FLAGS,
+                "--epochs",
+                "50",
+                "--time-budget",
+                "0.001",
+                "--run-dir",
+                run_dir,
+                "--export-dir",
+                export_dir,
+            ]
         )
-    return {"status": status, "run_dir": run_dir, "export_dir": export_dir, "before": before,
-            "batches": batches}
+    return {
+        "status": status,
+        "run_dir": run_dir,
+        "export_dir": export_dir,
+        "before": before,
+        "batches": batches,
+    }
 
 
 def test_time_budget_stops_after_the_first_batch_and_still_exports(time_budget_run):
@@ -210,7 +254,9 @@ def test_second_export_adds_a_version_and_leaves_the_first_untouched(time_budget
     export_dir = time_budget_run["export_dir"]
     assert sorted(os.listdir(export_dir)) == ["1", "2"]  # no .staging-* leftover
     assert snapshot(os.path.join(export_dir, "1")) == time_budget_run["before"]
-    with open(os.path.join(export_dir, "2", "assets.extra", "class_names.txt"), encoding="utf-8") as names:
+    with open(
+        os.path.join(export_dir, "2", "assets.extra", "class_names.txt"), encoding="utf-8"
+    ) as names:
         assert names.read().splitlines() == CLASS_NAMES
 
 
@@ -227,22 +273,40 @@ def kill_then_resume(folder):
     # the kill lands several epochs before the end.
     data_path = write_keyword_csv(folder / "data.csv", 480, seed=1)
     run_dir = str(folder / "run")
-    argv = [sys.executable, "-m", "apps.train_classifier", "--data", f"csv:{data_path}", *MODEL_FLAGS,
-            "--epochs", "6", "--batch-size", "8", "--patience", "0",
-            "--run-dir", run_dir, "--no-export"]
+    argv = [
+        sys.executable,
+        "-m",
+        "apps.train_classifier",
+        "--data",
+        f"csv:{data_path}",
+        *MODEL_FLAGS,
+        "--epochs",
+        "6",
+        "--batch-size",
+        "8",
+        "--patience",
+        "0",
+        "--run-dir",
+        run_dir,
+        "--no-export",
+    ]
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
     history_path = os.path.join(run_dir, "history.csv")
 
     with open(folder / "first.log", "wb") as log:
-        process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             deadline = time.monotonic() + 240
             while True:
                 if os.path.exists(history_path) and len(read_history(run_dir)) >= 2:
                     break
                 if process.poll() is not None:
-                    return {"failure": f"training ended (status {process.returncode}) before it could be killed:\n"
-                                       + (folder / "first.log").read_text(errors="replace")}
+                    return {
+                        "failure": f"training ended (status {process.returncode}) before it could be killed:\n"
+                        + (folder / "first.log").read_text(errors="replace")
+                    }
                 if time.monotonic() > deadline:
                     return {"failure": "no two epochs logged within 240 s"}
                 time.sleep(0.02)
@@ -251,14 +315,20 @@ def kill_then_resume(folder):
             if process.poll() is None:
                 process.kill()
             process.wait()
-    outcome = {"run_dir": run_dir, "first_status": process.returncode,
-               "metrics_after_kill": os.path.exists(os.path.join(run_dir, "metrics.json")),
-               "before_kill": read_history(run_dir)}
+    outcome = {
+        "run_dir": run_dir,
+        "first_status": process.returncode,
+        "metrics_after_kill": os.path.exists(os.path.join(run_dir, "metrics.json")),
+        "before_kill": read_history(run_dir),
+    }
     with open(os.path.join(run_dir, "backup", "training_metadata.json")) as metadata_file:
         outcome["epochs_backed_up"] = json.load(metadata_file)["epoch"]
-    outcome["kept"] = {name: snapshot(run_dir)[name] for name in ("vocabulary.txt", "settings.json")}
-    outcome["resumed"] = subprocess.run(argv + ["--resume"], cwd=REPO_ROOT, env=env, capture_output=True,
-                                        timeout=300)
+    outcome["kept"] = {
+        name: snapshot(run_dir)[name] for name in ("vocabulary.txt", "settings.json")
+    }
+    outcome["resumed"] = subprocess.run(
+        argv + ["--resume"], cwd=REPO_ROOT, env=env, capture_output=True, timeout=300
+    )
     return outcome
 
 
@@ -322,7 +392,9 @@ def test_resume_after_sigkill_continues_from_the_last_backup(killed_and_resumed)
     # trained after the resume, and no redrawn progress bar.
     stdout = resumed.stdout.decode(errors="replace")
     assert "\r" not in stdout and "\x1b[" not in stdout, stdout[-3000:]
-    resumed_epochs = [int(number) for number in re.findall(r"^Epoch (\d+)/6$", stdout, flags=re.MULTILINE)]
+    resumed_epochs = [
+        int(number) for number in re.findall(r"^Epoch (\d+)/6$", stdout, flags=re.MULTILINE)
+    ]
     assert resumed_epochs == list(range(epochs_backed_up + 1, 7)), stdout[-3000:]
 
 
@@ -338,8 +410,15 @@ def test_a_kill_between_the_backup_and_the_history_row_loses_no_epoch(tmp_path, 
     def fit():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(optimizer="sgd", loss="mse")
-        model.fit(x, y, validation_data=(x, y), epochs=3, batch_size=16, verbose=0,
-                  callbacks=folder.callbacks(patience=0))
+        model.fit(
+            x,
+            y,
+            validation_data=(x, y),
+            epochs=3,
+            batch_size=16,
+            verbose=0,
+            callbacks=folder.callbacks(patience=0),
+        )
 
     original = keras.callbacks.CSVLogger.on_epoch_end
 
@@ -361,7 +440,9 @@ def test_a_kill_between_the_backup_and_the_history_row_loses_no_epoch(tmp_path, 
 # --- the bag of n-grams (issue 16) ---------------------------------------------------
 
 
-def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_exports_the_sum(tmp_path):
+def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_exports_the_sum(
+    tmp_path,
+):
     import tensorflow as tf
 
     from keras_transformer.text import WordPieceTokenizer
@@ -369,8 +450,20 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
 
     csv_path = write_keyword_csv(tmp_path / "keywords.csv")
     run_dir, export_dir = str(tmp_path / "run"), str(tmp_path / "export")
-    status = train_classifier.main(["--data", f"csv:{csv_path}", *TRAIN_FLAGS, "--epochs", "2", "--bag-of-ngrams",
-                                    "--run-dir", run_dir, "--export-dir", export_dir])
+    status = train_classifier.main(
+        [
+            "--data",
+            f"csv:{csv_path}",
+            *TRAIN_FLAGS,
+            "--epochs",
+            "2",
+            "--bag-of-ngrams",
+            "--run-dir",
+            run_dir,
+            "--export-dir",
+            export_dir,
+        ]
+    )
     assert status == 0
     with open(os.path.join(run_dir, "settings.json")) as settings_file:
         saved = json.load(settings_file)
@@ -379,7 +472,11 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
     assert saved["settings"]["ngram_l2"] == pytest.approx(1 / (20 * 96), rel=1e-2)
     assert "logistic regression" in saved["chosen_from_data"]["ngram_l2"]["reason"]
     texts = ["goal match team", "stocks market shares", "film music actor", "the news of the week"]
-    token_ids = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt")).encode(tf.constant(texts), 32).numpy()
+    token_ids = (
+        WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt"))
+        .encode(tf.constant(texts), 32)
+        .numpy()
+    )
 
     # The kept epoch's checkpoint: the Transformer alone (the bag frozen at zero while it trained).
     best = keras.models.load_model(os.path.join(run_dir, "checkpoints", "best.keras"))
@@ -391,7 +488,11 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
     # Adapted to the training texts: filler words (in most texts) weigh less than keywords, unseen n-grams 0.
     assert 1.0 <= idf[idf > 0].min() < idf.max() and (idf == 0).mean() > 0.9
     ngram_logits = keras.ops.convert_to_numpy(final.ngrams(token_ids))
-    assert np.argmax(ngram_logits, axis=1)[:3].tolist() == [2, 0, 1]  # alone it tells the keywords' classes apart
+    assert np.argmax(ngram_logits, axis=1)[:3].tolist() == [
+        2,
+        0,
+        1,
+    ]  # alone it tells the keywords' classes apart
     with open(os.path.join(run_dir, "metrics.json")) as metrics_file:
         combination = json.load(metrics_file)["bag_of_ngrams"]
     weight = combination["transformer_weight"]
@@ -407,16 +508,23 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
     kinds = keras.ops.convert_to_numpy(final.ngrams.piece_kinds)
     assert [kind == 2 for kind in kinds] == [token.startswith("##") for token in vocabulary]
     assert kinds[vocabulary.index("goal")] == 1 and kinds[vocabulary.index("[UNK]")] == 0
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(final.head.kernel),
-                               weight * keras.ops.convert_to_numpy(best.head.kernel), atol=1e-6)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(final.head.kernel),
+        weight * keras.ops.convert_to_numpy(best.head.kernel),
+        atol=1e-6,
+    )
     expected = final.predict(token_ids, verbose=0)
     exported = tf.saved_model.load(os.path.join(export_dir, "1"))
-    served = exported.signatures["serving_default"](text=tf.constant(texts))["probabilities"].numpy()
+    served = exported.signatures["serving_default"](text=tf.constant(texts))[
+        "probabilities"
+    ].numpy()
     np.testing.assert_allclose(served, expected, atol=1e-5)
 
 
 def test_no_bag_of_ngrams_builds_none(tmp_path):
-    settings = train_classifier.settings_from(train_classifier.build_parser().parse_args(["--no-bag-of-ngrams"]))
+    settings = train_classifier.settings_from(
+        train_classifier.build_parser().parse_args(["--no-bag-of-ngrams"])
+    )
     assert settings.bag_of_ngrams is False
     from keras_transformer.training.classifier import bag_of_ngrams_arguments
 
@@ -425,13 +533,19 @@ def test_no_bag_of_ngrams_builds_none(tmp_path):
         bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams=True))
     # add_bag_of_ngrams fits it once the Transformer trained, on words and pieces by default.
     fitted_after = {"use_bias": True, "trainable": False, "num_word_buckets": 262139}
-    assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams=True, ngram_l2=0.5)) == {
-        "l2": 0.5, **fitted_after}
-    assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams={"l2": 0.1}, ngram_l2=0.5)) == {
-        "l2": 0.1, **fitted_after}
+    assert bag_of_ngrams_arguments(
+        dataclasses.replace(settings, bag_of_ngrams=True, ngram_l2=0.5)
+    ) == {"l2": 0.5, **fitted_after}
+    assert bag_of_ngrams_arguments(
+        dataclasses.replace(settings, bag_of_ngrams={"l2": 0.1}, ngram_l2=0.5)
+    ) == {"l2": 0.1, **fitted_after}
     # Trained with the Transformer by `fit` instead (then nothing is fit after it).
-    assert bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams={"trainable": True}, ngram_l2=0.5))[
-        "trainable"] is True
+    assert (
+        bag_of_ngrams_arguments(
+            dataclasses.replace(settings, bag_of_ngrams={"trainable": True}, ngram_l2=0.5)
+        )["trainable"]
+        is True
+    )
     assert settings.ngram_refit is True
     no_refit = train_classifier.build_parser().parse_args(["--no-ngram-refit"])
     assert train_classifier.settings_from(no_refit).ngram_refit is False
@@ -445,7 +559,9 @@ def test_ngram_units_flag_and_what_it_builds():
     parser = train_classifier.build_parser()
     assert train_classifier.settings_from(parser.parse_args([])).ngram_units == "choose"
     for units in ("pieces", "words", "both"):
-        settings = train_classifier.settings_from(parser.parse_args(["--ngram-units", units, "--ngram-l2", "0.1"]))
+        settings = train_classifier.settings_from(
+            parser.parse_args(["--ngram-units", units, "--ngram-l2", "0.1"])
+        )
         assert settings.ngram_units == units
         # Pieces alone build the bag without word rows, as before word units existed.
         assert ("num_word_buckets" in bag_of_ngrams_arguments(settings)) == (units != "pieces")
@@ -470,7 +586,9 @@ def test_a_run_saved_before_the_bag_of_ngrams_resumes_and_exports_without_it():
     from keras_transformer.training.classifier import saved_classifier_settings
 
     fields = dataclasses.asdict(ClassifierSettings())
-    older = {name: value for name, value in fields.items() if name not in ("bag_of_ngrams", "ngram_l2")}
+    older = {
+        name: value for name, value in fields.items() if name not in ("bag_of_ngrams", "ngram_l2")
+    }
     assert saved_classifier_settings({"settings": older}).bag_of_ngrams is False
     assert saved_classifier_settings({"settings": fields}).bag_of_ngrams is True
 
@@ -490,7 +608,11 @@ def test_the_bag_of_ngrams_reads_past_the_transformer_and_so_does_the_export(tmp
     filler = "the a of and to in is was on for with as by at from this that it today news".split()
 
     def text(label):
-        return " ".join(rng.choice(filler) for _ in range(20)) + f" {keywords[label]} " + rng.choice(filler)
+        return (
+            " ".join(rng.choice(filler) for _ in range(20))
+            + f" {keywords[label]} "
+            + rng.choice(filler)
+        )
 
     csv_path = tmp_path / "late.csv"
     with open(csv_path, "w", newline="", encoding="utf-8") as csv_file:
@@ -502,12 +624,25 @@ def test_the_bag_of_ngrams_reads_past_the_transformer_and_so_does_the_export(tmp
     run_dir, export_dir = str(tmp_path / "run"), str(tmp_path / "export")
     flags = [flag for flag in TRAIN_FLAGS]
     flags[flags.index("--sequence-length") + 1] = "8"
-    status = train_classifier.main(["--data", f"csv:{csv_path}", *flags, "--epochs", "1", "--run-dir", run_dir,
-                                    "--export-dir", export_dir])
+    status = train_classifier.main(
+        [
+            "--data",
+            f"csv:{csv_path}",
+            *flags,
+            "--epochs",
+            "1",
+            "--run-dir",
+            run_dir,
+            "--export-dir",
+            export_dir,
+        ]
+    )
     assert status == 0
     with open(os.path.join(run_dir, "settings.json")) as settings_file:
         saved = json.load(settings_file)
-    assert saved["settings"]["sequence_length"] == 8 and saved["settings"]["ngram_length"] == 24  # 22 words
+    assert (
+        saved["settings"]["sequence_length"] == 8 and saved["settings"]["ngram_length"] == 24
+    )  # 22 words
     with open(os.path.join(run_dir, "metrics.json")) as metrics_file:
         assert json.load(metrics_file)["accuracy"] >= 0.8  # of 15 test texts; chance is 1 in 3
 

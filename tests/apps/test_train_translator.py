@@ -14,9 +14,30 @@ from tests.classifier_fixtures import expect_usage_error
 
 NUMBERS = ["uno", "dos", "tres", "cuatro", "cinco", "seis"]
 ENGLISH = ["one", "two", "three", "four", "five", "six"]
-FLAGS = ["--max-length", "12", "--vocab-size", "120", "--num-layers", "1", "--d-model", "32",
-         "--num-heads", "2", "--intermediate-dim", "64", "--batch-size", "16", "--warmup-steps", "10",
-         "--validation-size", "8", "--test-size", "8", "--verbose", "0"]
+FLAGS = [
+    "--max-length",
+    "12",
+    "--vocab-size",
+    "120",
+    "--num-layers",
+    "1",
+    "--d-model",
+    "32",
+    "--num-heads",
+    "2",
+    "--intermediate-dim",
+    "64",
+    "--batch-size",
+    "16",
+    "--warmup-steps",
+    "10",
+    "--validation-size",
+    "8",
+    "--test-size",
+    "8",
+    "--verbose",
+    "0",
+]
 
 
 def write_pairs(path, count=96, seed=0):
@@ -38,8 +59,17 @@ def translator_run_and_warnings(tmp_path_factory):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         status = train_translator.main(
-            ["--data", f"tsv:{data}", *FLAGS, "--epochs", "3", "--run-dir", run_dir,
-             "--export-dir", str(folder / "export")]
+            [
+                "--data",
+                f"tsv:{data}",
+                *FLAGS,
+                "--epochs",
+                "3",
+                "--run-dir",
+                run_dir,
+                "--export-dir",
+                str(folder / "export"),
+            ]
         )
     return (status, run_dir), [str(warning.message) for warning in caught]
 
@@ -71,7 +101,12 @@ def test_run_trains_and_writes_its_folder(translator_run):
     assert [int(row["epoch"]) for row in rows] == [0, 1, 2]
     losses = [float(row["loss"]) for row in rows]
     assert losses[-1] < losses[0]
-    for name in ("source_vocabulary.txt", "target_vocabulary.txt", "learning_curves.png", "settings.json"):
+    for name in (
+        "source_vocabulary.txt",
+        "target_vocabulary.txt",
+        "learning_curves.png",
+        "settings.json",
+    ):
         assert os.path.exists(os.path.join(run_dir, name)), name
     with open(os.path.join(run_dir, "samples.json"), encoding="utf-8") as samples_file:
         samples = json.load(samples_file)
@@ -85,9 +120,14 @@ def test_saved_model_reloads_with_the_same_logits(translator_run):
     model = keras.models.load_model(os.path.join(run_dir, "model.keras"))
     # Early stopping restores the best epoch's weights before model.keras is saved.
     again = keras.models.load_model(os.path.join(run_dir, "checkpoints", "best.keras"))
-    inputs = {"source_ids": np.array([[7, 8, 9]], np.int32), "target_ids": np.array([[4, 10]], np.int32)}
+    inputs = {
+        "source_ids": np.array([[7, 8, 9]], np.int32),
+        "target_ids": np.array([[4, 10]], np.int32),
+    }
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(model(inputs)), keras.ops.convert_to_numpy(again(inputs)), atol=1e-5
+        keras.ops.convert_to_numpy(model(inputs)),
+        keras.ops.convert_to_numpy(again(inputs)),
+        atol=1e-5,
     )
 
 
@@ -101,7 +141,9 @@ def test_target_vocabulary_keeps_case(translator_run):
 def test_missing_tsv_is_a_usage_error(tmp_path, capsys):
     missing = tmp_path / "nowhere.tsv"
     message = expect_usage_error(
-        train_translator.main, ["--data", f"tsv:{missing}", *FLAGS, "--run-dir", str(tmp_path / "run")], capsys
+        train_translator.main,
+        ["--data", f"tsv:{missing}", *FLAGS, "--run-dir", str(tmp_path / "run")],
+        capsys,
     )
     assert str(missing) in message
 
@@ -120,14 +162,27 @@ def test_decoder_depth_can_differ_from_the_encoder_depth():
     from keras_transformer.training.translator import build_translator_model
 
     settings = TranslatorSettings(
-        sequence_length=8, num_layers=2, num_decoder_layers=1, d_model=16, num_heads=2, intermediate_dim=32,
+        sequence_length=8,
+        num_layers=2,
+        num_decoder_layers=1,
+        d_model=16,
+        num_heads=2,
+        intermediate_dim=32,
         dropout=0.1,
     )
     model = build_translator_model(settings.validate(), 30, 40)
     assert (len(model.encoder_blocks), len(model.decoder_blocks)) == (2, 1)
     same_depth = build_translator_model(
-        TranslatorSettings(sequence_length=8, num_layers=2, d_model=16, num_heads=2, intermediate_dim=32,
-                           dropout=0.1), 30, 40
+        TranslatorSettings(
+            sequence_length=8,
+            num_layers=2,
+            d_model=16,
+            num_heads=2,
+            intermediate_dim=32,
+            dropout=0.1,
+        ),
+        30,
+        40,
     )
     assert (len(same_depth.encoder_blocks), len(same_depth.decoder_blocks)) == (2, 2)
 
@@ -135,7 +190,15 @@ def test_decoder_depth_can_differ_from_the_encoder_depth():
 def test_zero_decoder_layers_is_a_usage_error(tmp_path, capsys):
     message = expect_usage_error(
         train_translator.main,
-        ["--data", "bible:es-en", *FLAGS, "--decoder-layers", "0", "--run-dir", str(tmp_path / "run")],
+        [
+            "--data",
+            "bible:es-en",
+            *FLAGS,
+            "--decoder-layers",
+            "0",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ],
         capsys,
     )
     assert "num_decoder_layers" in message

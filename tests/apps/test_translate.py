@@ -53,7 +53,10 @@ def test_greedy_uses_the_greedy_signature(translator, loaded, capsys):
 
     texts = [*TEXTS, "", "   ", "perro perro perro azul"]
     # Texts after options, and a batch smaller than the texts.
-    assert translate.main([translator.version_dir, "--greedy", "--json", "--batch-size", "2", *texts]) == 0
+    assert (
+        translate.main([translator.version_dir, "--greedy", "--json", "--batch-size", "2", *texts])
+        == 0
+    )
     answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     model = tf.saved_model.load(translator.version_dir)
     greedy = model.signatures["greedy"](text=tf.constant(texts))["translation"].numpy()
@@ -71,12 +74,17 @@ def test_reads_texts_from_stdin(translator, loaded, capsys, monkeypatch):
 
 def test_plot_attention_writes_a_png(translator, loaded, tmp_path, capsys):
     out = tmp_path / "plots" / "cross.png"  # the folder is made for it
-    assert translate.main([translator.export_dir, "--plot-attention", TEXTS[0], "--out", str(out)]) == 0
+    assert (
+        translate.main([translator.export_dir, "--plot-attention", TEXTS[0], "--out", str(out)])
+        == 0
+    )
     assert is_png(out)
     assert str(out) in capsys.readouterr().out
 
 
-def test_plot_attention_draws_target_rows_over_source_columns(translator, loaded, tmp_path, monkeypatch):
+def test_plot_attention_draws_target_rows_over_source_columns(
+    translator, loaded, tmp_path, monkeypatch
+):
     from keras_transformer import plots
 
     drawn = {}
@@ -86,16 +94,29 @@ def test_plot_attention_draws_target_rows_over_source_columns(translator, loaded
         return path
 
     monkeypatch.setattr(plots, "plot_attention", record)
-    assert translate.main([translator.export_dir, "--plot-attention", TEXTS[0], "--out", str(tmp_path / "a.png")]) == 0
+    assert (
+        translate.main(
+            [translator.export_dir, "--plot-attention", TEXTS[0], "--out", str(tmp_path / "a.png")]
+        )
+        == 0
+    )
     assert drawn["key_tokens"] == TEXTS[0].split()
     assert drawn["query_tokens"] == [*WANTED[0].split(), "[END]"]
-    assert drawn["weights"].shape == (2, len(drawn["query_tokens"]), len(drawn["key_tokens"]))  # [heads, T, S]
+    assert drawn["weights"].shape == (
+        2,
+        len(drawn["query_tokens"]),
+        len(drawn["key_tokens"]),
+    )  # [heads, T, S]
     assert "cross-attention" in drawn["title"]
 
 
-def test_plot_attention_of_a_text_without_tokens_is_a_usage_error(translator, loaded, tmp_path, capsys):
+def test_plot_attention_of_a_text_without_tokens_is_a_usage_error(
+    translator, loaded, tmp_path, capsys
+):
     out = tmp_path / "a.png"
-    message = usage_error([translator.export_dir, "--plot-attention", "   ", "--out", str(out)], capsys)
+    message = usage_error(
+        [translator.export_dir, "--plot-attention", "   ", "--out", str(out)], capsys
+    )
     assert "no tokens" in message
     assert not out.exists()
 
@@ -103,7 +124,8 @@ def test_plot_attention_of_a_text_without_tokens_is_a_usage_error(translator, lo
 def test_a_layer_out_of_range_is_a_usage_error(translator, loaded, tmp_path, capsys):
     out = tmp_path / "a.png"
     message = usage_error(
-        [translator.export_dir, "--plot-attention", TEXTS[0], "--out", str(out), "--layer", "3"], capsys
+        [translator.export_dir, "--plot-attention", TEXTS[0], "--out", str(out), "--layer", "3"],
+        capsys,
     )
     assert "--layer 3" in message and "1 decoder block" in message
     assert not out.exists()

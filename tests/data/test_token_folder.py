@@ -38,17 +38,29 @@ def classification_tokens(tmp_path, seed=0):
     rng = np.random.default_rng(seed)
 
     def split(count):
-        return ClassificationTokens(rng.integers(0, VOCABULARY_SIZE, (count, LENGTH)).astype(np.int32),
-                                    rng.integers(0, 3, count).astype(np.int32))
+        return ClassificationTokens(
+            rng.integers(0, VOCABULARY_SIZE, (count, LENGTH)).astype(np.int32),
+            rng.integers(0, 3, count).astype(np.int32),
+        )
 
     return TokenizedClassificationData(
-        name="csv:texts.csv", source_name="csv:texts.csv",
-        settings={"vocabulary_size": VOCABULARY_SIZE, "sequence_length": LENGTH, "max_length": 512, "pooling": "cls",
-                  "ngram_length": None},
+        name="csv:texts.csv",
+        source_name="csv:texts.csv",
+        settings={
+            "vocabulary_size": VOCABULARY_SIZE,
+            "sequence_length": LENGTH,
+            "max_length": 512,
+            "pooling": "cls",
+            "ngram_length": None,
+        },
         chosen_from_data={"sequence_length": {"value": LENGTH, "reason": "a percentile"}},
-        vocabulary_files={"vocabulary.txt": write_vocabulary(tmp_path / "built" / "vocabulary.txt")},
+        vocabulary_files={
+            "vocabulary.txt": write_vocabulary(tmp_path / "built" / "vocabulary.txt")
+        },
         class_names=["business", "culture", "sport"],
-        train=split(12), validation=split(3), test=split(3),
+        train=split(12),
+        validation=split(3),
+        test=split(3),
     )
 
 
@@ -56,23 +68,44 @@ def translation_tokens(tmp_path, seed=0):
     rng = np.random.default_rng(seed)
 
     def split(count, texts):
-        pair_texts = {"sources": [f"uno {index} ñ" for index in range(count)],
-                      "targets": [f"One {index}." for index in range(count)]} if texts else {}
-        return TranslationTokens(rng.integers(0, VOCABULARY_SIZE, (count, LENGTH)).astype(np.int32),
-                                 rng.integers(0, VOCABULARY_SIZE - 2, (count, LENGTH + 1)).astype(np.int32),
-                                 **pair_texts)
+        pair_texts = (
+            {
+                "sources": [f"uno {index} ñ" for index in range(count)],
+                "targets": [f"One {index}." for index in range(count)],
+            }
+            if texts
+            else {}
+        )
+        return TranslationTokens(
+            rng.integers(0, VOCABULARY_SIZE, (count, LENGTH)).astype(np.int32),
+            rng.integers(0, VOCABULARY_SIZE - 2, (count, LENGTH + 1)).astype(np.int32),
+            **pair_texts,
+        )
 
     built = tmp_path / "built"
     return TokenizedTranslationData(
-        name="tsv:pairs.tsv", source_name="tsv:pairs.tsv",
-        settings={"vocabulary_size": VOCABULARY_SIZE, "target_vocabulary_size": VOCABULARY_SIZE - 2,
-                  "sequence_length": LENGTH, "max_length": 64, "shared_vocabulary": False},
+        name="tsv:pairs.tsv",
+        source_name="tsv:pairs.tsv",
+        settings={
+            "vocabulary_size": VOCABULARY_SIZE,
+            "target_vocabulary_size": VOCABULARY_SIZE - 2,
+            "sequence_length": LENGTH,
+            "max_length": 64,
+            "shared_vocabulary": False,
+        },
         chosen_from_data={},
-        vocabulary_files={"source_vocabulary.txt": write_vocabulary(built / "source_vocabulary.txt"),
-                          "target_vocabulary.txt": write_vocabulary(built / "target_vocabulary.txt",
-                                                                    VOCABULARY_SIZE - 2)},
-        source_language="es", target_language="en", train_target_words=36,
-        train=split(12, texts=False), validation=split(3, texts=True), test=split(3, texts=True),
+        vocabulary_files={
+            "source_vocabulary.txt": write_vocabulary(built / "source_vocabulary.txt"),
+            "target_vocabulary.txt": write_vocabulary(
+                built / "target_vocabulary.txt", VOCABULARY_SIZE - 2
+            ),
+        },
+        source_language="es",
+        target_language="en",
+        train_target_words=36,
+        train=split(12, texts=False),
+        validation=split(3, texts=True),
+        test=split(3, texts=True),
     )
 
 
@@ -94,11 +127,21 @@ def test_a_classifier_folder_for_a_bag_that_reads_further_holds_its_longer_ids(t
     written = classification_tokens(tmp_path)
     written.settings["ngram_length"] = 2 * LENGTH
     out = write_folder(written, tmp_path / "tokens")
-    with pytest.raises(DataError, match=f"token_ids has {LENGTH} columns, but tokens.json's settings make {2 * LENGTH}"):
+    with pytest.raises(
+        DataError,
+        match=f"token_ids has {LENGTH} columns, but tokens.json's settings make {2 * LENGTH}",
+    ):
         read_token_folder(out, "classifier")
-    longer = dataclasses.replace(written, **{split: dataclasses.replace(
-        getattr(written, split), token_ids=np.pad(getattr(written, split).token_ids, ((0, 0), (0, LENGTH))))
-        for split in ("train", "validation", "test")})
+    longer = dataclasses.replace(
+        written,
+        **{
+            split: dataclasses.replace(
+                getattr(written, split),
+                token_ids=np.pad(getattr(written, split).token_ids, ((0, 0), (0, LENGTH))),
+            )
+            for split in ("train", "validation", "test")
+        },
+    )
     out = write_folder(longer, tmp_path / "longer")
     assert read_token_folder(out, "classifier").settings["ngram_length"] == 2 * LENGTH
 
@@ -127,23 +170,33 @@ def test_classifier_round_trip(tmp_path):
     assert read.settings == written.settings and read.chosen_from_data == written.chosen_from_data
     assert read.class_names == written.class_names
     for split in ("train", "validation", "test"):
-        np.testing.assert_array_equal(getattr(read, split).token_ids, getattr(written, split).token_ids)
+        np.testing.assert_array_equal(
+            getattr(read, split).token_ids, getattr(written, split).token_ids
+        )
         np.testing.assert_array_equal(getattr(read, split).labels, getattr(written, split).labels)
         assert getattr(read, split).token_ids.dtype == np.int32
-    with open(read.vocabulary_files["vocabulary.txt"]) as copied, \
-            open(written.vocabulary_files["vocabulary.txt"]) as original:
+    with (
+        open(read.vocabulary_files["vocabulary.txt"]) as copied,
+        open(written.vocabulary_files["vocabulary.txt"]) as original,
+    ):
         assert copied.read() == original.read()
 
 
 def test_translator_round_trip_keeps_the_reference_texts(tmp_path):
     written = translation_tokens(tmp_path)
-    read = read_token_folder(write_folder(written, tmp_path / "tokens"), "translator", name="tokens:here")
+    read = read_token_folder(
+        write_folder(written, tmp_path / "tokens"), "translator", name="tokens:here"
+    )
     assert read.name == "tokens:here"
     assert (read.source_language, read.target_language, read.train_target_words) == ("es", "en", 36)
     assert sorted(read.vocabulary_files) == ["source_vocabulary.txt", "target_vocabulary.txt"]
     for split in ("train", "validation", "test"):
-        np.testing.assert_array_equal(getattr(read, split).source_ids, getattr(written, split).source_ids)
-        np.testing.assert_array_equal(getattr(read, split).target_ids, getattr(written, split).target_ids)
+        np.testing.assert_array_equal(
+            getattr(read, split).source_ids, getattr(written, split).source_ids
+        )
+        np.testing.assert_array_equal(
+            getattr(read, split).target_ids, getattr(written, split).target_ids
+        )
     assert read.validation.sources == written.validation.sources  # non-ASCII text included
     assert read.test.targets == written.test.targets
     assert read.train.sources is None
@@ -162,8 +215,9 @@ def test_reading_needs_no_tensorflow(classifier_folder):
         f"data = read_token_folder({classifier_folder!r}, 'classifier')\n"
         "print(len(data.train), data.train.token_ids.shape)\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["12", f"(12,", f"{LENGTH})"]
 
@@ -194,61 +248,147 @@ def write_garbage(path):
 
 
 CLASSIFIER_FAULTS = {
-    "no tokens.json": (lambda f: os.remove(os.path.join(f, "tokens.json")), "tokens", "is not a token folder"),
-    "not JSON": (lambda f: write_garbage(os.path.join(f, "tokens.json")), "tokens.json", "cannot be read as JSON"),
-    "other format": (lambda f: rewrite_json(f, lambda d: d.update(format="something")), "tokens.json",
-                     "not a token folder description"),
-    "newer version": (lambda f: rewrite_json(f, lambda d: d.update(version=2)), "tokens.json", "format version 2"),
-    "settings missing one": (lambda f: rewrite_json(f, lambda d: d["settings"].pop("pooling")), "tokens.json",
-                             "settings must name exactly"),
-    "one class": (lambda f: rewrite_json(f, lambda d: d.update(class_names=["a"])), "tokens.json",
-                  "at least two classes"),
-    "split missing": (lambda f: os.remove(os.path.join(f, "validation.npz")), "validation.npz", "is missing"),
-    "split not npz": (lambda f: write_garbage(os.path.join(f, "test.npz")), "test.npz",
-                      "cannot be read as NumPy arrays"),
-    "array missing": (lambda f: rewrite_split(f, "train", lambda a: a.pop("labels")), "train.npz",
-                      "'labels' is missing"),
-    "wrong dtype": (lambda f: rewrite_split(f, "train", lambda a: a.update(token_ids=a["token_ids"].astype(np.int64))),
-                    "train.npz", "token_ids must be int32, got int64"),
-    "wrong rank": (lambda f: rewrite_split(f, "test", lambda a: a.update(labels=a["labels"][:, None])),
-                   "test.npz", "labels must have 1 dimension"),
-    "wrong width": (lambda f: rewrite_split(f, "train", lambda a: a.update(token_ids=a["token_ids"][:, :-1])),
-                    "train.npz", f"token_ids has {LENGTH - 1} columns"),
-    "lengths disagree": (lambda f: rewrite_split(f, "validation", lambda a: a.update(labels=a["labels"][:-1])),
-                         "validation.npz", "disagree on the number of examples"),
+    "no tokens.json": (
+        lambda f: os.remove(os.path.join(f, "tokens.json")),
+        "tokens",
+        "is not a token folder",
+    ),
+    "not JSON": (
+        lambda f: write_garbage(os.path.join(f, "tokens.json")),
+        "tokens.json",
+        "cannot be read as JSON",
+    ),
+    "other format": (
+        lambda f: rewrite_json(f, lambda d: d.update(format="something")),
+        "tokens.json",
+        "not a token folder description",
+    ),
+    "newer version": (
+        lambda f: rewrite_json(f, lambda d: d.update(version=2)),
+        "tokens.json",
+        "format version 2",
+    ),
+    "settings missing one": (
+        lambda f: rewrite_json(f, lambda d: d["settings"].pop("pooling")),
+        "tokens.json",
+        "settings must name exactly",
+    ),
+    "one class": (
+        lambda f: rewrite_json(f, lambda d: d.update(class_names=["a"])),
+        "tokens.json",
+        "at least two classes",
+    ),
+    "split missing": (
+        lambda f: os.remove(os.path.join(f, "validation.npz")),
+        "validation.npz",
+        "is missing",
+    ),
+    "split not npz": (
+        lambda f: write_garbage(os.path.join(f, "test.npz")),
+        "test.npz",
+        "cannot be read as NumPy arrays",
+    ),
+    "array missing": (
+        lambda f: rewrite_split(f, "train", lambda a: a.pop("labels")),
+        "train.npz",
+        "'labels' is missing",
+    ),
+    "wrong dtype": (
+        lambda f: rewrite_split(
+            f, "train", lambda a: a.update(token_ids=a["token_ids"].astype(np.int64))
+        ),
+        "train.npz",
+        "token_ids must be int32, got int64",
+    ),
+    "wrong rank": (
+        lambda f: rewrite_split(f, "test", lambda a: a.update(labels=a["labels"][:, None])),
+        "test.npz",
+        "labels must have 1 dimension",
+    ),
+    "wrong width": (
+        lambda f: rewrite_split(f, "train", lambda a: a.update(token_ids=a["token_ids"][:, :-1])),
+        "train.npz",
+        f"token_ids has {LENGTH - 1} columns",
+    ),
+    "lengths disagree": (
+        lambda f: rewrite_split(f, "validation", lambda a: a.update(labels=a["labels"][:-1])),
+        "validation.npz",
+        "disagree on the number of examples",
+    ),
     "id past the vocabulary": (
-        lambda f: rewrite_split(f, "test", lambda a: a["token_ids"].__setitem__((0, 0), VOCABULARY_SIZE)),
-        "test.npz", f"ids outside [0, {VOCABULARY_SIZE})"),
-    "negative id": (lambda f: rewrite_split(f, "train", lambda a: a["token_ids"].__setitem__((1, 1), -1)),
-                    "train.npz", "ids outside"),
-    "label past the classes": (lambda f: rewrite_split(f, "train", lambda a: a["labels"].__setitem__(0, 3)),
-                               "train.npz", "labels must index the 3 class_names"),
-    "pickled objects": (lambda f: np.savez(os.path.join(f, "train.npz"), token_ids=np.array([{}], dtype=object),
-                                           labels=np.zeros(1, np.int32)),
-                        "train.npz", "cannot be read as NumPy arrays"),
-    "vocabulary missing": (lambda f: os.remove(os.path.join(f, "vocabulary.txt")), "vocabulary.txt", "is missing"),
+        lambda f: rewrite_split(
+            f, "test", lambda a: a["token_ids"].__setitem__((0, 0), VOCABULARY_SIZE)
+        ),
+        "test.npz",
+        f"ids outside [0, {VOCABULARY_SIZE})",
+    ),
+    "negative id": (
+        lambda f: rewrite_split(f, "train", lambda a: a["token_ids"].__setitem__((1, 1), -1)),
+        "train.npz",
+        "ids outside",
+    ),
+    "label past the classes": (
+        lambda f: rewrite_split(f, "train", lambda a: a["labels"].__setitem__(0, 3)),
+        "train.npz",
+        "labels must index the 3 class_names",
+    ),
+    "pickled objects": (
+        lambda f: np.savez(
+            os.path.join(f, "train.npz"),
+            token_ids=np.array([{}], dtype=object),
+            labels=np.zeros(1, np.int32),
+        ),
+        "train.npz",
+        "cannot be read as NumPy arrays",
+    ),
+    "vocabulary missing": (
+        lambda f: os.remove(os.path.join(f, "vocabulary.txt")),
+        "vocabulary.txt",
+        "is missing",
+    ),
 }
 
 
 TRANSLATOR_FAULTS = {
-    "target one short": (lambda f: rewrite_split(f, "train", lambda a: a.update(target_ids=a["target_ids"][:, :-1])),
-                         "train.npz", f"target_ids has {LENGTH} columns"),
-    "references missing": (lambda f: rewrite_split(f, "validation", lambda a: a.pop("targets")), "validation.npz",
-                           "'targets' is missing"),
-    "references not text": (lambda f: rewrite_split(f, "test", lambda a: a.update(sources=np.arange(3))),
-                            "test.npz", "sources must be unicode text"),
+    "target one short": (
+        lambda f: rewrite_split(f, "train", lambda a: a.update(target_ids=a["target_ids"][:, :-1])),
+        "train.npz",
+        f"target_ids has {LENGTH} columns",
+    ),
+    "references missing": (
+        lambda f: rewrite_split(f, "validation", lambda a: a.pop("targets")),
+        "validation.npz",
+        "'targets' is missing",
+    ),
+    "references not text": (
+        lambda f: rewrite_split(f, "test", lambda a: a.update(sources=np.arange(3))),
+        "test.npz",
+        "sources must be unicode text",
+    ),
     "target id past its vocabulary": (
-        lambda f: rewrite_split(f, "validation", lambda a: a["target_ids"].__setitem__((0, 0), VOCABULARY_SIZE - 2)),
-        "validation.npz", f"outside [0, {VOCABULARY_SIZE - 2}), the size of target_vocabulary.txt"),
-    "languages missing": (lambda f: rewrite_json(f, lambda d: d.pop("source_language")), "tokens.json",
-                          "'source_language' is missing"),
-    "target vocabulary missing": (lambda f: os.remove(os.path.join(f, "target_vocabulary.txt")),
-                                  "target_vocabulary.txt", "is missing"),
+        lambda f: rewrite_split(
+            f, "validation", lambda a: a["target_ids"].__setitem__((0, 0), VOCABULARY_SIZE - 2)
+        ),
+        "validation.npz",
+        f"outside [0, {VOCABULARY_SIZE - 2}), the size of target_vocabulary.txt",
+    ),
+    "languages missing": (
+        lambda f: rewrite_json(f, lambda d: d.pop("source_language")),
+        "tokens.json",
+        "'source_language' is missing",
+    ),
+    "target vocabulary missing": (
+        lambda f: os.remove(os.path.join(f, "target_vocabulary.txt")),
+        "target_vocabulary.txt",
+        "is missing",
+    ),
 }
 
 
-FAULTS = {**{("classifier", name): fault for name, fault in CLASSIFIER_FAULTS.items()},
-          **{("translator", name): fault for name, fault in TRANSLATOR_FAULTS.items()}}
+FAULTS = {
+    **{("classifier", name): fault for name, fault in CLASSIFIER_FAULTS.items()},
+    **{("translator", name): fault for name, fault in TRANSLATOR_FAULTS.items()},
+}
 
 
 @pytest.mark.parametrize("task, fault", FAULTS, ids=[f"{task}: {fault}" for task, fault in FAULTS])
@@ -261,7 +401,9 @@ def test_a_bad_folder_names_the_file_and_the_fault(tmp_path, task, fault):
         read_token_folder(folder, task)
     message = str(raised.value)
     # The file at fault, or the folder when the fault is that it is no token folder.
-    assert os.path.join(folder, file_name) in message or (file_name == "tokens" and folder in message), message
+    assert os.path.join(folder, file_name) in message or (
+        file_name == "tokens" and folder in message
+    ), message
     assert what in message
 
 
@@ -322,7 +464,9 @@ def test_a_new_write_replaces_an_earlier_token_folder(tmp_path):
     write_folder(classification_tokens(tmp_path, seed=0), tmp_path / "tokens")
     newer = classification_tokens(tmp_path, seed=1)
     out = write_folder(newer, tmp_path / "tokens")
-    np.testing.assert_array_equal(read_token_folder(out, "classifier").train.token_ids, newer.train.token_ids)
+    np.testing.assert_array_equal(
+        read_token_folder(out, "classifier").train.token_ids, newer.train.token_ids
+    )
     assert sorted(os.listdir(tmp_path)) == ["built", "tokens"]
 
 
@@ -353,9 +497,18 @@ def test_settings_come_from_the_folder_and_contradictions_name_the_flag(tmp_path
     tokenized = classification_tokens(tmp_path)
     filled = settings_from_tokens(ClassifierSettings(), tokenized)
     assert (filled.vocabulary_size, filled.sequence_length, filled.max_length, filled.pooling) == (
-        VOCABULARY_SIZE, LENGTH, 512, "cls")
-    assert settings_from_tokens(ClassifierSettings(sequence_length=LENGTH), tokenized).sequence_length == LENGTH
-    with pytest.raises(ValueError, match=r"--sequence-length 16 contradicts csv:texts.csv: .*sequence_length 4"):
+        VOCABULARY_SIZE,
+        LENGTH,
+        512,
+        "cls",
+    )
+    assert (
+        settings_from_tokens(ClassifierSettings(sequence_length=LENGTH), tokenized).sequence_length
+        == LENGTH
+    )
+    with pytest.raises(
+        ValueError, match=r"--sequence-length 16 contradicts csv:texts.csv: .*sequence_length 4"
+    ):
         settings_from_tokens(ClassifierSettings(sequence_length=16), tokenized)
     with pytest.raises(ValueError, match=r"--pooling mean contradicts .*adds a \[CLS\] token"):
         settings_from_tokens(ClassifierSettings(pooling="mean"), tokenized)

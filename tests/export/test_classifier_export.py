@@ -70,7 +70,10 @@ def outside_process(trained_classifier, tmp_path_factory):
     texts_path.write_text(json.dumps([text.hex() for text in TEXTS]))
     process = subprocess.Popen(
         [sys.executable, "-c", LOADER, trained_classifier.version_dir, str(texts_path)],
-        cwd=cwd, env=fresh_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=fresh_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     yield process
     if process.poll() is None:
@@ -83,8 +86,10 @@ def loaded_outside(outside_process):
     stdout, stderr = outside_process.communicate(timeout=300)
     stderr = stderr.decode(errors="replace")
     assert outside_process.returncode == 0, stderr[-3000:]
-    [line] = [line for line in stdout.decode(errors="replace").splitlines() if line.startswith("RESULT ")]
-    result = json.loads(line[len("RESULT "):])
+    [line] = [
+        line for line in stdout.decode(errors="replace").splitlines() if line.startswith("RESULT ")
+    ]
+    result = json.loads(line[len("RESULT ") :])
     result["stderr"] = stderr
     return result
 
@@ -97,17 +102,23 @@ def test_export_answers_as_the_trained_model(trained_classifier):
     texts = [text.decode("utf-8", errors="replace") for text in TEXTS if len(text) < 1000]
     model = keras.models.load_model(os.path.join(trained_classifier.run_dir, "model.keras"))
     tokenizer = WordPieceTokenizer(os.path.join(trained_classifier.run_dir, "vocabulary.txt"))
-    expected = model.predict(tokenizer.encode(tf.constant(texts), model.sequence_length).numpy(), verbose=0)
+    expected = model.predict(
+        tokenizer.encode(tf.constant(texts), model.sequence_length).numpy(), verbose=0
+    )
     exported = tf.saved_model.load(trained_classifier.version_dir)
-    served = exported.signatures["serving_default"](text=tf.constant(texts))["probabilities"].numpy()
+    served = exported.signatures["serving_default"](text=tf.constant(texts))[
+        "probabilities"
+    ].numpy()
     np.testing.assert_allclose(served, expected, atol=1e-5)
 
 
 def test_attention_signature_and_class_names(trained_classifier):
     import tensorflow as tf
 
-    with open(os.path.join(trained_classifier.version_dir, "assets.extra", "class_names.txt"),
-              encoding="utf-8") as names_file:
+    with open(
+        os.path.join(trained_classifier.version_dir, "assets.extra", "class_names.txt"),
+        encoding="utf-8",
+    ) as names_file:
         assert names_file.read().splitlines() == CLASS_NAMES
     exported = tf.saved_model.load(trained_classifier.version_dir)
     outputs = exported.signatures["attention"](text=tf.constant(["goal match team", ""]))
@@ -133,7 +144,8 @@ def test_no_optimizer_state_in_the_export(trained_classifier):
     stored = sum(
         int(np.prod(shape))
         for name, shape in tf.train.list_variables(
-            os.path.join(trained_classifier.version_dir, "variables", "variables"))
+            os.path.join(trained_classifier.version_dir, "variables", "variables")
+        )
         if name.startswith("variables/")
     )
     # The weights (plus a few dropout seed states); AdamW's two moments per
@@ -185,12 +197,14 @@ def test_export_loads_and_answers_without_the_project(loaded_outside):
     assert labels == [CLASS_NAMES[index] for index in probabilities.argmax(axis=-1)]
     # Texts without a single token all pool to the same zero vector.
     np.testing.assert_allclose(probabilities[0], probabilities[1], atol=1e-6)
-    assert labels[len(EDGE_TEXTS):] == CLASS_NAMES
+    assert labels[len(EDGE_TEXTS) :] == CLASS_NAMES
 
 
 def test_tf1_session_loader_answers_as_the_tf2_loader(loaded_outside):
     np.testing.assert_allclose(
-        np.asarray(loaded_outside["tf1_probabilities"]), np.asarray(loaded_outside["probabilities"]), atol=1e-5
+        np.asarray(loaded_outside["tf1_probabilities"]),
+        np.asarray(loaded_outside["probabilities"]),
+        atol=1e-5,
     )
     assert loaded_outside["tf1_labels"] == loaded_outside["labels"]
 

@@ -25,11 +25,29 @@ from keras_transformer.training.fitting import build_optimizer
 
 # --- the shared tiny translator --------------------------------------------------
 
-COLORS = {"rojo": "red", "verde": "green", "azul": "blue", "negro": "black", "blanco": "white", "gris": "grey"}
-NOUNS = {"coche": "car", "perro": "dog", "gato": "cat", "libro": "book", "barco": "boat", "sombrero": "hat",
-         "tren": "train"}
+COLORS = {
+    "rojo": "red",
+    "verde": "green",
+    "azul": "blue",
+    "negro": "black",
+    "blanco": "white",
+    "gris": "grey",
+}
+NOUNS = {
+    "coche": "car",
+    "perro": "dog",
+    "gato": "cat",
+    "libro": "book",
+    "barco": "boat",
+    "sombrero": "hat",
+    "tren": "train",
+}
 # 42 pairs: "el perro azul" -> "the blue dog".
-PAIRS = [(f"el {noun} {color}", f"the {COLORS[color]} {NOUNS[noun]}") for noun in NOUNS for color in COLORS]
+PAIRS = [
+    (f"el {noun} {color}", f"the {COLORS[color]} {NOUNS[noun]}")
+    for noun in NOUNS
+    for color in COLORS
+]
 SEQUENCE_LENGTH = 16
 TRAIN_STEPS = 300
 
@@ -72,19 +90,32 @@ def _train_and_export(folder):
 
     sources, targets = [s for s, _ in PAIRS], [t for _, t in PAIRS]
     # Repeated so every word clears the learner's count threshold and is one token.
-    source_vocabulary = save_vocabulary(build_vocabulary(sources * 5, 100), folder / "source" / "vocabulary.txt")
-    target_vocabulary = save_vocabulary(build_vocabulary(targets * 5, 100), folder / "target" / "vocabulary.txt")
+    source_vocabulary = save_vocabulary(
+        build_vocabulary(sources * 5, 100), folder / "source" / "vocabulary.txt"
+    )
+    target_vocabulary = save_vocabulary(
+        build_vocabulary(targets * 5, 100), folder / "target" / "vocabulary.txt"
+    )
     source_tokenizer = WordPieceTokenizer(source_vocabulary)
     target_tokenizer = WordPieceTokenizer(target_vocabulary)
     source_ids = source_tokenizer.encode(tf.constant(sources), SEQUENCE_LENGTH).numpy()
     # START ... END in SEQUENCE_LENGTH + 1 tokens, then shifted into input and label.
-    target_ids = target_tokenizer.encode(tf.constant(targets), SEQUENCE_LENGTH + 1, add_start_end=True).numpy()
+    target_ids = target_tokenizer.encode(
+        tf.constant(targets), SEQUENCE_LENGTH + 1, add_start_end=True
+    ).numpy()
     target_in, target_out = target_ids[:, :-1], target_ids[:, 1:]
 
     keras.utils.set_random_seed(7)
     model = Seq2SeqTransformer(
-        source_tokenizer.vocabulary_size, target_tokenizer.vocabulary_size, sequence_length=SEQUENCE_LENGTH,
-        num_encoder_layers=1, num_decoder_layers=1, d_model=32, num_heads=2, intermediate_dim=64, dropout=0.0,
+        source_tokenizer.vocabulary_size,
+        target_tokenizer.vocabulary_size,
+        sequence_length=SEQUENCE_LENGTH,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_model=32,
+        num_heads=2,
+        intermediate_dim=64,
+        dropout=0.0,
     )
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3),
@@ -93,14 +124,19 @@ def _train_and_export(folder):
     model.build()
     build_optimizer(model)
     started = time.perf_counter()
+
     # One epoch of TRAIN_STEPS full batches: Keras' per-epoch overhead would
     # cost more than the steps themselves.
     def tiled(array):
         return np.tile(array, (TRAIN_STEPS, 1))
 
     model.fit(
-        {"source_ids": tiled(source_ids), "target_ids": tiled(target_in)}, tiled(target_out),
-        batch_size=len(PAIRS), epochs=1, shuffle=False, verbose=0,
+        {"source_ids": tiled(source_ids), "target_ids": tiled(target_in)},
+        tiled(target_out),
+        batch_size=len(PAIRS),
+        epochs=1,
+        shuffle=False,
+        verbose=0,
     )
     train_seconds = time.perf_counter() - started
     model_path = str(folder / "model.keras")
@@ -108,14 +144,23 @@ def _train_and_export(folder):
 
     started = time.perf_counter()
     version_dir = export_translator(
-        model, source_tokenizer, target_tokenizer, str(folder / "export"),
-        source_language="es", target_language="en",
+        model,
+        source_tokenizer,
+        target_tokenizer,
+        str(folder / "export"),
+        source_language="es",
+        target_language="en",
     )
     export_seconds = time.perf_counter() - started
     fixture = TranslatorFixture(
-        folder=str(folder), source_vocabulary=str(source_vocabulary), target_vocabulary=str(target_vocabulary),
-        model_path=model_path, export_dir=str(folder / "export"), version_dir=version_dir,
-        train_seconds=train_seconds, export_seconds=export_seconds,
+        folder=str(folder),
+        source_vocabulary=str(source_vocabulary),
+        target_vocabulary=str(target_vocabulary),
+        model_path=model_path,
+        export_dir=str(folder / "export"),
+        version_dir=version_dir,
+        train_seconds=train_seconds,
+        export_seconds=export_seconds,
     )
     (folder / "done.json").write_text(json.dumps(dataclasses.asdict(fixture)))
 
@@ -148,7 +193,13 @@ def in_process(tiny_translator):
 
 # --- loading it elsewhere ------------------------------------------------------------
 
-EDGE_TEXTS = [b"", b"   ", b"\xff\xfe", b"\t\n", ("el perro azul " * 7500).encode()]  # the last is ~100 KB
+EDGE_TEXTS = [
+    b"",
+    b"   ",
+    b"\xff\xfe",
+    b"\t\n",
+    ("el perro azul " * 7500).encode(),
+]  # the last is ~100 KB
 KNOWN_TEXTS = [source.encode() for source, _ in PAIRS[::5]]
 TEXTS = EDGE_TEXTS + KNOWN_TEXTS
 SIGNATURES = ("serving_default", "greedy")
@@ -200,7 +251,10 @@ def outside_process(tiny_translator, tmp_path_factory):
     texts_path.write_text(json.dumps([text.hex() for text in TEXTS]))
     process = subprocess.Popen(
         [sys.executable, "-c", LOADER, tiny_translator.version_dir, str(texts_path)],
-        cwd=cwd, env=fresh_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=fresh_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     yield process
     if process.poll() is None:
@@ -213,8 +267,10 @@ def loaded_outside(outside_process):
     stdout, stderr = outside_process.communicate(timeout=300)
     stderr = stderr.decode(errors="replace")
     assert outside_process.returncode == 0, stderr[-3000:]
-    [line] = [line for line in stdout.decode(errors="replace").splitlines() if line.startswith("RESULT ")]
-    result = json.loads(line[len("RESULT "):])
+    [line] = [
+        line for line in stdout.decode(errors="replace").splitlines() if line.startswith("RESULT ")
+    ]
+    result = json.loads(line[len("RESULT ") :])
     result["stderr"] = stderr
     return result
 
@@ -231,9 +287,19 @@ def expected(in_process):
     from keras_transformer.decoding import beam_search
     from keras_transformer.decoding import greedy_decode
 
-    model, source, target = in_process.model, in_process.source_tokenizer, in_process.target_tokenizer
+    model, source, target = (
+        in_process.model,
+        in_process.source_tokenizer,
+        in_process.target_tokenizer,
+    )
     source_ids = source.encode(tf.constant(TEXTS), model.sequence_length)
-    arguments = (model, source_ids, SEQUENCE_LENGTH, target.token_id("[START]"), target.token_id("[END]"))
+    arguments = (
+        model,
+        source_ids,
+        SEQUENCE_LENGTH,
+        target.token_id("[START]"),
+        target.token_id("[END]"),
+    )
     greedy_ids = greedy_decode(*arguments)
     beam_ids, _ = beam_search(*arguments, beam_width=4, length_penalty=0.6)
     return {
@@ -260,7 +326,10 @@ def test_both_vocabularies_travel_as_distinct_assets(tiny_translator):
 
 
 def test_decoding_settings_travel_in_assets_extra(tiny_translator):
-    with open(os.path.join(tiny_translator.version_dir, "assets.extra", "translator.json"), encoding="utf-8") as file:
+    with open(
+        os.path.join(tiny_translator.version_dir, "assets.extra", "translator.json"),
+        encoding="utf-8",
+    ) as file:
         config = json.load(file)
     assert config["beam_width"] == 4
     assert config["length_penalty"] == pytest.approx(0.6)
@@ -278,13 +347,18 @@ def test_attention_signature_gives_the_greedy_tokens_and_cross_attention(tiny_tr
     source_tokens = outputs["source_tokens"].numpy()
     target_tokens = outputs["target_tokens"].numpy()
     cross = outputs["cross_attention"].numpy()
-    assert source_tokens.shape == (2, SEQUENCE_LENGTH) and target_tokens.shape == (2, SEQUENCE_LENGTH)
+    assert source_tokens.shape == (2, SEQUENCE_LENGTH) and target_tokens.shape == (
+        2,
+        SEQUENCE_LENGTH,
+    )
     assert cross.shape == (2, 1, 2, SEQUENCE_LENGTH, SEQUENCE_LENGTH)
     pieces = [token.decode() for token in source_tokens[0] if token]
-    assert " ".join(pieces) == text and not any(source_tokens[0][len(pieces):])
+    assert " ".join(pieces) == text and not any(source_tokens[0][len(pieces) :])
     assert not any(source_tokens[1])  # "" at padding
     # The target tokens are the greedy translation's, [END] included.
-    greedy = exported.signatures["greedy"](text=tf.constant([text]))["translation"].numpy()[0].decode()
+    greedy = (
+        exported.signatures["greedy"](text=tf.constant([text]))["translation"].numpy()[0].decode()
+    )
     target = [token.decode() for token in target_tokens[0] if token]
     assert target[-1] == "[END]" and " ".join(target[:-1]) == greedy
     # Each generated token's cross-attention is a distribution over the real source tokens.
@@ -303,8 +377,11 @@ def test_greedy_decode_of_an_empty_batch(in_process):
 
     target = in_process.target_tokenizer
     ids = greedy_decode(
-        in_process.model, np.zeros([0, SEQUENCE_LENGTH], "int32"), SEQUENCE_LENGTH,
-        target.token_id("[START]"), target.token_id("[END]"),
+        in_process.model,
+        np.zeros([0, SEQUENCE_LENGTH], "int32"),
+        SEQUENCE_LENGTH,
+        target.token_id("[START]"),
+        target.token_id("[END]"),
     )
     assert tuple(ids.shape) == (0, SEQUENCE_LENGTH)
 
@@ -318,13 +395,21 @@ def test_a_second_export_is_version_2_and_leaves_1_alone(tiny_translator, in_pro
     before = snapshot(base)
     # Other decoding settings: a shorter output and one beam.
     version_dir = export_translator(
-        in_process.model, in_process.source_tokenizer, in_process.target_tokenizer, base,
-        max_output_length=8, beam_width=1,
+        in_process.model,
+        in_process.source_tokenizer,
+        in_process.target_tokenizer,
+        base,
+        max_output_length=8,
+        beam_width=1,
     )
     assert version_dir == os.path.join(base, "2")
     assert sorted(os.listdir(base)) == ["1", "2"]
-    assert {path: data for path, data in snapshot(base).items() if path.startswith("1" + os.sep)} == before
-    with open(os.path.join(version_dir, "assets.extra", "translator.json"), encoding="utf-8") as file:
+    assert {
+        path: data for path, data in snapshot(base).items() if path.startswith("1" + os.sep)
+    } == before
+    with open(
+        os.path.join(version_dir, "assets.extra", "translator.json"), encoding="utf-8"
+    ) as file:
         config = json.load(file)
     assert (config["max_output_length"], config["beam_width"]) == (8, 1)
     assert config["source_language"] is None
@@ -336,7 +421,9 @@ def test_mismatched_tokenizers_are_refused(in_process, tmp_path):
     from keras_transformer.text import WordPieceTokenizer
     from keras_transformer.text import save_vocabulary
 
-    small = WordPieceTokenizer(save_vocabulary([*RESERVED_TOKENS, "a", "b"], tmp_path / "small.txt"))
+    small = WordPieceTokenizer(
+        save_vocabulary([*RESERVED_TOKENS, "a", "b"], tmp_path / "small.txt")
+    )
     base = tmp_path / "export"
     with pytest.raises(ValueError, match="target tokenizer has 9 tokens"):
         export_translator(in_process.model, in_process.source_tokenizer, small, str(base))
@@ -368,7 +455,7 @@ def test_tf1_session_loader_answers_as_the_tf2_loader(loaded_outside, signature)
 
 
 def test_the_tiny_model_learned_its_training_pairs(loaded_outside):
-    known = strings(loaded_outside["serving_default"]["translations"])[len(EDGE_TEXTS):]
+    known = strings(loaded_outside["serving_default"]["translations"])[len(EDGE_TEXTS) :]
     wanted = [target.encode() for _, target in PAIRS[::5]]
     correct = sum(got == want for got, want in zip(known, wanted))
     assert correct >= len(wanted) - 1, list(zip(known, wanted))
@@ -384,10 +471,16 @@ def test_saved_model_cli_lists_the_three_string_signatures(loaded_outside):
     assert {"serving_default", "greedy", "attention"} <= set(sections)
     for name in ("serving_default", "greedy", "attention"):
         inputs, _, outputs = sections[name].partition("contains the following output(s)")
-        assert "inputs['text']" in inputs and "dtype: DT_STRING" in inputs and "shape: (-1)" in inputs
+        assert (
+            "inputs['text']" in inputs and "dtype: DT_STRING" in inputs and "shape: (-1)" in inputs
+        )
     for name in ("serving_default", "greedy"):
         outputs = sections[name].partition("contains the following output(s)")[2]
-        assert "outputs['translation']" in outputs and "DT_STRING" in outputs and "shape: (-1)" in outputs
+        assert (
+            "outputs['translation']" in outputs
+            and "DT_STRING" in outputs
+            and "shape: (-1)" in outputs
+        )
     attention = sections["attention"].partition("contains the following output(s)")[2]
     for output in ("source_tokens", "target_tokens", "cross_attention"):
         assert f"outputs['{output}']" in attention

@@ -77,7 +77,16 @@ def test_fully_masked_row_has_finite_gradients(rng):
 
 def _numpy_multi_head(layer, query, value):
     weights = [ops.convert_to_numpy(w) for w in layer.weights]
-    query_kernel, query_bias, key_kernel, key_bias, value_kernel, value_bias, out_kernel, out_bias = weights
+    (
+        query_kernel,
+        query_bias,
+        key_kernel,
+        key_bias,
+        value_kernel,
+        value_bias,
+        out_kernel,
+        out_bias,
+    ) = weights
     q = np.einsum("btd,dnh->bnth", query, query_kernel) + query_bias[:, None]
     k = np.einsum("bsd,dnh->bnsh", value, key_kernel) + key_bias[:, None]
     v = np.einsum("bsd,dnh->bnsh", value, value_kernel) + value_bias[:, None]
@@ -218,8 +227,12 @@ def test_attention_dropout_drops_and_rescales_weights_in_training_only(rng):
     np.testing.assert_allclose(trained[~dropped], weights[~dropped] / (1 - rate), rtol=1e-5)
     # And the layer's own call applies it when training, only then.
     x = rng.normal(size=(1, 6, 8)).astype("float32")
-    np.testing.assert_allclose(ops.convert_to_numpy(layer(x, x)), ops.convert_to_numpy(layer(x, x, training=False)))
-    assert not np.allclose(ops.convert_to_numpy(layer(x, x, training=True)), ops.convert_to_numpy(layer(x, x)))
+    np.testing.assert_allclose(
+        ops.convert_to_numpy(layer(x, x)), ops.convert_to_numpy(layer(x, x, training=False))
+    )
+    assert not np.allclose(
+        ops.convert_to_numpy(layer(x, x, training=True)), ops.convert_to_numpy(layer(x, x))
+    )
 
 
 @pytest.mark.parametrize(
@@ -237,10 +250,14 @@ def test_compute_output_shape_is_the_real_shape(rng, options, query_shape, value
     output, scores = layer(query, value, return_attention_scores=True)
     assert layer.compute_output_shape(query_shape, value_shape) == tuple(output.shape)
     assert layer.compute_output_shape(query_shape, value_shape, return_attention_scores=True) == (
-        tuple(output.shape), tuple(scores.shape)
+        tuple(output.shape),
+        tuple(scores.shape),
     )
     # Symbolic calls agree, unknown batch and lengths included.
-    symbolic_query, symbolic_value = keras.Input(query_shape[1:]), keras.Input((None, value_shape[-1]))
+    symbolic_query, symbolic_value = (
+        keras.Input(query_shape[1:]),
+        keras.Input((None, value_shape[-1])),
+    )
     symbolic, symbolic_scores = layer(symbolic_query, symbolic_value, return_attention_scores=True)
     assert tuple(symbolic.shape) == (None, *output.shape[1:])
     assert tuple(symbolic_scores.shape) == (None, 2, query_shape[1], None)
@@ -258,8 +275,13 @@ def test_compute_attention_takes_one_form_of_mask(rng):
     heads = ops.convert_to_tensor(rng.normal(size=(1, 2, 3, 4)).astype("float32"))
     mask = np.ones((1, 3, 3), bool)
     with pytest.raises(ValueError, match="either `prepared_mask`"):
-        layer.compute_attention(heads, heads, heads, attention_mask=mask,
-                                prepared_mask=layer.prepare_attention_mask(mask))
+        layer.compute_attention(
+            heads,
+            heads,
+            heads,
+            attention_mask=mask,
+            prepared_mask=layer.prepare_attention_mask(mask),
+        )
 
 
 def test_query_that_attends_nowhere_gets_zero_weights_and_output(rng):

@@ -55,13 +55,17 @@ def cached_calls(block):
     cache = block.initialize_self_attention_cache(batch_size=B, max_length=T)
     source = {}
     if block.cross_attention is not None:
-        source = dict(cross_attention_cache=block.compute_cross_attention_cache(SOURCE),
-                      encoder_padding_mask=SOURCE_MASK)
+        source = dict(
+            cross_attention_cache=block.compute_cross_attention_cache(SOURCE),
+            encoder_padding_mask=SOURCE_MASK,
+        )
     outputs = []
     for index in range(T):
         output, cache = block(
-            TARGET[:, index : index + 1], self_attention_cache=cache,
-            self_attention_cache_update_index=index, **source,
+            TARGET[:, index : index + 1],
+            self_attention_cache=cache,
+            self_attention_cache_update_index=index,
+            **source,
         )
         outputs.append(as_numpy(output)[:, 0])
     return np.stack(outputs, axis=1)
@@ -142,7 +146,10 @@ def test_config_names_the_class_and_restores_it(block_class, cosine_attention):
     config = block.get_config()
     assert config["attention_class"] == "my_project>CosineAttention"
     assert block_class.from_config(config).attention_class is cosine_attention
-    assert block_class(HEADS, FF).get_config()["attention_class"] == "keras_transformer>MultiHeadAttention"
+    assert (
+        block_class(HEADS, FF).get_config()["attention_class"]
+        == "keras_transformer>MultiHeadAttention"
+    )
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,12 @@ OPTIONS = {
     "cross-attention with T != S": lambda c: c.cross_attention and c.query_length != c.value_length,
     "value_dim != key_dim": lambda c: bool(c.value_dim) and c.value_dim != c.key_dim,
     "output_shape": lambda c: c.output_shape is not None,
-    "two-dimensional output_shape": lambda c: c.output_shape is not None and len(c.output_shape) == 2,
-    "one-dimensional output_shape": lambda c: c.output_shape is not None and len(c.output_shape) == 1,
+    "two-dimensional output_shape": lambda c: (
+        c.output_shape is not None and len(c.output_shape) == 2
+    ),
+    "one-dimensional output_shape": lambda c: (
+        c.output_shape is not None and len(c.output_shape) == 1
+    ),
     "causal mask": lambda c: c.use_causal_mask,
     "explicit attention mask": lambda c: c.attention_mask,
     "Keras mask on the query": lambda c: c.query_keras_mask,
@@ -50,7 +54,10 @@ def covering_subset(configurations):
 # configurations that together have every option, both directions each, and
 # the first (plain self-attention): the JAX pass is there to show the layer's
 # keras.ops code is right on another backend, not to repeat the random search.
-JAX_CONFIGURATIONS = [CONFIGURATIONS[0], *(c for c in covering_subset(CONFIGURATIONS[:20]) if c != CONFIGURATIONS[0])]
+JAX_CONFIGURATIONS = [
+    CONFIGURATIONS[0],
+    *(c for c in covering_subset(CONFIGURATIONS[:20]) if c != CONFIGURATIONS[0]),
+]
 CHECKED = CONFIGURATIONS if keras.backend.backend() == "tensorflow" else JAX_CONFIGURATIONS
 
 

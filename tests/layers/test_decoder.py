@@ -55,7 +55,9 @@ def full_pass(block, target=TARGET, **kwargs):
     return as_numpy(block(target, **kwargs))
 
 
-def cached_pass(block, target=TARGET, step=1, index_as_tensor=False, source="cache", decoder_padding_mask=None):
+def cached_pass(
+    block, target=TARGET, step=1, index_as_tensor=False, source="cache", decoder_padding_mask=None
+):
     """Decodes `target` `step` tokens at a time, feeding the self-attention cache back."""
     cache = block.initialize_self_attention_cache(batch_size=B, max_length=target.shape[1])
     assert tuple(cache.shape) == (2, B, HEADS, target.shape[1], D_MODEL // HEADS)
@@ -98,7 +100,9 @@ def test_cached_decoding_equals_full_pass(block, step):
 
 def test_cached_decoding_with_tensor_index(block):
     # What a compiled decoding loop passes: the index as a scalar tensor.
-    np.testing.assert_allclose(cached_pass(block, index_as_tensor=True), full_pass(block), atol=ATOL)
+    np.testing.assert_allclose(
+        cached_pass(block, index_as_tensor=True), full_pass(block), atol=ATOL
+    )
 
 
 def test_cached_decoding_with_encoder_sequence(block):
@@ -131,11 +135,19 @@ def test_token_decoding_equals_full_pass_and_cached_call(block):
     outputs, cache = token_pass(block)
     np.testing.assert_allclose(outputs, full_pass(block), atol=ATOL)
     # The cache it leaves is the one the block's cached call writes.
-    kwargs = {"cross_attention_cache": block.compute_cross_attention_cache(SOURCE),
-              "encoder_padding_mask": SOURCE_MASK} if has_cross(block) else {}
+    kwargs = (
+        {
+            "cross_attention_cache": block.compute_cross_attention_cache(SOURCE),
+            "encoder_padding_mask": SOURCE_MASK,
+        }
+        if has_cross(block)
+        else {}
+    )
     _, called_cache = block(
-        TARGET, self_attention_cache=block.initialize_self_attention_cache(B, T),
-        self_attention_cache_update_index=0, **kwargs,
+        TARGET,
+        self_attention_cache=block.initialize_self_attention_cache(B, T),
+        self_attention_cache_update_index=0,
+        **kwargs,
     )
     np.testing.assert_allclose(cache, as_numpy(called_cache), atol=ATOL)
 
@@ -160,9 +172,17 @@ def test_token_decoding_constants_need_the_source_exactly_with_cross_attention(b
 def test_cache_holds_projected_keys_and_values(block):
     cache = block.initialize_self_attention_cache(batch_size=B, max_length=T)
     np.testing.assert_array_equal(as_numpy(cache), 0.0)
-    kwargs = {"cross_attention_cache": block.compute_cross_attention_cache(SOURCE),
-              "encoder_padding_mask": SOURCE_MASK} if has_cross(block) else {}
-    _, cache = block(TARGET[:, :2], self_attention_cache=cache, self_attention_cache_update_index=0, **kwargs)
+    kwargs = (
+        {
+            "cross_attention_cache": block.compute_cross_attention_cache(SOURCE),
+            "encoder_padding_mask": SOURCE_MASK,
+        }
+        if has_cross(block)
+        else {}
+    )
+    _, cache = block(
+        TARGET[:, :2], self_attention_cache=cache, self_attention_cache_update_index=0, **kwargs
+    )
     cache = as_numpy(cache)
     assert cache.shape == (2, B, HEADS, T, D_MODEL // HEADS)
     # Slots 0..1 are written, slots 2.. are still empty.
@@ -310,7 +330,15 @@ def test_compute_output_shape_is_the_real_shape(block):
     # Symbolic calls, with the cache returned too.
     target = keras.Input((1, D_MODEL), batch_size=B)
     cache = keras.Input((B, HEADS, T, D_MODEL // HEADS), batch_size=2)
-    source = {"cross_attention_cache": keras.Input((B, HEADS, S, D_MODEL // HEADS), batch_size=2),
-              "encoder_padding_mask": keras.Input((S,), batch_size=B, dtype="bool")} if has_cross(block) else {}
-    output, new_cache = block(target, self_attention_cache=cache, self_attention_cache_update_index=0, **source)
+    source = (
+        {
+            "cross_attention_cache": keras.Input((B, HEADS, S, D_MODEL // HEADS), batch_size=2),
+            "encoder_padding_mask": keras.Input((S,), batch_size=B, dtype="bool"),
+        }
+        if has_cross(block)
+        else {}
+    )
+    output, new_cache = block(
+        target, self_attention_cache=cache, self_attention_cache_update_index=0, **source
+    )
     assert tuple(output.shape) == (B, 1, D_MODEL) and tuple(new_cache.shape) == tuple(cache.shape)

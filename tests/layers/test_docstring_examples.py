@@ -23,10 +23,14 @@ def test_docstring_examples_pass(module_name):
     module = importlib.import_module(module_name)
     keras.utils.set_random_seed(0)
     results = doctest.testmod(module, verbose=False, report=True, optionflags=doctest.ELLIPSIS)
-    assert results.failed == 0, f"{results.failed} docstring example(s) of {module_name} failed (printed above)"
+    assert results.failed == 0, (
+        f"{results.failed} docstring example(s) of {module_name} failed (printed above)"
+    )
 
 
-@pytest.mark.parametrize("package", [keras_transformer.layers, keras_transformer.models], ids=lambda p: p.__name__)
+@pytest.mark.parametrize(
+    "package", [keras_transformer.layers, keras_transformer.models], ids=lambda p: p.__name__
+)
 def test_every_public_layer_and_model_has_an_example(package):
     public = [getattr(package, name) for name in package.__all__]
     classes = [item for item in public if inspect.isclass(item)]

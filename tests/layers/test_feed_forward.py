@@ -41,7 +41,9 @@ def test_matches_numpy(activation):
     assert [w.shape for w in weights] == [(8, 16), (16,), (16, 8), (8,)]
     output = as_numpy(layer(x))
     assert output.shape == x.shape
-    np.testing.assert_allclose(output, np_feed_forward(x, weights, activation), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        output, np_feed_forward(x, weights, activation), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_output_dim():
@@ -73,7 +75,9 @@ def test_dropout_only_in_training():
     # About half the outputs are dropped (192 values: 40..152 is far outside chance).
     assert 40 < dropped.sum() < 152
     # Survivors are rescaled by 1 / (1 - rate), the inverted dropout of the paper's sub-layer dropout.
-    np.testing.assert_allclose(trained[~dropped], expected[~dropped] / (1 - rate), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        trained[~dropped], expected[~dropped] / (1 - rate), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_dropout_inactive_in_predict_and_plain_call():
@@ -82,10 +86,15 @@ def test_dropout_inactive_in_predict_and_plain_call():
     inputs = keras.Input((6, 8))
     model = keras.Model(inputs, FeedForward(16, dropout=0.5)(inputs))
     np.testing.assert_allclose(model.predict(x, verbose=0), model.predict(x, verbose=0))
-    np.testing.assert_allclose(as_numpy(model(x)), model.predict(x, verbose=0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        as_numpy(model(x)), model.predict(x, verbose=0), rtol=1e-6, atol=1e-6
+    )
 
 
-@pytest.mark.parametrize("kwargs", [dict(intermediate_dim=0), dict(intermediate_dim=8.0), dict(intermediate_dim=8, dropout=1.0)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(intermediate_dim=0), dict(intermediate_dim=8.0), dict(intermediate_dim=8, dropout=1.0)],
+)
 def test_bad_arguments(kwargs):
     with pytest.raises(ValueError):
         FeedForward(**kwargs)
@@ -99,4 +108,6 @@ def test_passes_keras_mask_through():
     short = np.array([[3, 4, 5]], "int32")
     padded = np.array([[3, 4, 5, 0, 0]], "int32")
     # The padding is excluded from the average only if the mask survives FeedForward.
-    np.testing.assert_allclose(as_numpy(model(short)), as_numpy(model(padded)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        as_numpy(model(short)), as_numpy(model(padded)), rtol=1e-5, atol=1e-6
+    )

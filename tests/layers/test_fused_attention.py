@@ -81,7 +81,9 @@ def random_attention(randomize, query, value, seed, attention_class=MultiHeadAtt
 
 
 def attention_layers(block):
-    return [layer for layer in (block.self_attention, getattr(block, "cross_attention", None)) if layer]
+    return [
+        layer for layer in (block.self_attention, getattr(block, "cross_attention", None)) if layer
+    ]
 
 
 @pytest.fixture(params=["float32", "mixed_float16", "mixed_bfloat16"])
@@ -100,7 +102,10 @@ MASK_CASES = {
     "no_mask": (T, {}),
     "padding": (T, dict(query_mask=QUERY_PADDING, value_mask=QUERY_PADDING)),
     "causal": (T, dict(use_causal_mask=True)),
-    "padding_causal": (T, dict(query_mask=QUERY_PADDING, value_mask=QUERY_PADDING, use_causal_mask=True)),
+    "padding_causal": (
+        T,
+        dict(query_mask=QUERY_PADDING, value_mask=QUERY_PADDING, use_causal_mask=True),
+    ),
     "empty_row": (T, dict(attention_mask=EMPTY_ROW_MASK)),
     "cross": (S, dict(query_mask=QUERY_PADDING, value_mask=KEY_PADDING)),
 }
@@ -161,12 +166,18 @@ def cached_calls(block, target, source):
     cache = block.initialize_self_attention_cache(batch_size=B, max_length=T)
     extra = {}
     if source is not None:
-        extra = dict(cross_attention_cache=block.compute_cross_attention_cache(source),
-                     encoder_padding_mask=KEY_PADDING)
+        extra = dict(
+            cross_attention_cache=block.compute_cross_attention_cache(source),
+            encoder_padding_mask=KEY_PADDING,
+        )
     outputs = []
     for index in range(T):
-        output, cache = block(target[:, index : index + 1], self_attention_cache=cache,
-                              self_attention_cache_update_index=index, **extra)
+        output, cache = block(
+            target[:, index : index + 1],
+            self_attention_cache=cache,
+            self_attention_cache_update_index=index,
+            **extra,
+        )
         outputs.append(as_numpy(output)[:, 0])
     return np.stack(outputs, axis=1)
 
@@ -174,11 +185,15 @@ def cached_calls(block, target, source):
 def full_pass(block, target, source):
     if source is None:
         return as_numpy(block(target, decoder_padding_mask=QUERY_PADDING))
-    return as_numpy(block(target, source, decoder_padding_mask=QUERY_PADDING, encoder_padding_mask=KEY_PADDING))
+    return as_numpy(
+        block(target, source, decoder_padding_mask=QUERY_PADDING, encoder_padding_mask=KEY_PADDING)
+    )
 
 
 @pytest.mark.parametrize("cross", [True, False], ids=["cross", "decoder_only"])
-@pytest.mark.parametrize("path", [token_steps, cached_calls, full_pass], ids=lambda path: path.__name__)
+@pytest.mark.parametrize(
+    "path", [token_steps, cached_calls, full_pass], ids=lambda path: path.__name__
+)
 def test_decoder_paths_fused_equal_explicit(path, cross, policy, randomize, fused_calls):
     block, target, source = decoder_block(randomize, cross)
     fused_calls.clear()
@@ -268,8 +283,16 @@ class SharpenedWeights(MultiHeadAttention):
 class DoubledAttention(MultiHeadAttention):
     """The old `compute_attention` signature: `attend` must call it without new arguments."""
 
-    def compute_attention(self, query_heads, key_heads, value_heads, attention_mask=None, training=None,
-                          query_mask=None, prepared_mask=None):
+    def compute_attention(
+        self,
+        query_heads,
+        key_heads,
+        value_heads,
+        attention_mask=None,
+        training=None,
+        query_mask=None,
+        prepared_mask=None,
+    ):
         attended, weights = super().compute_attention(
             query_heads, key_heads, value_heads, attention_mask, training, query_mask, prepared_mask
         )
@@ -284,7 +307,9 @@ class ScaledQuery(MultiHeadAttention):
 
 
 @pytest.mark.parametrize("subclass", [HalvedLogits, SharpenedWeights, DoubledAttention])
-def test_a_subclass_overriding_the_scoring_runs_explicit_with_its_override(subclass, fused_calls, randomize):
+def test_a_subclass_overriding_the_scoring_runs_explicit_with_its_override(
+    subclass, fused_calls, randomize
+):
     x = random_inputs(B, T, D_MODEL, seed=13)
     default = random_attention(randomize, x, x, seed=14)
     changed = random_attention(randomize, x, x, seed=14, attention_class=subclass)
@@ -292,7 +317,12 @@ def test_a_subclass_overriding_the_scoring_runs_explicit_with_its_override(subcl
     output = as_numpy(changed(x, x, query_mask=QUERY_PADDING, value_mask=QUERY_PADDING))
     assert fused_calls == []
     # The override took effect (same weights, another result).
-    assert np.abs(output - as_numpy(default(x, x, query_mask=QUERY_PADDING, value_mask=QUERY_PADDING))).max() > 1e-2
+    assert (
+        np.abs(
+            output - as_numpy(default(x, x, query_mask=QUERY_PADDING, value_mask=QUERY_PADDING))
+        ).max()
+        > 1e-2
+    )
 
 
 def test_a_subclass_overriding_a_projection_stays_fused_with_its_override(fused_calls, randomize):

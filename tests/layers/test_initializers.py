@@ -40,12 +40,16 @@ def test_feed_forward_kernels_differ(initializer):
     # object gives both the same values.
     layer = FeedForward(16, kernel_initializer=initializer())
     layer.build((2, 3, 16))
-    assert_all_differ({"intermediate": layer.intermediate_dense.kernel, "output": layer.output_dense.kernel})
+    assert_all_differ(
+        {"intermediate": layer.intermediate_dense.kernel, "output": layer.output_dense.kernel}
+    )
 
 
 @pytest.mark.parametrize("initializer", SEEDED)
 def test_attention_projections_differ(initializer):
-    layer = MultiHeadAttention(2, 4, kernel_initializer=initializer(), bias_initializer=initializer())
+    layer = MultiHeadAttention(
+        2, 4, kernel_initializer=initializer(), bias_initializer=initializer()
+    )
     layer.build((2, 3, D_MODEL), (2, 3, D_MODEL))
     assert_all_differ({w.path: w for w in layer.weights if "attention_output" not in w.path})
 
@@ -54,30 +58,38 @@ def test_attention_projections_differ(initializer):
 def test_decoder_block_sublayers_differ(initializer):
     block = TransformerDecoderBlock(2, D_MODEL, kernel_initializer=initializer())
     block.build((2, 3, D_MODEL), (2, 4, D_MODEL))
-    assert_all_differ({
-        "self_query": block.self_attention.query_kernel,
-        "self_key": block.self_attention.key_kernel,
-        "cross_query": block.cross_attention.query_kernel,
-        "cross_key": block.cross_attention.key_kernel,
-        "feed_forward_in": block.feed_forward.intermediate_dense.kernel,
-        "feed_forward_out": block.feed_forward.output_dense.kernel,
-    })
+    assert_all_differ(
+        {
+            "self_query": block.self_attention.query_kernel,
+            "self_key": block.self_attention.key_kernel,
+            "cross_query": block.cross_attention.query_kernel,
+            "cross_key": block.cross_attention.key_kernel,
+            "feed_forward_in": block.feed_forward.intermediate_dense.kernel,
+            "feed_forward_out": block.feed_forward.output_dense.kernel,
+        }
+    )
 
 
 def test_encoder_block_sublayers_differ_with_a_seed():
-    block = TransformerEncoderBlock(2, D_MODEL, kernel_initializer=keras.initializers.GlorotUniform(seed=7))
+    block = TransformerEncoderBlock(
+        2, D_MODEL, kernel_initializer=keras.initializers.GlorotUniform(seed=7)
+    )
     block.build((2, 3, D_MODEL))
-    assert_all_differ({
-        "query": block.self_attention.query_kernel,
-        "value": block.self_attention.value_kernel,
-        "feed_forward_in": block.feed_forward.intermediate_dense.kernel,
-        "feed_forward_out": block.feed_forward.output_dense.kernel,
-    })
+    assert_all_differ(
+        {
+            "query": block.self_attention.query_kernel,
+            "value": block.self_attention.value_kernel,
+            "feed_forward_in": block.feed_forward.intermediate_dense.kernel,
+            "feed_forward_out": block.feed_forward.output_dense.kernel,
+        }
+    )
 
 
 def test_a_seeded_block_is_reproducible():
     def build():
-        block = TransformerEncoderBlock(2, D_MODEL, kernel_initializer=keras.initializers.GlorotUniform(seed=7))
+        block = TransformerEncoderBlock(
+            2, D_MODEL, kernel_initializer=keras.initializers.GlorotUniform(seed=7)
+        )
         block.build((2, 3, D_MODEL))
         return [np.asarray(ops.convert_to_numpy(w)) for w in block.weights]
 

@@ -121,7 +121,12 @@ def test_merge_masks_accepts_unbatched_attention_mask():
     attention = np.array([[True, False, True], [False, True, True]])
     key = np.array([[True, True, False], [True, True, True]])
     merged = as_numpy(
-        merge_masks(2, 3, key_mask=ops.convert_to_tensor(key), attention_mask=ops.convert_to_tensor(attention))
+        merge_masks(
+            2,
+            3,
+            key_mask=ops.convert_to_tensor(key),
+            attention_mask=ops.convert_to_tensor(attention),
+        )
     )
     assert merged.ndim == 3
     expected = attention[None, :, :] & key[:, None, :]
@@ -133,7 +138,9 @@ def test_merge_masks_accepts_integer_masks():
     query = np.array([[1, 1, 0]], dtype="int32")
     key = np.array([[1, 0, 1, 1]], dtype="int32")
     merged = as_numpy(
-        merge_masks(3, 4, query_mask=ops.convert_to_tensor(query), key_mask=ops.convert_to_tensor(key))
+        merge_masks(
+            3, 4, query_mask=ops.convert_to_tensor(query), key_mask=ops.convert_to_tensor(key)
+        )
     )
     expected = query.astype(bool)[:, :, None] & key.astype(bool)[:, None, :]
     np.testing.assert_array_equal(np.broadcast_to(merged, (1, 3, 4)), expected)

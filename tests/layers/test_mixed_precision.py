@@ -65,7 +65,9 @@ def test_encoder_decoder_stack_trains(policy, jit_compile):
     encoded = TransformerEncoderBlock(HEADS, FF, normalize_first=True)(source)
     target = TokenAndPositionEmbedding(VOCAB, LENGTH, D_MODEL)(target_ids)
     decoded = TransformerDecoderBlock(HEADS, FF)(target, encoded)
-    model = keras.Model([source_ids, target_ids], keras.layers.Dense(VOCAB, dtype="float32")(decoded))
+    model = keras.Model(
+        [source_ids, target_ids], keras.layers.Dense(VOCAB, dtype="float32")(decoded)
+    )
     # The blocks compute in the policy's compute dtype; the float32 head outputs float32.
     assert encoded.dtype == policy.compute_dtype
     assert decoded.dtype == policy.compute_dtype

@@ -160,7 +160,9 @@ def test_token_and_sinusoidal_position_start_index():
 
 @pytest.mark.parametrize("scale", [True, False])
 def test_token_and_learned_position(scale):
-    layer = TokenAndPositionEmbedding(VOCAB, LENGTH, DIM, positional="learned", scale_embeddings=scale)
+    layer = TokenAndPositionEmbedding(
+        VOCAB, LENGTH, DIM, positional="learned", scale_embeddings=scale
+    )
     output = as_numpy(layer(IDS))
     positions = as_numpy(layer.position_encoding.position_embeddings)
     assert positions.shape == (LENGTH, DIM)
@@ -190,8 +192,12 @@ class _MaskProbe(keras.layers.Layer):
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
 def test_mask_zero_reaches_downstream_layers(positional):
     ids = keras.Input((None,), dtype="int32")
-    embedded = TokenAndPositionEmbedding(VOCAB, LENGTH, DIM, mask_zero=True, positional=positional)(ids)
-    model = keras.Model(ids, [_MaskProbe()(embedded), keras.layers.GlobalAveragePooling1D()(embedded)])
+    embedded = TokenAndPositionEmbedding(VOCAB, LENGTH, DIM, mask_zero=True, positional=positional)(
+        ids
+    )
+    model = keras.Model(
+        ids, [_MaskProbe()(embedded), keras.layers.GlobalAveragePooling1D()(embedded)]
+    )
     received, pooled = model(IDS)
     np.testing.assert_array_equal(as_numpy(received), (IDS != 0).astype("float32"))
     # A standard Keras layer honours it too: the average is over real tokens only.

@@ -36,8 +36,15 @@ CASES = [
     (
         "multi_head_attention",
         lambda: MultiHeadAttention(
-            num_heads=2, key_dim=3, value_dim=5, output_shape=6, dropout=0.1,
-            use_bias=False, kernel_initializer="he_normal", seed=3, name="mha",
+            num_heads=2,
+            key_dim=3,
+            value_dim=5,
+            output_shape=6,
+            dropout=0.1,
+            use_bias=False,
+            kernel_initializer="he_normal",
+            seed=3,
+            name="mha",
         ),
         lambda layer: layer(X, SOURCE, use_causal_mask=False),
     ),
@@ -48,39 +55,60 @@ CASES = [
     ),
     (
         "position_embedding",
-        lambda: PositionEmbedding(sequence_length=LENGTH, initializer="he_uniform", name="positions"),
+        lambda: PositionEmbedding(
+            sequence_length=LENGTH, initializer="he_uniform", name="positions"
+        ),
         lambda layer: layer(X, start_index=1),
     ),
     (
         "token_and_sinusoidal_position",
         lambda: TokenAndPositionEmbedding(
-            VOCAB, LENGTH, D_MODEL, mask_zero=True, positional="sinusoidal",
-            max_wavelength=1000, embeddings_initializer="glorot_uniform",
+            VOCAB,
+            LENGTH,
+            D_MODEL,
+            mask_zero=True,
+            positional="sinusoidal",
+            max_wavelength=1000,
+            embeddings_initializer="glorot_uniform",
         ),
         lambda layer: layer(IDS),
     ),
     (
         "token_and_learned_position",
         lambda: TokenAndPositionEmbedding(
-            VOCAB, LENGTH, D_MODEL, mask_zero=False, positional="learned", scale_embeddings=False,
+            VOCAB,
+            LENGTH,
+            D_MODEL,
+            mask_zero=False,
+            positional="learned",
+            scale_embeddings=False,
         ),
         lambda layer: layer(IDS),
     ),
     (
         "feed_forward",
-        lambda: FeedForward(16, activation="gelu", dropout=0.2, output_dim=6, bias_initializer="ones"),
+        lambda: FeedForward(
+            16, activation="gelu", dropout=0.2, output_dim=6, bias_initializer="ones"
+        ),
         lambda layer: layer(X),
     ),
     (
         "encoder_block",
         lambda: TransformerEncoderBlock(
-            2, 16, dropout=0.1, activation="gelu", layer_norm_epsilon=1e-6, normalize_first=True,
+            2,
+            16,
+            dropout=0.1,
+            activation="gelu",
+            layer_norm_epsilon=1e-6,
+            normalize_first=True,
         ),
         lambda layer: layer(X, padding_mask=IDS != 0),
     ),
     (
         "decoder_block_cross",
-        lambda: TransformerDecoderBlock(4, 16, dropout=0.1, activation="tanh", layer_norm_epsilon=1e-3),
+        lambda: TransformerDecoderBlock(
+            4, 16, dropout=0.1, activation="tanh", layer_norm_epsilon=1e-3
+        ),
         lambda layer: layer(X, SOURCE, encoder_padding_mask=SOURCE_MASK),
     ),
     (
@@ -143,11 +171,17 @@ def test_model_with_every_layer_saves_and_loads(tmp_path):
 
     used = {type(layer).__name__ for layer in loaded.layers}
     assert {
-        "MultiHeadAttention", "SinusoidalPositionEncoding", "PositionEmbedding",
-        "TokenAndPositionEmbedding", "FeedForward", "TransformerEncoderBlock",
+        "MultiHeadAttention",
+        "SinusoidalPositionEncoding",
+        "PositionEmbedding",
+        "TokenAndPositionEmbedding",
+        "FeedForward",
+        "TransformerEncoderBlock",
         "TransformerDecoderBlock",
     } <= used
-    assert all(type(layer).__module__.startswith(("keras_transformer", "keras")) for layer in loaded.layers)
+    assert all(
+        type(layer).__module__.startswith(("keras_transformer", "keras")) for layer in loaded.layers
+    )
     assert len(loaded.weights) == len(model.weights)
     for original, revived in zip(model.weights, loaded.weights):
         np.testing.assert_array_equal(as_numpy(revived), as_numpy(original))

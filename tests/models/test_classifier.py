@@ -37,7 +37,9 @@ def make_model(pooling="mean", normalize_first=False, positional="learned", drop
 
 
 MODEL_VARIANTS = [
-    (pooling, normalize_first, "learned") for pooling in POOLINGS for normalize_first in (False, True)
+    (pooling, normalize_first, "learned")
+    for pooling in POOLINGS
+    for normalize_first in (False, True)
 ] + [("mean", False, "sinusoidal")]
 
 
@@ -159,7 +161,9 @@ def test_mean_pool_is_the_masked_mean():
     model = make_model("mean")
     sequence = random_sequence()
     sequence[~POOL_MASK] = 1e4  # junk at padding must not count
-    pooled = as_numpy(model._pool(ops.convert_to_tensor(sequence), ops.convert_to_tensor(POOL_MASK)))
+    pooled = as_numpy(
+        model._pool(ops.convert_to_tensor(sequence), ops.convert_to_tensor(POOL_MASK))
+    )
     expected = np.stack([sequence[b][POOL_MASK[b]].mean(0) for b in range(3)])
     np.testing.assert_allclose(pooled, expected, atol=1e-5)
 
@@ -172,7 +176,9 @@ def test_max_pool_ignores_padding_even_when_huge(dtype, junk):
     sequence = -np.abs(random_sequence(1)) - 0.5
     sequence[~POOL_MASK] = junk
     sequence = sequence.astype(dtype)
-    pooled = as_numpy(model._pool(ops.convert_to_tensor(sequence), ops.convert_to_tensor(POOL_MASK)))
+    pooled = as_numpy(
+        model._pool(ops.convert_to_tensor(sequence), ops.convert_to_tensor(POOL_MASK))
+    )
     expected = np.stack([sequence[b][POOL_MASK[b]].max(0) for b in range(3)]).astype(np.float64)
     np.testing.assert_allclose(pooled, expected, rtol=1e-3)
     assert np.all(pooled < 0)
@@ -186,7 +192,9 @@ def test_cls_pool_reads_position_zero_only():
     np.testing.assert_allclose(pooled, sequence[:, 0], atol=0)
     changed = sequence.copy()
     changed[:, 1:] = random_sequence(3)[:, 1:] * 10
-    np.testing.assert_allclose(as_numpy(model._pool(ops.convert_to_tensor(changed), mask)), pooled, atol=0)
+    np.testing.assert_allclose(
+        as_numpy(model._pool(ops.convert_to_tensor(changed), mask)), pooled, atol=0
+    )
 
 
 def test_cls_model_sees_later_tokens_through_attention(built_models):
@@ -196,7 +204,9 @@ def test_cls_model_sees_later_tokens_through_attention(built_models):
     ids = token_batch([8], cls=True)
     changed = ids.copy()
     changed[0, 6] = 3 if ids[0, 6] != 3 else 4
-    difference = np.abs(as_numpy(model(ids, training=False)) - as_numpy(model(changed, training=False)))
+    difference = np.abs(
+        as_numpy(model(ids, training=False)) - as_numpy(model(changed, training=False))
+    )
     assert difference.max() > 1e-4
 
 
@@ -211,7 +221,9 @@ def test_all_padding_row_gives_finite_probabilities(built_models, pooling):
     np.testing.assert_allclose(probabilities.sum(-1), 1.0, atol=1e-6)
     assert all(np.all(np.isfinite(as_numpy(layer_scores))) for layer_scores in scores)
     # The empty row does not disturb its neighbour.
-    np.testing.assert_allclose(probabilities[0], as_numpy(model(ids[:1], training=False))[0], atol=ATOL)
+    np.testing.assert_allclose(
+        probabilities[0], as_numpy(model(ids[:1], training=False))[0], atol=ATOL
+    )
 
 
 # --- attention scores ----------------------------------------------------------
@@ -221,7 +233,9 @@ def test_return_attention_scores(built_models):
     model = built_models("mean")
     ids = token_batch([16, 10, 3])
     probabilities, scores = model(ids, training=False, return_attention_scores=True)
-    np.testing.assert_allclose(as_numpy(probabilities), as_numpy(model(ids, training=False)), atol=1e-6)
+    np.testing.assert_allclose(
+        as_numpy(probabilities), as_numpy(model(ids, training=False)), atol=1e-6
+    )
     assert isinstance(scores, (list, tuple)) and len(scores) == LAYERS
     real = ids != 0
     for layer_scores in scores:
@@ -243,14 +257,20 @@ def test_config_round_trip(built_models, variant):
     model = built_models(*variant)
     config = model.get_config()
     assert (config["pooling"], config["normalize_first"], config["positional"]) == variant
-    assert (config["vocabulary_size"], config["num_classes"], config["d_model"]) == (VOCAB, CLASSES, D_MODEL)
+    assert (config["vocabulary_size"], config["num_classes"], config["d_model"]) == (
+        VOCAB,
+        CLASSES,
+        D_MODEL,
+    )
     clone = TransformerClassifier.from_config(config)
     assert clone.get_config() == config
     ids = token_batch([12, 5], cls=variant[0] == "cls")
     clone(ids)
     assert len(clone.weights) == len(model.weights)
     clone.set_weights(model.get_weights())
-    np.testing.assert_allclose(as_numpy(clone(ids, training=False)), as_numpy(model(ids, training=False)), atol=1e-6)
+    np.testing.assert_allclose(
+        as_numpy(clone(ids, training=False)), as_numpy(model(ids, training=False)), atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("pooling", ["max", "cls"])
@@ -262,7 +282,9 @@ def test_save_and_load_give_identical_predictions(built_models, pooling, tmp_pat
     loaded = keras.models.load_model(path)
     assert isinstance(loaded, TransformerClassifier)
     assert loaded.get_config() == model.get_config()
-    np.testing.assert_allclose(as_numpy(loaded(ids, training=False)), as_numpy(model(ids, training=False)), atol=1e-6)
+    np.testing.assert_allclose(
+        as_numpy(loaded(ids, training=False)), as_numpy(model(ids, training=False)), atol=1e-6
+    )
 
 
 @pytest.mark.parametrize(
@@ -304,8 +326,15 @@ def test_fit_learns_a_separable_toy_task():
     keras.utils.set_random_seed(5)
     ids, labels = toy_task()
     model = TransformerClassifier(
-        VOCAB, 2, sequence_length=LENGTH, num_layers=1, d_model=D_MODEL, num_heads=HEADS,
-        intermediate_dim=FF, dropout=0.0, pooling="mean",
+        VOCAB,
+        2,
+        sequence_length=LENGTH,
+        num_layers=1,
+        d_model=D_MODEL,
+        num_heads=HEADS,
+        intermediate_dim=FF,
+        dropout=0.0,
+        pooling="mean",
     )
     model.compile(
         optimizer=keras.optimizers.Adam(1e-2),
@@ -360,17 +389,25 @@ def test_bag_of_ngrams_logits_add_to_the_head_logits(randomize):
     ids = token_batch([16, 11, 5], seed=1)
     sequence = pre_pool_sequence(model, ids)
     pooled = np.where((ids != 0)[..., None], sequence, -np.inf).max(1)
-    logits = (pooled @ as_numpy(model.head.kernel) + as_numpy(model.head.bias)
-              + as_numpy(model.ngrams(ids)))
+    logits = (
+        pooled @ as_numpy(model.head.kernel)
+        + as_numpy(model.head.bias)
+        + as_numpy(model.ngrams(ids))
+    )
     assert np.abs(as_numpy(model.ngrams(ids))).max() > 0.1  # the branch does contribute
     expected = np.exp(logits - logits.max(-1, keepdims=True))
-    np.testing.assert_allclose(as_numpy(model(ids, training=False)), expected / expected.sum(-1, keepdims=True),
-                               atol=ATOL)
+    np.testing.assert_allclose(
+        as_numpy(model(ids, training=False)), expected / expected.sum(-1, keepdims=True), atol=ATOL
+    )
 
 
 def test_bag_of_ngrams_saves_and_loads_with_the_model(randomize, tmp_path):
     model = ngram_model(randomize, l2=1e-4, learning_rate_multiplier=10.0)
-    assert model.get_config()["bag_of_ngrams"] == {"num_buckets": 101, "l2": 1e-4, "learning_rate_multiplier": 10.0}
+    assert model.get_config()["bag_of_ngrams"] == {
+        "num_buckets": 101,
+        "l2": 1e-4,
+        "learning_rate_multiplier": 10.0,
+    }
     path = str(tmp_path / "ngrams.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)
@@ -386,7 +423,9 @@ def test_bag_of_ngrams_must_be_a_dict():
         make_model(bag_of_ngrams=True)
 
 
-def test_a_bag_that_reads_further_sees_the_whole_input_and_the_transformer_its_start(randomize, tmp_path):
+def test_a_bag_that_reads_further_sees_the_whole_input_and_the_transformer_its_start(
+    randomize, tmp_path
+):
     keras.utils.set_random_seed(5)
     model = make_model("max", bag_of_ngrams={"num_buckets": 101}, ngram_length=3 * LENGTH)
     assert model.input_length == 3 * LENGTH
@@ -401,10 +440,16 @@ def test_a_bag_that_reads_further_sees_the_whole_input_and_the_transformer_its_s
     assert np.abs(bag - as_numpy(model.ngrams(long_ids[:, :LENGTH]))).max() > 0.05
     logits = pooled @ as_numpy(model.head.kernel) + as_numpy(model.head.bias) + bag
     expected = np.exp(logits - logits.max(-1, keepdims=True))
-    np.testing.assert_allclose(as_numpy(model(long_ids, training=False)), expected / expected.sum(-1, keepdims=True),
-                               atol=ATOL)
+    np.testing.assert_allclose(
+        as_numpy(model(long_ids, training=False)),
+        expected / expected.sum(-1, keepdims=True),
+        atol=ATOL,
+    )
     _, scores = model(long_ids, return_attention_scores=True)
-    assert tuple(scores[0].shape)[-2:] == (LENGTH, LENGTH)  # attention over the Transformer's tokens only
+    assert tuple(scores[0].shape)[-2:] == (
+        LENGTH,
+        LENGTH,
+    )  # attention over the Transformer's tokens only
     path = str(tmp_path / "reach.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)

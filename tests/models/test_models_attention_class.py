@@ -26,8 +26,16 @@ def cosine_attention():
 
 def seq2seq(attention_class=MultiHeadAttention):
     model = Seq2SeqTransformer(
-        30, 12, sequence_length=16, num_encoder_layers=2, num_decoder_layers=2,
-        d_model=32, num_heads=4, intermediate_dim=64, dropout=0.0, attention_class=attention_class,
+        30,
+        12,
+        sequence_length=16,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_model=32,
+        num_heads=4,
+        intermediate_dim=64,
+        dropout=0.0,
+        attention_class=attention_class,
     )
     model.build()
     return model
@@ -53,10 +61,14 @@ def teacher_forced(model):
 
 def stepped(model):
     encoder_output, source_mask = model.encode(SOURCE)
-    self_cache, constants = model.initialize_cache(encoder_output, source_mask, max_length=TARGET.shape[1])
+    self_cache, constants = model.initialize_cache(
+        encoder_output, source_mask, max_length=TARGET.shape[1]
+    )
     logits = []
     for index in range(TARGET.shape[1]):
-        step, self_cache = model.decode_step(TARGET[:, index : index + 1], index, self_cache, constants)
+        step, self_cache = model.decode_step(
+            TARGET[:, index : index + 1], index, self_cache, constants
+        )
         logits.append(keras.ops.convert_to_numpy(step))
     return np.stack(logits, axis=1)
 
@@ -83,7 +95,9 @@ def test_cached_greedy_equals_uncached_greedy(models):
     cached = greedy_decode(cosine, SOURCE, MAX_LENGTH, START, END).numpy()
     np.testing.assert_array_equal(cached, uncached_greedy(cosine, SOURCE, MAX_LENGTH))
     assert (cached == END).any(), "the test needs a sequence that stops early"
-    assert not np.array_equal(cached, greedy_decode(default, SOURCE, MAX_LENGTH, START, END).numpy())
+    assert not np.array_equal(
+        cached, greedy_decode(default, SOURCE, MAX_LENGTH, START, END).numpy()
+    )
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -94,7 +108,9 @@ def test_greedy_in_a_tf_function_equals_eager(models, batch, scoring):
     model = models[0] if scoring == "cosine" else models[1]
     source = tf.constant(SOURCE[:batch])
     traced = tf.function(lambda ids: greedy_decode(model, ids, MAX_LENGTH, START, END))(source)
-    np.testing.assert_array_equal(traced.numpy(), greedy_decode(model, source, MAX_LENGTH, START, END).numpy())
+    np.testing.assert_array_equal(
+        traced.numpy(), greedy_decode(model, source, MAX_LENGTH, START, END).numpy()
+    )
 
 
 def test_saved_and_loaded_model_keeps_the_subclass(models, cosine_attention, tmp_path):
@@ -106,15 +122,22 @@ def test_saved_and_loaded_model_keeps_the_subclass(models, cosine_attention, tmp
     assert type(loaded.decoder_blocks[0].cross_attention) is cosine_attention
     inputs = {"source_ids": SOURCE, "target_ids": TARGET}
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(loaded(inputs)), keras.ops.convert_to_numpy(cosine(inputs)), atol=1e-6
+        keras.ops.convert_to_numpy(loaded(inputs)),
+        keras.ops.convert_to_numpy(cosine(inputs)),
+        atol=1e-6,
     )
 
 
 def test_classifier_with_the_subclass_saves_and_reloads(cosine_attention, tmp_path):
     keras.utils.set_random_seed(4)
     model = TransformerClassifier(
-        vocabulary_size=30, num_classes=3, sequence_length=8, d_model=16, num_heads=2,
-        intermediate_dim=32, attention_class=cosine_attention,
+        vocabulary_size=30,
+        num_classes=3,
+        sequence_length=8,
+        d_model=16,
+        num_heads=2,
+        intermediate_dim=32,
+        attention_class=cosine_attention,
     )
     probabilities = keras.ops.convert_to_numpy(model(SOURCE))
     assert all(type(block.self_attention) is cosine_attention for block in model.encoder_blocks)

@@ -13,9 +13,15 @@ TARGET = np.array([[4, 10, 11, 12, 13], [4, 14, 15, 0, 0]], np.int32)
 
 def tiny(**overrides):
     arguments = dict(
-        source_vocabulary_size=30, target_vocabulary_size=25, sequence_length=16,
-        num_encoder_layers=2, num_decoder_layers=2, d_model=32, num_heads=4,
-        intermediate_dim=64, dropout=0.0,
+        source_vocabulary_size=30,
+        target_vocabulary_size=25,
+        sequence_length=16,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        d_model=32,
+        num_heads=4,
+        intermediate_dim=64,
+        dropout=0.0,
     )
     arguments.update(overrides)
     model = Seq2SeqTransformer(**arguments)
@@ -38,13 +44,17 @@ def test_logits_have_one_row_per_target_position(model):
 def test_cached_steps_equal_the_teacher_forced_decoder(model):
     encoder_output, source_mask = model.encode(SOURCE)
     full = keras.ops.convert_to_numpy(model.decode(TARGET, encoder_output, source_mask))
-    self_cache, step_constants = model.initialize_cache(encoder_output, source_mask, max_length=TARGET.shape[1])
+    self_cache, step_constants = model.initialize_cache(
+        encoder_output, source_mask, max_length=TARGET.shape[1]
+    )
     for index in range(TARGET.shape[1]):
         logits, self_cache = model.decode_step(
             TARGET[:, index : index + 1], index, self_cache, step_constants
         )
         real = TARGET[:, index] != 0  # padded target positions are never decoded
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(logits)[real], full[real, index], atol=1e-4)
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(logits)[real], full[real, index], atol=1e-4
+        )
 
 
 def test_source_padding_does_not_change_the_logits(model):
@@ -63,7 +73,9 @@ def test_saved_and_loaded_model_gives_the_same_logits(model, tmp_path):
     loaded = keras.models.load_model(path)
     inputs = {"source_ids": SOURCE, "target_ids": TARGET}
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(loaded(inputs)), keras.ops.convert_to_numpy(model(inputs)), atol=1e-6
+        keras.ops.convert_to_numpy(loaded(inputs)),
+        keras.ops.convert_to_numpy(model(inputs)),
+        atol=1e-6,
     )
     assert loaded.get_config() == model.get_config()
 
@@ -94,6 +106,10 @@ def test_fit_learns_to_copy_the_source():
     )
     build_optimizer(model)
     history = model.fit(
-        {"source_ids": source, "target_ids": target_in}, target_out, epochs=30, batch_size=16, verbose=0
+        {"source_ids": source, "target_ids": target_in},
+        target_out,
+        epochs=30,
+        batch_size=16,
+        verbose=0,
     )
     assert history.history["loss"][-1] < 0.3 * history.history["loss"][0]

@@ -37,7 +37,10 @@ def direct_models(exports):
 def direct_models_loader(exports, direct_models):
     """A `ModelRepository` loader that hands out the SavedModels `direct_models` already
     loaded (the files are the same) for version 1 of both exports, and loads any other path."""
-    loaded = {exports.version_dir(model): direct_models[(model, 1)] for model in ("classifier", "translator")}
+    loaded = {
+        exports.version_dir(model): direct_models[(model, 1)]
+        for model in ("classifier", "translator")
+    }
     return lambda path: loaded.get(str(path)) or load_saved_model(path)
 
 

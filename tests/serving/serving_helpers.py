@@ -92,7 +92,9 @@ class Exports:
     root: str
     classifier: str  # base path: classifier/1
     translator: str  # base path: translator/1
-    spare_translator: str  # another translator's version folder (different weights), to publish as a new version
+    spare_translator: (
+        str  # another translator's version folder (different weights), to publish as a new version
+    )
 
     def version_dir(self, model, version=1):
         return os.path.join(getattr(self, model), str(version))
@@ -121,12 +123,19 @@ def build_exports(tmp_path_factory, randomize):
 
     keras.utils.set_random_seed(7)
     root = str(tmp_path_factory.mktemp("serving_exports"))
-    vocabulary = save_vocabulary(build_vocabulary(VOCABULARY_TEXTS, 80), os.path.join(root, "vocab.txt"))
+    vocabulary = save_vocabulary(
+        build_vocabulary(VOCABULARY_TEXTS, 80), os.path.join(root, "vocab.txt")
+    )
     tokenizer = WordPieceTokenizer(vocabulary)
 
     classifier = TransformerClassifier(
-        tokenizer.vocabulary_size, len(CLASS_NAMES), sequence_length=16, num_layers=1, d_model=16,
-        num_heads=2, intermediate_dim=32,
+        tokenizer.vocabulary_size,
+        len(CLASS_NAMES),
+        sequence_length=16,
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        intermediate_dim=32,
     )
     classifier.build((None, 16))
     # Larger random weights than the initializers give, so different texts get
@@ -135,17 +144,33 @@ def build_exports(tmp_path_factory, randomize):
     export_classifier(classifier, tokenizer, CLASS_NAMES, os.path.join(root, "classifier"))
 
     translator = Seq2SeqTransformer(
-        tokenizer.vocabulary_size, tokenizer.vocabulary_size, sequence_length=12, num_encoder_layers=1,
-        num_decoder_layers=1, d_model=16, num_heads=2, intermediate_dim=32,
+        tokenizer.vocabulary_size,
+        tokenizer.vocabulary_size,
+        sequence_length=12,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_model=16,
+        num_heads=2,
+        intermediate_dim=32,
     )
     translator.build()
     randomize(translator, seed=2, scale=0.5)
-    first = export_translator(translator, tokenizer, tokenizer, os.path.join(root, "translator"),
-                              max_output_length=8, beam_width=2)
+    first = export_translator(
+        translator,
+        tokenizer,
+        tokenizer,
+        os.path.join(root, "translator"),
+        max_output_length=8,
+        beam_width=2,
+    )
     # The same translator with other weights, to publish as a new version.
-    spare = write_new_version(os.path.join(root, "spare_translator"),
-                              lambda folder: write_reweighted_copy(first, folder, seed=3))
-    _BUILT_EXPORTS.append(Exports(root, os.path.join(root, "classifier"), os.path.join(root, "translator"), spare))
+    spare = write_new_version(
+        os.path.join(root, "spare_translator"),
+        lambda folder: write_reweighted_copy(first, folder, seed=3),
+    )
+    _BUILT_EXPORTS.append(
+        Exports(root, os.path.join(root, "classifier"), os.path.join(root, "translator"), spare)
+    )
     return _BUILT_EXPORTS[0]
 
 
@@ -161,7 +186,9 @@ def call_direct(loaded, texts, signature="serving_default"):
     """{output name: numpy array} from calling the signature on `texts` (str or bytes)."""
     import tensorflow as tf
 
-    outputs = loaded.signatures[signature](text=tf.constant([text_bytes(text) for text in texts], dtype=tf.string))
+    outputs = loaded.signatures[signature](
+        text=tf.constant([text_bytes(text) for text in texts], dtype=tf.string)
+    )
     return {name: value.numpy() for name, value in outputs.items()}
 
 
@@ -190,8 +217,9 @@ class ServerProcess:
             command += ["--model", f"{name}={path}"]
         environment = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
         self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=environment, stdout=self._log,
-                                        stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            command, cwd=REPO_ROOT, env=environment, stdout=self._log, stderr=subprocess.STDOUT
+        )
         try:
             self._wait_healthy(startup_timeout)
         except BaseException:
@@ -202,7 +230,9 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"The server exited with status {self.process.returncode}:\n{self.log()}")
+                raise RuntimeError(
+                    f"The server exited with status {self.process.returncode}:\n{self.log()}"
+                )
             try:
                 if httpx.get(self.url + "/healthz", timeout=5.0).status_code == 200:
                     return
@@ -232,8 +262,10 @@ class ServerProcess:
 def start_threads(targets, name):
     """Starts one daemon thread per target: a thread stuck on a hung server
     cannot keep the test process alive after the test has failed."""
-    threads = [threading.Thread(target=target, name=f"{name}-{index}", daemon=True)
-               for index, target in enumerate(targets)]
+    threads = [
+        threading.Thread(target=target, name=f"{name}-{index}", daemon=True)
+        for index, target in enumerate(targets)
+    ]
     for thread in threads:
         thread.start()
     return threads
@@ -253,7 +285,9 @@ def publish_copy(version_dir, base_path):
     (atomically, through the library's `write_new_version`); returns its folder."""
     from keras_transformer.export.versions import write_new_version
 
-    return write_new_version(base_path, lambda folder: shutil.copytree(version_dir, folder, dirs_exist_ok=True))
+    return write_new_version(
+        base_path, lambda folder: shutil.copytree(version_dir, folder, dirs_exist_ok=True)
+    )
 
 
 def write_reweighted_copy(version_dir, folder, seed, scale=0.5):
@@ -278,13 +312,19 @@ def write_reweighted_copy(version_dir, folder, seed, scale=0.5):
     variables_dir = os.path.join(folder, "variables")
     for entry in os.listdir(variables_dir):
         os.remove(os.path.join(variables_dir, entry))
-    tf.raw_ops.SaveV2(prefix=os.path.join(variables_dir, "variables"), tensor_names=names,
-                      shape_and_slices=[""] * len(names), tensors=tensors)
+    tf.raw_ops.SaveV2(
+        prefix=os.path.join(variables_dir, "variables"),
+        tensor_names=names,
+        shape_and_slices=[""] * len(names),
+        tensors=tensors,
+    )
 
 
 def assert_classifier_answer(answer, expected, atol=1e-6):
     probabilities, label = expected
-    np.testing.assert_allclose(np.asarray(answer["probabilities"], dtype=np.float64), probabilities, atol=atol, rtol=0)
+    np.testing.assert_allclose(
+        np.asarray(answer["probabilities"], dtype=np.float64), probabilities, atol=atol, rtol=0
+    )
     assert answer["label"] == label.decode("utf-8")
 
 

@@ -32,7 +32,13 @@ from tests.serving.serving_helpers import publish_copy
 from tests.serving.serving_helpers import start_threads
 from tests.serving.serving_helpers import text_json
 
-SOME_TEXTS = ["the cat sat on the mat", "", "la casa es azul", NON_UTF8_TEXT, "zebra quantum xylophone"]
+SOME_TEXTS = [
+    "the cat sat on the mat",
+    "",
+    "la casa es azul",
+    NON_UTF8_TEXT,
+    "zebra quantum xylophone",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +62,14 @@ def serve(exports, shared_loader):
     @contextlib.contextmanager
     def serve(models=None, **settings):
         models = models or {"classifier": exports.classifier, "translator": exports.translator}
-        repository = ModelRepository(model_configs(models, signatures=("greedy", "attention")),
-                                     loader=shared_loader, poll_seconds=0)
-        with TestClient(create_app(repository, ServerSettings(**settings)), raise_server_exceptions=False) as client:
+        repository = ModelRepository(
+            model_configs(models, signatures=("greedy", "attention")),
+            loader=shared_loader,
+            poll_seconds=0,
+        )
+        with TestClient(
+            create_app(repository, ServerSettings(**settings)), raise_server_exceptions=False
+        ) as client:
             client.repository = repository
             yield client
 
@@ -100,14 +111,25 @@ def test_healthz_is_503_until_every_model_has_a_version(serve, exports, tmp_path
 def test_status(client, path):
     response = client.get(path)
     assert response.status_code == 200
-    assert response.json() == {"model_version_status": [
-        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
-    ]}
+    assert response.json() == {
+        "model_version_status": [
+            {
+                "version": "1",
+                "state": "AVAILABLE",
+                "status": {"error_code": "OK", "error_message": ""},
+            }
+        ]
+    }
 
 
 def tensor_info(dtype, *sizes):
-    return {"dtype": dtype, "tensor_shape": {"dim": [{"size": str(size), "name": ""} for size in sizes],
-                                             "unknown_rank": False}}
+    return {
+        "dtype": dtype,
+        "tensor_shape": {
+            "dim": [{"size": str(size), "name": ""} for size in sizes],
+            "unknown_rank": False,
+        },
+    }
 
 
 def test_classifier_metadata(client):
@@ -119,12 +141,16 @@ def test_classifier_metadata(client):
     assert set(signatures) == {"serving_default", "attention"}
     assert signatures["serving_default"] == {
         "inputs": {"text": tensor_info("DT_STRING", -1)},
-        "outputs": {"label": tensor_info("DT_STRING", -1), "probabilities": tensor_info("DT_FLOAT", -1, 3)},
+        "outputs": {
+            "label": tensor_info("DT_STRING", -1),
+            "probabilities": tensor_info("DT_FLOAT", -1, 3),
+        },
         "method_name": "tensorflow/serving/predict",
     }
     # attention: tokens [None, T], scores [None, layers 1, heads 2, T, T]; T = the longest text's tokens
     assert signatures["attention"]["outputs"] == {
-        "attention_scores": tensor_info("DT_FLOAT", -1, 1, 2, -1, -1), "tokens": tensor_info("DT_STRING", -1, -1),
+        "attention_scores": tensor_info("DT_FLOAT", -1, 1, 2, -1, -1),
+        "tokens": tensor_info("DT_STRING", -1, -1),
     }
 
 
@@ -142,14 +168,18 @@ def test_translator_metadata_by_version(client):
 
 
 def test_classifier_row_predict_equals_direct_call(client, direct_models):
-    response = predict(client, "classifier", {"instances": [text_json(text) for text in SOME_TEXTS]})
+    response = predict(
+        client, "classifier", {"instances": [text_json(text) for text in SOME_TEXTS]}
+    )
     assert response.status_code == 200
     predictions = response.json()["predictions"]
     expected = call_direct(direct_models[("classifier", 1)], SOME_TEXTS)
     assert len(predictions) == len(SOME_TEXTS)
     for index, prediction in enumerate(predictions):
         assert set(prediction) == {"probabilities", "label"}
-        assert_classifier_answer(prediction, (expected["probabilities"][index], expected["label"][index]))
+        assert_classifier_answer(
+            prediction, (expected["probabilities"][index], expected["label"][index])
+        )
 
 
 def test_classifier_columnar_predict_equals_direct_call(client, direct_models):
@@ -158,7 +188,9 @@ def test_classifier_columnar_predict_equals_direct_call(client, direct_models):
     assert response.status_code == 200
     outputs = response.json()["outputs"]
     expected = call_direct(direct_models[("classifier", 1)], SOME_TEXTS)
-    np.testing.assert_allclose(outputs["probabilities"], expected["probabilities"], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(
+        outputs["probabilities"], expected["probabilities"], atol=1e-6, rtol=0
+    )
     assert outputs["label"] == [label.decode() for label in expected["label"]]
 
 
@@ -170,20 +202,32 @@ def test_translator_predict_every_signature_equals_direct_call(client, direct_mo
     expected = call_direct(direct, SOME_TEXTS)["translation"]
     assert response.json() == {"predictions": [value.decode("utf-8") for value in expected]}
 
-    response = predict(client, "translator", {"signature_name": "greedy", "inputs": texts}, version=1)
+    response = predict(
+        client, "translator", {"signature_name": "greedy", "inputs": texts}, version=1
+    )
     assert response.status_code == 200
     expected = call_direct(direct, SOME_TEXTS, "greedy")["translation"]
     assert response.json() == {"outputs": [value.decode("utf-8") for value in expected]}
 
-    response = predict(client, "translator", {"signature_name": "attention", "inputs": {"text": texts}})
+    response = predict(
+        client, "translator", {"signature_name": "attention", "inputs": {"text": texts}}
+    )
     assert response.status_code == 200
     outputs = response.json()["outputs"]
     expected = call_direct(direct, SOME_TEXTS, "attention")
-    assert set(outputs) == {"source_tokens", "target_tokens", "decoder_input_tokens", "cross_attention",
-                            "decoder_self_attention", "encoder_self_attention"}
+    assert set(outputs) == {
+        "source_tokens",
+        "target_tokens",
+        "decoder_input_tokens",
+        "cross_attention",
+        "decoder_self_attention",
+        "encoder_self_attention",
+    }
     for name in ("source_tokens", "target_tokens"):
         assert outputs[name] == [[token.decode("utf-8") for token in row] for row in expected[name]]
-    np.testing.assert_allclose(outputs["cross_attention"], expected["cross_attention"], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(
+        outputs["cross_attention"], expected["cross_attention"], atol=1e-6, rtol=0
+    )
 
 
 def test_empty_instances_give_empty_predictions(client):
@@ -193,12 +237,18 @@ def test_empty_instances_give_empty_predictions(client):
 
 def test_every_pool_text_alone_equals_its_direct_answer(client, direct_answers):
     for text in TEXT_POOL:
-        prediction = predict(client, "classifier", {"instances": [text_json(text)]}).json()["predictions"][0]
+        prediction = predict(client, "classifier", {"instances": [text_json(text)]}).json()[
+            "predictions"
+        ][0]
         assert_classifier_answer(prediction, direct_answers[("classifier", 1)][text])
     for start in range(0, len(TEXT_POOL), 8):  # the client's limit is 8 instances
-        texts = TEXT_POOL[start:start + 8]
-        translations = predict(client, "translator", {"instances": [text_json(text) for text in texts]}).json()
-        assert translations["predictions"] == [direct_answers[("translator", 1)][text].decode() for text in texts]
+        texts = TEXT_POOL[start : start + 8]
+        translations = predict(
+            client, "translator", {"instances": [text_json(text) for text in texts]}
+        ).json()
+        assert translations["predictions"] == [
+            direct_answers[("translator", 1)][text].decode() for text in texts
+        ]
 
 
 # Refusals, each with TensorFlow Serving's status code and a JSON error
@@ -217,25 +267,37 @@ def test_unknown_model_and_version_are_404(client):
     assert_error(predict(client, "nobody", {"instances": ["a"]}), 404, "nobody")
     assert_error(client.get("/v1/models/nobody"), 404, "nobody")
     assert_error(client.get("/v1/models/nobody/metadata"), 404, "nobody")
-    assert_error(predict(client, "classifier", {"instances": ["a"]}, version=2), 404, "classifier", "2")
+    assert_error(
+        predict(client, "classifier", {"instances": ["a"]}, version=2), 404, "classifier", "2"
+    )
     assert_error(client.get("/v1/models/classifier/versions/2"), 404, "version 2")
     assert_error(client.get("/v1/models/classifier/versions/2/metadata"), 404, "classifier", "2")
     assert_error(client.get("/v2/models/classifier"), 404)
     assert_error(client.get("/v1/models/classifier/labels"), 404)
 
 
-@pytest.mark.parametrize("path, status", [
-    ("/v1/models/%ff:predict", 404), ("/v1/models/a%2Fb:predict", 404), ("/v1/models/:predict", 404),
-    ("/v1/models/", 404), ("/v1/models/classifier/versions/:predict", 404), ("/v1/models/classifier::predict", 404),
-    ("/v1/models/classifier/versions/99999999999999999999999:predict", 404), ("/v1/models/classifier:", 400),
-])
+@pytest.mark.parametrize(
+    "path, status",
+    [
+        ("/v1/models/%ff:predict", 404),
+        ("/v1/models/a%2Fb:predict", 404),
+        ("/v1/models/:predict", 404),
+        ("/v1/models/", 404),
+        ("/v1/models/classifier/versions/:predict", 404),
+        ("/v1/models/classifier::predict", 404),
+        ("/v1/models/classifier/versions/99999999999999999999999:predict", 404),
+        ("/v1/models/classifier:", 400),
+    ],
+)
 def test_odd_paths_are_refused_with_json(client, path, status):
     assert_error(client.post(path, json={"instances": ["a"]}), status)
 
 
 @pytest.mark.parametrize("version", ["abc", "0", "-1", "1.5"])
 def test_a_version_must_be_a_positive_integer(client, version):
-    assert_error(predict(client, "classifier", {"instances": ["a"]}, version=version), 400, repr(version))
+    assert_error(
+        predict(client, "classifier", {"instances": ["a"]}, version=version), 400, repr(version)
+    )
 
 
 def test_bad_bodies_are_400(client):
@@ -249,11 +311,21 @@ def test_bad_bodies_are_400(client):
     assert_error(client.post(url, json={"instances": ["a", 7]}), 400, "example 1")
     assert_error(client.post(url, json={"instances": [{"b64": "***"}]}), 400, "example 0", "base64")
     assert_error(client.post(url, json={"inputs": {"txt": ["a"]}}), 400, "'txt'")
-    assert_error(client.post(url, json={"instances": ["a"], "signature_name": "nope"}), 400, "nope",
-                 "serving_default")
-    assert_error(client.post(url, json={"instances": ["a"], "signature_name": 3}), 400, "signature_name")
+    assert_error(
+        client.post(url, json={"instances": ["a"], "signature_name": "nope"}),
+        400,
+        "nope",
+        "serving_default",
+    )
+    assert_error(
+        client.post(url, json={"instances": ["a"], "signature_name": 3}), 400, "signature_name"
+    )
     # JSON can carry a lone surrogate, which the UTF-8 answer cannot: it comes back escaped.
-    assert_error(client.post(url, content=b'{"instances": ["a"], "signature_name": "x\\ud800"}'), 400, "x\\ud800")
+    assert_error(
+        client.post(url, content=b'{"instances": ["a"], "signature_name": "x\\ud800"}'),
+        400,
+        "x\\ud800",
+    )
 
 
 def test_limits_are_413(client):
@@ -274,11 +346,15 @@ def test_limits_are_413(client):
 
 def test_wrong_methods_and_verbs(client):
     assert_error(client.get("/v1/models/classifier:predict"), 405, "POST")
-    assert_error(client.put("/v1/models/classifier:predict", json={"instances": ["a"]}), 405, "POST")
+    assert_error(
+        client.put("/v1/models/classifier:predict", json={"instances": ["a"]}), 405, "POST"
+    )
     assert_error(client.post("/v1/models/classifier", json={}), 405, "GET")
     assert_error(client.delete("/v1/models/classifier/metadata"), 405, "GET")
     assert_error(client.post("/healthz"), 405)
-    assert_error(client.post("/v1/models/classifier:classify", json={"examples": []}), 400, ":classify")
+    assert_error(
+        client.post("/v1/models/classifier:classify", json={"examples": []}), 400, ":classify"
+    )
 
 
 def test_the_app_still_answers_after_refusals(client, direct_answers):
@@ -288,14 +364,21 @@ def test_the_app_still_answers_after_refusals(client, direct_answers):
         client.get("/v1/models/nobody")
     response = predict(client, "classifier", {"instances": ["the cat sat on the mat"]})
     assert response.status_code == 200
-    assert_classifier_answer(response.json()["predictions"][0],
-                             direct_answers[("classifier", 1)]["the cat sat on the mat"])
+    assert_classifier_answer(
+        response.json()["predictions"][0],
+        direct_answers[("classifier", 1)]["the cat sat on the mat"],
+    )
 
 
 def test_model_failures(client, monkeypatch):
     fail_on_marked_texts(monkeypatch)
-    assert_error(predict(client, "classifier", {"instances": ["bad input"]}), 400, "the model refuses this")
-    assert "second line" not in predict(client, "classifier", {"instances": ["bad input"]}).json()["error"]
+    assert_error(
+        predict(client, "classifier", {"instances": ["bad input"]}), 400, "the model refuses this"
+    )
+    assert (
+        "second line"
+        not in predict(client, "classifier", {"instances": ["bad input"]}).json()["error"]
+    )
     assert_error(predict(client, "classifier", {"instances": ["server bug"]}), 500, "RuntimeError")
     assert "boom" not in predict(client, "classifier", {"instances": ["server bug"]}).text
     assert predict(client, "classifier", {"instances": ["fine"]}).status_code == 200
@@ -316,11 +399,18 @@ def test_one_log_line_per_request(client, caplog):
     predict(client, "translator", {"instances": ["a"]}, version=7)
     client.post("/v1/models/classifier:predict", content=b"{")
     client.get("/v1/models/translator/metadata")
-    lines = [record.getMessage() for record in caplog.records if record.name == "keras_transformer.serving"]
+    lines = [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "keras_transformer.serving"
+    ]
     assert len(lines) == 4, lines
     parsed = [LOG_LINE.match(line) for line in lines]
     assert all(parsed), lines
-    fields = [(m["method"], m["path"], m["model"], m["version"], m["instances"], m["status"]) for m in parsed]
+    fields = [
+        (m["method"], m["path"], m["model"], m["version"], m["instances"], m["status"])
+        for m in parsed
+    ]
     assert fields == [
         ("POST", "/v1/models/classifier:predict", "classifier", "1", "2", "200"),
         ("POST", "/v1/models/translator/versions/7:predict", "translator", "7", "-", "404"),
@@ -351,16 +441,26 @@ def model_calls(monkeypatch):
 
 def concurrent_predictions(client, model, texts, instances_per_request=1):
     """One thread per request, all released at once; returns the responses in request order."""
-    requests = [texts[start:start + instances_per_request] for start in range(0, len(texts), instances_per_request)]
+    requests = [
+        texts[start : start + instances_per_request]
+        for start in range(0, len(texts), instances_per_request)
+    ]
     responses = [None] * len(requests)
     barrier = threading.Barrier(len(requests), timeout=60)
 
     def send(index):
         barrier.wait()
-        responses[index] = predict(client, model, {"instances": [text_json(text) for text in requests[index]]})
+        responses[index] = predict(
+            client, model, {"instances": [text_json(text) for text in requests[index]]}
+        )
 
-    join_threads(start_threads([functools.partial(send, index) for index in range(len(requests))], "client"), 120)
-    assert all(response is not None and response.status_code == 200 for response in responses), responses
+    join_threads(
+        start_threads([functools.partial(send, index) for index in range(len(requests))], "client"),
+        120,
+    )
+    assert all(response is not None and response.status_code == 200 for response in responses), (
+        responses
+    )
     return requests, responses
 
 
@@ -379,7 +479,9 @@ def test_concurrent_requests_are_merged_and_each_gets_its_rows(serve, model_call
         model_calls.clear()
         requests, responses = concurrent_predictions(client, "translator", texts)
         for request, response in zip(requests, responses):
-            assert response.json()["predictions"] == [direct_answers[("translator", 1)][request[0]].decode()]
+            assert response.json()["predictions"] == [
+                direct_answers[("translator", 1)][request[0]].decode()
+            ]
         assert sum(model_calls) == len(texts) and len(model_calls) < len(texts), model_calls
 
 
@@ -388,7 +490,9 @@ def test_batches_respect_the_max_batch_size(serve, model_calls, direct_answers):
     texts = TEXT_POOL[:24]
     with serve(max_batch_size=5, batch_timeout_ms=300) as client:
         model_calls.clear()
-        requests, responses = concurrent_predictions(client, "translator", texts, instances_per_request=2)
+        requests, responses = concurrent_predictions(
+            client, "translator", texts, instances_per_request=2
+        )
         for request, response in zip(requests, responses):
             expected = [direct_answers[("translator", 1)][text].decode() for text in request]
             assert response.json()["predictions"] == expected
@@ -398,12 +502,16 @@ def test_batches_respect_the_max_batch_size(serve, model_calls, direct_answers):
         model_calls.clear()
         big = TEXT_POOL[:7]  # larger than a batch: runs alone, whole
         response = predict(client, "translator", {"instances": [text_json(text) for text in big]})
-        assert response.json()["predictions"] == [direct_answers[("translator", 1)][t].decode() for t in big]
+        assert response.json()["predictions"] == [
+            direct_answers[("translator", 1)][t].decode() for t in big
+        ]
         assert model_calls == [7]
 
 
 @pytest.mark.timeout(600)
-def test_a_bad_request_does_not_fail_the_requests_merged_with_it(serve, monkeypatch, direct_answers):
+def test_a_bad_request_does_not_fail_the_requests_merged_with_it(
+    serve, monkeypatch, direct_answers
+):
     calls = []
     original = ServedVersion.run
 
@@ -423,12 +531,19 @@ def test_a_bad_request_does_not_fail_the_requests_merged_with_it(serve, monkeypa
             barrier.wait()
             responses[index] = predict(client, "classifier", {"instances": [texts[index]]})
 
-        join_threads(start_threads([functools.partial(send, index) for index in range(len(texts))], "client"), 120)
+        join_threads(
+            start_threads(
+                [functools.partial(send, index) for index in range(len(texts))], "client"
+            ),
+            120,
+        )
     assert max(calls) > 1, calls  # the bad request was merged with others at least once
     assert_error(responses[-1], 400, "the model refuses 'bad input'")
     for text, response in zip(texts[:-1], responses[:-1]):
         assert response.status_code == 200, response.text
-        assert_classifier_answer(response.json()["predictions"][0], direct_answers[("classifier", 1)][text])
+        assert_classifier_answer(
+            response.json()["predictions"][0], direct_answers[("classifier", 1)][text]
+        )
 
 
 def test_without_batching_one_call_per_request(serve, model_calls, direct_answers):
@@ -437,7 +552,9 @@ def test_without_batching_one_call_per_request(serve, model_calls, direct_answer
         model_calls.clear()
         requests, responses = concurrent_predictions(client, "classifier", texts)
         for request, response in zip(requests, responses):
-            assert_classifier_answer(response.json()["predictions"][0], direct_answers[("classifier", 1)][request[0]])
+            assert_classifier_answer(
+                response.json()["predictions"][0], direct_answers[("classifier", 1)][request[0]]
+            )
         assert model_calls == [1] * len(texts)
 
 
@@ -460,10 +577,20 @@ def test_version_switch_and_a_broken_version(serve, exports, direct_answers, tmp
         assert predict(client, "translator", body).json()["predictions"] == expected
         assert predict(client, "translator", body, version=2).json()["predictions"] == expected
         assert_error(predict(client, "translator", body, version=1), 404, "1")
-        assert client.get("/v1/models/translator").json() == {"model_version_status": [
-            {"version": "2", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}},
-            {"version": "1", "state": "END", "status": {"error_code": "OK", "error_message": ""}},
-        ]}
+        assert client.get("/v1/models/translator").json() == {
+            "model_version_status": [
+                {
+                    "version": "2",
+                    "state": "AVAILABLE",
+                    "status": {"error_code": "OK", "error_message": ""},
+                },
+                {
+                    "version": "1",
+                    "state": "END",
+                    "status": {"error_code": "OK", "error_message": ""},
+                },
+            ]
+        }
         assert client.get("/v1/models/translator/metadata").json()["model_spec"]["version"] == "2"
 
         # A version that cannot load is reported; version 2 keeps serving.
@@ -474,7 +601,9 @@ def test_version_switch_and_a_broken_version(serve, exports, direct_answers, tmp
         assert client.repository.models["translator"].refresh() is False
         status = client.get("/v1/models/translator/versions/3").json()["model_version_status"]
         assert status[0]["version"] == "3" and status[0]["state"] == "END"
-        assert status[0]["status"]["error_code"] == "UNKNOWN" and status[0]["status"]["error_message"]
+        assert (
+            status[0]["status"]["error_code"] == "UNKNOWN" and status[0]["status"]["error_message"]
+        )
         assert predict(client, "translator", body).json()["predictions"] == expected
         assert client.get("/healthz").json()["models"] == {"translator": 2}
 
@@ -484,4 +613,6 @@ def test_b64_round_trip_of_a_non_utf8_text(client, direct_answers):
     body = {"instances": [{"b64": base64.b64encode(NON_UTF8_TEXT).decode()}]}
     response = predict(client, "classifier", body)
     assert response.status_code == 200
-    assert_classifier_answer(response.json()["predictions"][0], direct_answers[("classifier", 1)][NON_UTF8_TEXT])
+    assert_classifier_answer(
+        response.json()["predictions"][0], direct_answers[("classifier", 1)][NON_UTF8_TEXT]
+    )

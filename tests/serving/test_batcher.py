@@ -51,9 +51,13 @@ def test_a_lone_request_runs_without_waiting_for_company(executor):
     version = FakeVersion()
 
     async def scenario():
-        batcher = Batcher(executor, max_batch_size=8, max_wait_seconds=LONG_WAIT, max_concurrent_batches=2)
+        batcher = Batcher(
+            executor, max_batch_size=8, max_wait_seconds=LONG_WAIT, max_concurrent_batches=2
+        )
         inputs, size = request(1.0, 2.0)
-        return await asyncio.wait_for(batcher.submit(version, "sig", inputs, size), timeout=LONG_WAIT / 3)
+        return await asyncio.wait_for(
+            batcher.submit(version, "sig", inputs, size), timeout=LONG_WAIT / 3
+        )
 
     outputs = asyncio.run(scenario())
     np.testing.assert_array_equal(outputs["y"], [2.0, 4.0])
@@ -65,7 +69,9 @@ def test_while_a_request_runs_the_next_ones_wait_and_are_merged(executor):
     version.release.clear()
 
     async def scenario():
-        batcher = Batcher(executor, max_batch_size=3, max_wait_seconds=LONG_WAIT, max_concurrent_batches=2)
+        batcher = Batcher(
+            executor, max_batch_size=3, max_wait_seconds=LONG_WAIT, max_concurrent_batches=2
+        )
         first = asyncio.ensure_future(batcher.submit(version, "sig", *request(1.0)))
         await asyncio.get_running_loop().run_in_executor(None, version.entered.wait, 10)
         # The first request holds one slot; the second gets the free one but,
@@ -90,10 +96,15 @@ def test_requests_queued_while_every_slot_is_busy_form_one_batch(executor):
     version.release.clear()
 
     async def scenario():
-        batcher = Batcher(executor, max_batch_size=64, max_wait_seconds=0.0, max_concurrent_batches=1)
+        batcher = Batcher(
+            executor, max_batch_size=64, max_wait_seconds=0.0, max_concurrent_batches=1
+        )
         first = asyncio.ensure_future(batcher.submit(version, "sig", *request(0.0)))
         await asyncio.get_running_loop().run_in_executor(None, version.entered.wait, 10)
-        rest = [asyncio.ensure_future(batcher.submit(version, "sig", *request(float(i)))) for i in range(1, 6)]
+        rest = [
+            asyncio.ensure_future(batcher.submit(version, "sig", *request(float(i))))
+            for i in range(1, 6)
+        ]
         await asyncio.sleep(0.1)
         version.release.set()
         return await asyncio.wait_for(asyncio.gather(first, *rest), timeout=LONG_WAIT / 3)
@@ -149,9 +160,16 @@ def test_requests_whose_deadline_passed_before_their_batch_started_are_not_compu
     async def scenario():
         batcher = Batcher(executor, max_batch_size=8, max_wait_seconds=0.0, max_queued_examples=100)
         running = await _hold_the_only_slot(batcher, version)
-        late = [asyncio.ensure_future(batcher.submit(version, "sig", *request(float(i)), timeout=0.2)) for i in range(5)]
-        patient = asyncio.ensure_future(batcher.submit(version, "sig", *request(10.0), timeout=LONG_WAIT))
-        results = await asyncio.wait_for(asyncio.gather(*late, return_exceptions=True), timeout=LONG_WAIT / 3)
+        late = [
+            asyncio.ensure_future(batcher.submit(version, "sig", *request(float(i)), timeout=0.2))
+            for i in range(5)
+        ]
+        patient = asyncio.ensure_future(
+            batcher.submit(version, "sig", *request(10.0), timeout=LONG_WAIT)
+        )
+        results = await asyncio.wait_for(
+            asyncio.gather(*late, return_exceptions=True), timeout=LONG_WAIT / 3
+        )
         # Given up: they no longer count against the queue's limit.
         assert batcher.queue_depths() == {("fake", 1, "sig"): 1}
         version.release.set()
@@ -185,14 +203,19 @@ def test_cancelled_requests_are_not_computed_and_a_batch_holds_only_live_ones(ex
     async def scenario():
         batcher = Batcher(executor, max_batch_size=3, max_wait_seconds=0.0, max_queued_examples=100)
         running = await _hold_the_only_slot(batcher, version)
-        waiting = [asyncio.ensure_future(batcher.submit(version, "sig", *request(float(i)))) for i in range(6)]
+        waiting = [
+            asyncio.ensure_future(batcher.submit(version, "sig", *request(float(i))))
+            for i in range(6)
+        ]
         await asyncio.sleep(0)
         for index in (0, 2, 3):  # as a client that disconnects cancels its request
             waiting[index].cancel()
         await asyncio.sleep(0)
         assert batcher.queue_depths() == {("fake", 1, "sig"): 3}
         version.release.set()
-        return await asyncio.wait_for(asyncio.gather(running, *[waiting[i] for i in (1, 4, 5)]), timeout=LONG_WAIT / 3)
+        return await asyncio.wait_for(
+            asyncio.gather(running, *[waiting[i] for i in (1, 4, 5)]), timeout=LONG_WAIT / 3
+        )
 
     answers = asyncio.run(scenario())
     # The three left fill one batch of three: the cancelled ones took no room in it.
@@ -206,17 +229,24 @@ def test_unmerged_requests_run_alone_in_a_bounded_queue_and_cancelled_ones_are_d
     version = FakeVersion()
 
     async def scenario():
-        batcher = Batcher(executor, max_batch_size=8, max_wait_seconds=LONG_WAIT, max_queued_examples=3)
+        batcher = Batcher(
+            executor, max_batch_size=8, max_wait_seconds=LONG_WAIT, max_queued_examples=3
+        )
         version.release.clear()
         running = asyncio.ensure_future(batcher.submit(version, "sig", *request(-1.0), merge=False))
         await asyncio.get_running_loop().run_in_executor(None, version.entered.wait, 10)
-        waiting = [asyncio.ensure_future(batcher.submit(version, "sig", *request(v), merge=False)) for v in (1.0, 2.0, 3.0)]
+        waiting = [
+            asyncio.ensure_future(batcher.submit(version, "sig", *request(v), merge=False))
+            for v in (1.0, 2.0, 3.0)
+        ]
         await asyncio.sleep(0)
         with pytest.raises(QueueFull):
             await batcher.submit(version, "sig", *request(4.0), merge=False)
         waiting[1].cancel()
         version.release.set()
-        return await asyncio.wait_for(asyncio.gather(running, waiting[0], waiting[2]), timeout=LONG_WAIT / 3)
+        return await asyncio.wait_for(
+            asyncio.gather(running, waiting[0], waiting[2]), timeout=LONG_WAIT / 3
+        )
 
     answers = asyncio.run(scenario())
     # One at a time, never merged, never waiting for company.
@@ -230,7 +260,9 @@ def test_a_request_given_up_while_its_batch_waits_for_company_is_left_out(execut
     version.release.clear()
 
     async def scenario():
-        batcher = Batcher(executor, max_batch_size=2, max_wait_seconds=LONG_WAIT, max_concurrent_batches=2)
+        batcher = Batcher(
+            executor, max_batch_size=2, max_wait_seconds=LONG_WAIT, max_concurrent_batches=2
+        )
         running = asyncio.ensure_future(batcher.submit(version, "sig", *request(-1.0)))
         await asyncio.get_running_loop().run_in_executor(None, version.entered.wait, 10)
         # It takes the free slot and, with a request running, waits for company.

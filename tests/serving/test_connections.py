@@ -30,16 +30,29 @@ MAX_CONNECTIONS = 40
 LATE = 1.5
 
 PREDICT = "/v1/models/classifier:predict"
-LOG_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+LOG_TIMESTAMP = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+)
 
 
 @pytest.fixture(scope="module")
 def server(exports, tmp_path_factory):
     root = tmp_path_factory.mktemp("connections")
     process = ServerProcess(
-        {"classifier": exports.classifier}, root / "server.log",
-        ["--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT),
-         "--idle-timeout", str(IDLE_TIMEOUT), "--max-connections", str(MAX_CONNECTIONS), "--poll-seconds", "0"],
+        {"classifier": exports.classifier},
+        root / "server.log",
+        [
+            "--header-timeout",
+            str(HEADER_TIMEOUT),
+            "--body-timeout",
+            str(BODY_TIMEOUT),
+            "--idle-timeout",
+            str(IDLE_TIMEOUT),
+            "--max-connections",
+            str(MAX_CONNECTIONS),
+            "--poll-seconds",
+            "0",
+        ],
     )
     yield process
     process.stop()
@@ -50,7 +63,9 @@ def connect(server):
 
 
 def request_head(method, path, extra_headers=b""):
-    return f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode("ascii") + extra_headers + b"\r\n"
+    return (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode("ascii") + extra_headers + b"\r\n"
+    )
 
 
 def predict_request(body, keep_alive=True):
@@ -107,8 +122,14 @@ class Trickler:
         sock = connect(self.server)
         sock.sendall(first)
         sock.setblocking(False)
-        connection = {"kind": kind, "socket": sock, "opened": time.monotonic(), "trickle": trickle,
-                      "received": b"", "closed_after": None}
+        connection = {
+            "kind": kind,
+            "socket": sock,
+            "opened": time.monotonic(),
+            "trickle": trickle,
+            "received": b"",
+            "closed_after": None,
+        }
         self.connections.append(connection)
         self.selector.register(sock, selectors.EVENT_READ, connection)
         return connection
@@ -117,7 +138,9 @@ class Trickler:
         """Trickles until every connection is closed or `timeout` passes; calls `between()` once, early."""
         deadline = time.monotonic() + timeout
         next_byte = time.monotonic()
-        while time.monotonic() < deadline and any(c["closed_after"] is None for c in self.connections):
+        while time.monotonic() < deadline and any(
+            c["closed_after"] is None for c in self.connections
+        ):
             if between is not None:
                 between()
                 between = None
@@ -159,7 +182,11 @@ def test_slow_and_silent_connections_are_closed_on_their_deadlines_while_others_
         # Headers that never end, one byte at a time (slowloris).
         trickler.open("slow headers", b"GET /healthz HTTP/1.1\r\n", b"X-Slow: " + b"a" * 200)
         # Complete headers, then a body slower than its deadline allows.
-        trickler.open("slow body", predict_request(b'{"instances": ["the cat"]}' + b" " * 200)[:-200], b" " * 200)
+        trickler.open(
+            "slow body",
+            predict_request(b'{"instances": ["the cat"]}' + b" " * 200)[:-200],
+            b" " * 200,
+        )
     served = []
 
     def an_ordinary_request():
@@ -167,11 +194,17 @@ def test_slow_and_silent_connections_are_closed_on_their_deadlines_while_others_
         response = httpx.get(server.url + "/healthz", timeout=10)
         served.append((response.status_code, time.monotonic() - started))
 
-    connections = trickler.run(timeout=HEADER_TIMEOUT + BODY_TIMEOUT + LATE, between=an_ordinary_request)
+    connections = trickler.run(
+        timeout=HEADER_TIMEOUT + BODY_TIMEOUT + LATE, between=an_ordinary_request
+    )
     assert served[0][0] == 200 and served[0][1] < 1.0, served
     for connection in connections:
         kind, closed_after = connection["kind"], connection["closed_after"]
-        deadline = {"silent": IDLE_TIMEOUT, "slow headers": HEADER_TIMEOUT, "slow body": BODY_TIMEOUT}[kind]
+        deadline = {
+            "silent": IDLE_TIMEOUT,
+            "slow headers": HEADER_TIMEOUT,
+            "slow body": BODY_TIMEOUT,
+        }[kind]
         assert closed_after is not None, f"a {kind} connection was still open"
         assert deadline - 0.05 <= closed_after <= deadline + LATE, (kind, closed_after)
         if kind == "slow body":
@@ -194,7 +227,10 @@ def test_a_kept_alive_connection_is_closed_after_the_idle_timeout(server):
             assert status == 200 and json.loads(answer)["predictions"][0]["label"] in CLASS_NAMES
             time.sleep(IDLE_TIMEOUT / 3)
         closed_after = seconds_until_closed(sock, IDLE_TIMEOUT + LATE + 1)
-    assert closed_after is not None and IDLE_TIMEOUT - IDLE_TIMEOUT / 3 - 0.05 <= closed_after <= IDLE_TIMEOUT + LATE
+    assert (
+        closed_after is not None
+        and IDLE_TIMEOUT - IDLE_TIMEOUT / 3 - 0.05 <= closed_after <= IDLE_TIMEOUT + LATE
+    )
 
 
 def test_the_next_requests_headers_are_due_a_header_timeout_after_the_previous_response(server):
@@ -224,7 +260,9 @@ def test_the_next_requests_headers_are_due_a_header_timeout_after_the_previous_r
                 break
     # Counted from the answer, not from the first byte: so closed sooner than
     # the header timeout after that byte.
-    assert closed is not None and HEADER_TIMEOUT - 0.05 <= closed < HEADER_TIMEOUT + first_byte_after, closed
+    assert (
+        closed is not None and HEADER_TIMEOUT - 0.05 <= closed < HEADER_TIMEOUT + first_byte_after
+    ), closed
 
 
 def test_connections_past_the_cap_are_refused_at_once_and_the_others_still_served(server):
@@ -278,7 +316,10 @@ PROBES = [
     (b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-Big: " + b"x" * 70000 + b"\r\n\r\n", "read"),
     (b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: -5\r\n\r\n", "read"),
     (b"GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "read"),
-    (b"GET /healthz HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n", "read"),
+    (
+        b"GET /healthz HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+        "read",
+    ),
     (b"GET /" + b"p" * 10000 + b" HTTP/1.1\r\nHost: a\r\n\r\n", "read"),
     (b"GET /x%0aFORGED%20INFO%20line%0d%0a HTTP/1.1\r\nHost: a\r\n\r\n", "read"),
     (b"GET /x%0d%1b[31mFORGED%e2%80%a8FORGED%c2%85FORGED%00 HTTP/1.1\r\nHost: a\r\n\r\n", "read"),
@@ -296,9 +337,15 @@ PROBES = [
     (predict_request(b"\xff\xfe{}"), "read"),
     (predict_request(b'{"instances": ["a"]}')[:-5], "hang up"),  # an aborted upload
     (request_head("POST", PREDICT, b"Content-Length: 100000\r\n") + b'{"inst', "hang up"),
-    (request_head("POST", PREDICT, b"Transfer-Encoding: chunked\r\n") + b"5\r\n{\"ins\r\nZZ\r\n", "read"),
+    (
+        request_head("POST", PREDICT, b"Transfer-Encoding: chunked\r\n") + b'5\r\n{"ins\r\nZZ\r\n',
+        "read",
+    ),
     # A body that breaks the chunked framing after the answer has gone out.
-    (request_head("GET", "/healthz", b"Transfer-Encoding: chunked\r\n") + b"3\r\nabc\r\n", "then garbage"),
+    (
+        request_head("GET", "/healthz", b"Transfer-Encoding: chunked\r\n") + b"3\r\nabc\r\n",
+        "then garbage",
+    ),
     (b"GET /healthz HTTP/1.1\r\nHost: a\r\n", "hang up"),  # a half-sent header
     (b"", "hang up"),  # a connection opened and dropped
 ]
@@ -312,7 +359,9 @@ def send_probe(server, data, how):
             except (BrokenPipeError, ConnectionResetError):
                 return  # the server already refused it
         if how == "hang up":
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST
+            sock.setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+            )  # RST
             return
         if how == "then garbage":
             time.sleep(0.2)  # the answer has been sent
@@ -326,7 +375,9 @@ def send_probe(server, data, how):
 def test_an_abuse_probe_leaves_the_server_healthy_and_its_log_clean(server):
     logged_before = len(server.log())
     for _ in range(2):  # all at once, then again
-        probes = start_threads([lambda probe=probe: send_probe(server, *probe) for probe in PROBES], "probe")
+        probes = start_threads(
+            [lambda probe=probe: send_probe(server, *probe) for probe in PROBES], "probe"
+        )
         join_threads(probes, timeout=HEADER_TIMEOUT + BODY_TIMEOUT + LATE + 10)
     time.sleep(0.5)  # the server has handled the last hang-ups
     response = httpx.post(server.url + PREDICT, json={"instances": ["the cat"]}, timeout=10)
@@ -335,7 +386,9 @@ def test_an_abuse_probe_leaves_the_server_healthy_and_its_log_clean(server):
     log = server.log()
     assert "Traceback" not in log
     assert "Exception" not in log
-    assert "WebSocket" not in log  # uvicorn's advice to install a WebSocket library: none is wanted here
+    assert (
+        "WebSocket" not in log
+    )  # uvicorn's advice to install a WebSocket library: none is wanted here
     # splitlines() breaks at every line boundary a log reader might honour
     # ("\r", "\x85", "\u2028", ...), not only at "\n".
     for line in log[logged_before:].splitlines():
@@ -358,7 +411,9 @@ def test_the_open_file_limit_is_raised_to_fit_the_connection_cap():
         "    _raise_open_file_limit(1000)\n"
         "    print('soft', resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
     )
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith(("soft", "WARNING"))]
     assert lines == [

@@ -66,14 +66,21 @@ EDGE_TEXTS = [
 @pytest.fixture(scope="module")
 def client(exports, direct_models):
     # Serve the SavedModels already loaded by `direct_models` (the files are the same).
-    loaded = {exports.version_dir(model): direct_models[(model, 1)] for model in ("classifier", "translator")}
+    loaded = {
+        exports.version_dir(model): direct_models[(model, 1)]
+        for model in ("classifier", "translator")
+    }
 
     def loader(path):
         return loaded.get(str(path)) or load_saved_model(path)
 
     repository = ModelRepository(
-        model_configs({"classifier": exports.classifier, "translator": exports.translator}, signatures=("attention",)),
-        loader=loader, poll_seconds=0,
+        model_configs(
+            {"classifier": exports.classifier, "translator": exports.translator},
+            signatures=("attention",),
+        ),
+        loader=loader,
+        poll_seconds=0,
     )
     settings = ServerSettings(max_body_bytes=1 << 20, max_instances=64, batch_timeout_ms=1.0)
     with TestClient(create_app(repository, settings), raise_server_exceptions=False) as client:
@@ -82,7 +89,9 @@ def client(exports, direct_models):
 
 def post_json(client, url, body):
     # json.dumps escapes lone surrogates as \ud800, as a JSON client would send them.
-    return client.post(url, content=json.dumps(body).encode("ascii"), headers={"content-type": "application/json"})
+    return client.post(
+        url, content=json.dumps(body).encode("ascii"), headers={"content-type": "application/json"}
+    )
 
 
 def b64(raw):
@@ -101,19 +110,28 @@ def assert_classifier_values(prediction, expected_probabilities, expected_label)
 
 
 @pytest.mark.timeout(600)  # the session's exports are built inside it when it runs first
-@pytest.mark.parametrize("text", [text for _, text in EDGE_TEXTS], ids=[name for name, _ in EDGE_TEXTS])
+@pytest.mark.parametrize(
+    "text", [text for _, text in EDGE_TEXTS], ids=[name for name, _ in EDGE_TEXTS]
+)
 def test_edge_text_gets_the_saved_models_answer(client, direct_models, text):
     raw = wtf8(text)
     direct = call_direct(direct_models[("classifier", 1)], [raw])
     expected = (direct["probabilities"][0], direct["label"][0])
 
-    for body in ({"instances": [text]}, {"instances": [{"text": text}]}, {"inputs": [text]},
-                 {"instances": [b64(raw)]}):
+    for body in (
+        {"instances": [text]},
+        {"instances": [{"text": text}]},
+        {"inputs": [text]},
+        {"instances": [b64(raw)]},
+    ):
         response = post_json(client, CLASSIFIER_URL, body)
         assert response.status_code == 200, (body, response.text)
         answer = response.json()
-        prediction = answer["predictions"][0] if "predictions" in answer else {
-            name: values[0] for name, values in answer["outputs"].items()}
+        prediction = (
+            answer["predictions"][0]
+            if "predictions" in answer
+            else {name: values[0] for name, values in answer["outputs"].items()}
+        )
         assert_classifier_values(prediction, *expected)
 
     translation = call_direct(direct_models[("translator", 1)], [raw])["translation"][0]
@@ -138,32 +156,39 @@ def test_edge_texts_in_one_batch_each_get_their_own_answer(client, direct_models
 def test_attention_tokens_of_a_lone_surrogate_come_back_as_b64(client, direct_models):
     """Token strings that are not UTF-8 cannot be JSON strings: they come back as {"b64": ...}."""
     text = "la \ud800 casa"
-    response = post_json(client, TRANSLATOR_URL, {"signature_name": "attention", "inputs": {"text": [text]}})
+    response = post_json(
+        client, TRANSLATOR_URL, {"signature_name": "attention", "inputs": {"text": [text]}}
+    )
     assert response.status_code == 200, response.text
     expected = call_direct(direct_models[("translator", 1)], [wtf8(text)], "attention")
     source_tokens = response.json()["outputs"]["source_tokens"][0]
-    decoded = [base64.b64decode(token["b64"]) if isinstance(token, dict) else token.encode("utf-8")
-               for token in source_tokens]
+    decoded = [
+        base64.b64decode(token["b64"]) if isinstance(token, dict) else token.encode("utf-8")
+        for token in source_tokens
+    ]
     assert decoded == list(expected["source_tokens"][0])
 
 
-@pytest.mark.parametrize("value, fragments", [
-    ({"b64": "not base64!"}, ["example 1", "base64"]),
-    ({"b64": "YQ"}, ["example 1", "base64"]),  # missing padding
-    ({"b64": "YQ==\n"}, ["example 1", "base64"]),
-    ({"b64": "=YQ="}, ["example 1", "base64"]),
-    ({"b64": "Y\u00e9=="}, ["example 1", "base64"]),
-    ({"b64": "\ud800"}, ["example 1", "base64"]),
-    ({"b64": 7}, ["example 1", "an object"]),
-    ({"b64": None}, ["example 1", "an object"]),
-    ({"b64": ["YQ=="]}, ["example 1", "an object"]),
-    ({"b64": "YQ==", "extra": "x"}, ["Instance 1", "'extra'"]),
-    (12, ["example 1", "expected a string", "a number"]),
-    (1.5e300, ["example 1", "expected a string", "a number"]),
-    (True, ["example 1", "expected a string", "a boolean"]),
-    (None, ["example 1", "expected a string", "null"]),
-    (["a"], ["example 1", "expected a string", "a list"]),
-])
+@pytest.mark.parametrize(
+    "value, fragments",
+    [
+        ({"b64": "not base64!"}, ["example 1", "base64"]),
+        ({"b64": "YQ"}, ["example 1", "base64"]),  # missing padding
+        ({"b64": "YQ==\n"}, ["example 1", "base64"]),
+        ({"b64": "=YQ="}, ["example 1", "base64"]),
+        ({"b64": "Y\u00e9=="}, ["example 1", "base64"]),
+        ({"b64": "\ud800"}, ["example 1", "base64"]),
+        ({"b64": 7}, ["example 1", "an object"]),
+        ({"b64": None}, ["example 1", "an object"]),
+        ({"b64": ["YQ=="]}, ["example 1", "an object"]),
+        ({"b64": "YQ==", "extra": "x"}, ["Instance 1", "'extra'"]),
+        (12, ["example 1", "expected a string", "a number"]),
+        (1.5e300, ["example 1", "expected a string", "a number"]),
+        (True, ["example 1", "expected a string", "a boolean"]),
+        (None, ["example 1", "expected a string", "null"]),
+        (["a"], ["example 1", "expected a string", "a list"]),
+    ],
+)
 def test_a_non_text_instance_is_a_400_naming_it(client, value, fragments):
     response = post_json(client, CLASSIFIER_URL, {"instances": ["the cat", value]})
     assert response.status_code == 400, response.text

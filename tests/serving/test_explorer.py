@@ -17,15 +17,24 @@ from keras_transformer.serving.model_config import model_configs
 from tests.serving.serving_helpers import CLASS_NAMES
 from tests.serving.serving_helpers import call_direct
 
-PAGE_ROUTES = ["/", "/explorer/models", "/explorer/assets/explorer.js", "/explorer/assets/explorer.css"]
+PAGE_ROUTES = [
+    "/",
+    "/explorer/models",
+    "/explorer/assets/explorer.js",
+    "/explorer/assets/explorer.css",
+]
 
 
 @pytest.fixture(scope="module")
 def serve(exports, direct_models_loader):
     def serve(models=None, **settings):
         models = models or {"classifier": exports.classifier, "translator": exports.translator}
-        repository = ModelRepository(model_configs(models), loader=direct_models_loader, poll_seconds=0)
-        return TestClient(create_app(repository, ServerSettings(**settings)), raise_server_exceptions=False)
+        repository = ModelRepository(
+            model_configs(models), loader=direct_models_loader, poll_seconds=0
+        )
+        return TestClient(
+            create_app(repository, ServerSettings(**settings)), raise_server_exceptions=False
+        )
 
     return serve
 
@@ -34,23 +43,34 @@ def test_without_the_explorer_setting_no_page_is_served(serve):
     with serve() as client:
         for route in PAGE_ROUTES:
             response = client.get(route)
-            assert (response.status_code, response.json()) == (404, {"error": f"No such route: {route}"})
+            assert (response.status_code, response.json()) == (
+                404,
+                {"error": f"No such route: {route}"},
+            )
 
 
 def test_the_page_and_its_assets_are_served_from_the_package(serve):
     with serve(explorer=True) as client:
         page = client.get("/")
-        assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+        assert (
+            page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+        )
         # The page names only its own assets, by relative URL (the server may sit behind a path prefix).
         assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
         assert sorted(assets) == ["explorer/assets/explorer.css", "explorer/assets/explorer.js"]
         for asset, content_type in zip(sorted(assets), ("text/css", "text/javascript")):
             response = client.get("/" + asset)
-            assert response.status_code == 200 and response.headers["content-type"].startswith(content_type)
+            assert response.status_code == 200 and response.headers["content-type"].startswith(
+                content_type
+            )
             # Offline: nothing fetched from another host.
             assert "://" not in response.text.replace("http://www.w3.org", "")
         assert "default-src 'self'" in page.headers["content-security-policy"]
-        for missing in ("/explorer/assets/index.html", "/explorer/assets/__init__.py", "/explorer/assets/..%2Fapp.py"):
+        for missing in (
+            "/explorer/assets/index.html",
+            "/explorer/assets/__init__.py",
+            "/explorer/assets/..%2Fapp.py",
+        ):
             response = client.get(missing)
             assert response.status_code == 404 and "No such route" in response.json()["error"]
 
@@ -58,25 +78,56 @@ def test_the_page_and_its_assets_are_served_from_the_package(serve):
 def test_the_model_list_names_each_model_its_version_and_kind(serve, exports, tmp_path):
     empty = tmp_path / "no_versions_yet"
     empty.mkdir()
-    models = {"classifier": exports.classifier, "translator": exports.translator, "waiting": str(empty)}
+    models = {
+        "classifier": exports.classifier,
+        "translator": exports.translator,
+        "waiting": str(empty),
+    }
     with serve(models, explorer=True) as client:
         response = client.get("/explorer/models")
     assert response.status_code == 200
-    assert response.json() == {"models": [
-        {"name": "classifier", "version": 1, "kind": "classifier", "attention": False, "class_names": CLASS_NAMES},
-        {"name": "translator", "version": 1, "kind": "translator", "attention": False, "class_names": None},
-        {"name": "waiting", "version": None, "kind": None, "attention": False, "class_names": None},
-    ]}
+    assert response.json() == {
+        "models": [
+            {
+                "name": "classifier",
+                "version": 1,
+                "kind": "classifier",
+                "attention": False,
+                "class_names": CLASS_NAMES,
+            },
+            {
+                "name": "translator",
+                "version": 1,
+                "kind": "translator",
+                "attention": False,
+                "class_names": None,
+            },
+            {
+                "name": "waiting",
+                "version": None,
+                "kind": None,
+                "attention": False,
+                "class_names": None,
+            },
+        ]
+    }
 
 
 @pytest.mark.timeout(300)
-def test_the_explorer_flag_serves_the_page_and_a_capped_attention_signature(exports, start_server, direct_models):
-    server = start_server({"classifier": exports.classifier, "translator": exports.translator}, "--explorer")
+def test_the_explorer_flag_serves_the_page_and_a_capped_attention_signature(
+    exports, start_server, direct_models
+):
+    server = start_server(
+        {"classifier": exports.classifier, "translator": exports.translator}, "--explorer"
+    )
     texts = ["the cat sat on the mat", "la casa es azul", "", "dios luz"]
     with httpx.Client(base_url=server.url, timeout=60) as client:
         assert client.get("/").status_code == 200
         listed = client.get("/explorer/models").json()["models"]
-        assert [(model["name"], model["attention"]) for model in listed] == [("classifier", True), ("translator", True)]
+        assert [(model["name"], model["attention"]) for model in listed] == [
+            ("classifier", True),
+            ("translator", True),
+        ]
         for model in ("classifier", "translator"):
             body = {"signature_name": "attention", "inputs": {"text": texts}}
             response = client.post(f"/v1/models/{model}:predict", json=body)
@@ -93,7 +144,9 @@ def test_the_explorer_flag_serves_the_page_and_a_capped_attention_signature(expo
             body = {"signature_name": "attention", "instances": texts + ["cat"]}
             response = client.post(f"/v1/models/{model}:predict", json=body)
             assert (response.status_code, response.json()) == (
-                413, {"error": "5 examples in one request; the limit is 4."})
+                413,
+                {"error": "5 examples in one request; the limit is 4."},
+            )
             # serving_default keeps the server's own limit.
             response = client.post(f"/v1/models/{model}:predict", json={"instances": texts * 3})
             assert response.status_code == 200 and len(response.json()["predictions"]) == 12
@@ -105,11 +158,15 @@ def test_the_flag_and_its_cap_are_in_the_help():
     from apps.serve import build_parser
     from keras_transformer.serving.explorer import ATTENTION_MAX_INSTANCES
 
-    assert f"at most {ATTENTION_MAX_INSTANCES} examples a request" in " ".join(build_parser().format_help().split())
+    assert f"at most {ATTENTION_MAX_INSTANCES} examples a request" in " ".join(
+        build_parser().format_help().split()
+    )
 
 
 def test_the_translator_attention_signature_gives_every_map_the_page_draws(direct_models):
-    outputs = call_direct(direct_models[("translator", 1)], ["y dijo dios sea la luz", "la casa es azul"], "attention")
+    outputs = call_direct(
+        direct_models[("translator", 1)], ["y dijo dios sea la luz", "la casa es azul"], "attention"
+    )
     for example in range(2):
         source = [token for token in outputs["source_tokens"][example] if token]
         target = [token for token in outputs["target_tokens"][example] if token]
@@ -121,8 +178,10 @@ def test_the_translator_attention_signature_gives_every_map_the_page_draws(direc
         assert encoder.shape[-2:] == (outputs["source_tokens"].shape[1],) * 2
         assert decoder.shape[-2:] == (outputs["target_tokens"].shape[1],) * 2
         # Distributions over the real tokens; the decoder's only over those already read.
-        np.testing.assert_allclose(encoder[:, :, :len(source), :len(source)].sum(axis=-1), 1.0, atol=1e-5)
-        np.testing.assert_allclose(encoder[:, :, :len(source), len(source):], 0.0, atol=1e-6)
+        np.testing.assert_allclose(
+            encoder[:, :, : len(source), : len(source)].sum(axis=-1), 1.0, atol=1e-5
+        )
+        np.testing.assert_allclose(encoder[:, :, : len(source), len(source) :], 0.0, atol=1e-6)
         steps = len(target)
         np.testing.assert_allclose(decoder[:, :, :steps, :steps].sum(axis=-1), 1.0, atol=1e-5)
         np.testing.assert_allclose(np.triu(decoder[:, :, :steps, :steps], k=1), 0.0, atol=1e-6)

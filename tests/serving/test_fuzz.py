@@ -22,19 +22,16 @@ from tests.serving.serving_helpers import assert_classifier_answer
 from tests.serving.serving_helpers import call_direct
 
 # Mostly the classifier (cheap model calls), a few other routes.
-ROUTES = (
-    ["/v1/models/classifier:predict"] * 10
-    + [
-        "/v1/models/classifier/versions/1:predict",
-        "/v1/models/translator:predict",
-        "/v1/models/classifier/versions/2:predict",
-        "/v1/models/nobody:predict",
-        "/v1/models/classifier/versions/x:predict",
-        "/v1/models/classifier:regress",
-        "/v1/models/classifier",
-        "/v1/models/classifier/metadata",
-    ]
-)
+ROUTES = ["/v1/models/classifier:predict"] * 10 + [
+    "/v1/models/classifier/versions/1:predict",
+    "/v1/models/translator:predict",
+    "/v1/models/classifier/versions/2:predict",
+    "/v1/models/nobody:predict",
+    "/v1/models/classifier/versions/x:predict",
+    "/v1/models/classifier:regress",
+    "/v1/models/classifier",
+    "/v1/models/classifier/metadata",
+]
 SIGNATURES = ["serving_default", "attention", "greedy", "", "Serving_Default"]
 
 # Strings with lone surrogates and control characters, which JSON can carry
@@ -46,15 +43,31 @@ odd_text = st.text(
     max_size=12,
 )
 text = st.text(max_size=30) | odd_text
-scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | text
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | text
+)
 json_values = st.recursive(
     scalars,
     lambda children: st.lists(children, max_size=5) | st.dictionaries(text, children, max_size=4),
     max_leaves=16,
 )
-b64_values = st.fixed_dictionaries({"b64": st.binary(max_size=20).map(lambda raw: base64.b64encode(raw).decode())
-                                           | text | json_values})
-instance = text | b64_values | json_values | st.fixed_dictionaries({"text": text | b64_values | json_values})
+b64_values = st.fixed_dictionaries(
+    {
+        "b64": st.binary(max_size=20).map(lambda raw: base64.b64encode(raw).decode())
+        | text
+        | json_values
+    }
+)
+instance = (
+    text
+    | b64_values
+    | json_values
+    | st.fixed_dictionaries({"text": text | b64_values | json_values})
+)
 
 
 @st.composite
@@ -64,9 +77,15 @@ def predict_shaped(draw):
     if draw(st.booleans()):
         body["instances"] = draw(st.lists(instance, max_size=10) | json_values)
     if draw(st.booleans()):
-        body["inputs"] = draw(st.lists(instance, max_size=10) | st.dictionaries(
-            st.sampled_from(["text", "txt", "b64"]) | text, st.lists(instance, max_size=10) | json_values, max_size=3,
-        ) | json_values)
+        body["inputs"] = draw(
+            st.lists(instance, max_size=10)
+            | st.dictionaries(
+                st.sampled_from(["text", "txt", "b64"]) | text,
+                st.lists(instance, max_size=10) | json_values,
+                max_size=3,
+            )
+            | json_values
+        )
     if draw(st.integers(0, 3)) == 0:
         body["signature_name"] = draw(st.sampled_from(SIGNATURES) | text | json_values)
     if draw(st.integers(0, 5)) == 0:
@@ -77,8 +96,12 @@ def predict_shaped(draw):
 @st.composite
 def good_predict(draw):
     """A well-formed predict body (the route decides whether it is served)."""
-    values = draw(st.lists(text | b64_values.filter(lambda value: isinstance(value["b64"], str)), max_size=8))
-    body = draw(st.sampled_from([{"instances": values}, {"inputs": values}, {"inputs": {"text": values}}]))
+    values = draw(
+        st.lists(text | b64_values.filter(lambda value: isinstance(value["b64"], str)), max_size=8)
+    )
+    body = draw(
+        st.sampled_from([{"instances": values}, {"inputs": values}, {"inputs": {"text": values}}])
+    )
     if draw(st.booleans()):
         body["signature_name"] = draw(st.sampled_from(["serving_default", "attention"]))
     return body
@@ -111,9 +134,19 @@ bodies = st.one_of(
     json_values.map(encode),
     mutated(),
     st.binary(max_size=200),
-    st.sampled_from([b"\xff\xfe", b"\xc3(", b'{"instances": ["\xed\xa0\x80"]}', b"\x00" * 10,
-                     b'{"instances": ["a"], "signature_name": "\\ud800"}', b"[" * 5000, b'{"a":' * 3000,
-                     b'{"instances": [1e999]}', b'{"inputs": {"text": "\\udfff"}}']),
+    st.sampled_from(
+        [
+            b"\xff\xfe",
+            b"\xc3(",
+            b'{"instances": ["\xed\xa0\x80"]}',
+            b"\x00" * 10,
+            b'{"instances": ["a"], "signature_name": "\\ud800"}',
+            b"[" * 5000,
+            b'{"a":' * 3000,
+            b'{"instances": [1e999]}',
+            b'{"inputs": {"text": "\\udfff"}}',
+        ]
+    ),
 )
 
 
@@ -127,8 +160,11 @@ def request_texts(body):
     for value in values:
         if isinstance(value, dict) and set(value) != {"b64"}:
             value = value["text"]
-        texts.append(base64.b64decode(value["b64"]) if isinstance(value, dict)
-                     else value.encode("utf-8", "surrogatepass"))
+        texts.append(
+            base64.b64decode(value["b64"])
+            if isinstance(value, dict)
+            else value.encode("utf-8", "surrogatepass")
+        )
     return texts
 
 
@@ -155,26 +191,51 @@ def check_classifier_values(body, answer, loaded):
 
 @pytest.mark.timeout(900)
 def test_generated_bodies_never_get_a_5xx(exports, direct_models, direct_answers):
-    repository = ModelRepository({"classifier": exports.classifier, "translator": exports.translator}, poll_seconds=0)
-    app = create_app(repository, ServerSettings(max_body_bytes=4096, max_instances=8, batch_timeout_ms=1.0))
+    repository = ModelRepository(
+        {"classifier": exports.classifier, "translator": exports.translator}, poll_seconds=0
+    )
+    app = create_app(
+        repository, ServerSettings(max_body_bytes=4096, max_instances=8, batch_timeout_ms=1.0)
+    )
     sent = []
     with TestClient(app, raise_server_exceptions=False) as client:
 
-        @settings(max_examples=1000, deadline=None, derandomize=True, database=None,
-                  suppress_health_check=list(HealthCheck))
-        @given(route=st.sampled_from(ROUTES), body=bodies, method=st.sampled_from(["POST"] * 9 + ["GET", "PUT"]))
+        @settings(
+            max_examples=1000,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(
+            route=st.sampled_from(ROUTES),
+            body=bodies,
+            method=st.sampled_from(["POST"] * 9 + ["GET", "PUT"]),
+        )
         def send(route, body, method):
-            response = client.request(method, route, content=body, headers={"content-type": "application/json"})
+            response = client.request(
+                method, route, content=body, headers={"content-type": "application/json"}
+            )
             sent.append(response.status_code)
             assert response.status_code < 500, (route, body, response.text)
             assert response.headers["content-type"].startswith("application/json"), response.text
             answer = response.json()
             if response.status_code >= 400:
-                assert set(answer) == {"error"} and isinstance(answer["error"], str) and answer["error"]
+                assert (
+                    set(answer) == {"error"}
+                    and isinstance(answer["error"], str)
+                    and answer["error"]
+                )
             else:
                 assert set(answer) & {"predictions", "outputs", "model_version_status", "metadata"}
-                if method == "POST" and route.startswith("/v1/models/classifier") and route.endswith(":predict"):
-                    check_classifier_values(json.loads(body), answer, direct_models[("classifier", 1)])
+                if (
+                    method == "POST"
+                    and route.startswith("/v1/models/classifier")
+                    and route.endswith(":predict")
+                ):
+                    check_classifier_values(
+                        json.loads(body), answer, direct_models[("classifier", 1)]
+                    )
 
         send()
         assert len(sent) >= 1000
@@ -185,5 +246,7 @@ def test_generated_bodies_never_get_a_5xx(exports, direct_models, direct_answers
         text = "the cat sat on the mat"
         response = client.post("/v1/models/classifier:predict", json={"instances": [text]})
         assert response.status_code == 200
-        assert_classifier_answer(response.json()["predictions"][0], direct_answers[("classifier", 1)][text])
+        assert_classifier_answer(
+            response.json()["predictions"][0], direct_answers[("classifier", 1)][text]
+        )
         assert client.get("/healthz").status_code == 200

@@ -46,7 +46,13 @@ from tests.serving.serving_helpers import text_bytes
 from tests.serving.serving_helpers import text_json
 from tests.serving.test_app import shared_loader  # noqa: F401  its loader: one load per SavedModel and module
 
-SOME_TEXTS = ["the cat sat on the mat", "", "la casa es azul", NON_UTF8_TEXT, "zebra quantum xylophone"]
+SOME_TEXTS = [
+    "the cat sat on the mat",
+    "",
+    "la casa es azul",
+    NON_UTF8_TEXT,
+    "zebra quantum xylophone",
+]
 RPC_TIMEOUT = 120.0  # seconds; every call is bounded
 
 
@@ -73,7 +79,9 @@ def predict_request(model, texts, signature=None, version=None, output_filter=()
         request.model_spec.signature_name = signature
     if version is not None:
         request.model_spec.version.value = version
-    request.inputs["text"].CopyFrom(tf.make_tensor_proto([text_bytes(text) for text in texts], dtype=tf.string))
+    request.inputs["text"].CopyFrom(
+        tf.make_tensor_proto([text_bytes(text) for text in texts], dtype=tf.string)
+    )
     request.output_filter.extend(output_filter)
     return request
 
@@ -98,9 +106,18 @@ def server(exports, tmp_path_factory):
     from tests.serving.serving_helpers import ServerProcess
 
     root = tmp_path_factory.mktemp("grpc_server")
-    process = ServerProcess({"classifier": exports.classifier, "translator": exports.translator},
-                            root / "server.log", ["--grpc-port", str(free_port()), "--max-instances", "8",
-                                                   "--signatures", "translator:greedy"])
+    process = ServerProcess(
+        {"classifier": exports.classifier, "translator": exports.translator},
+        root / "server.log",
+        [
+            "--grpc-port",
+            str(free_port()),
+            "--max-instances",
+            "8",
+            "--signatures",
+            "translator:greedy",
+        ],
+    )
     process.stubs = Stubs(process.grpc_port)
     yield process
     # SIGTERM with a client's channel still open: the gRPC server stops within
@@ -109,7 +126,10 @@ def server(exports, tmp_path_factory):
     status = process.stop()
     with open(process.log_path, errors="replace") as log_file:
         log = log_file.read()
-    assert status in (0, -signal.SIGTERM) and "Application shutdown complete" in log, (status, log[-3000:])
+    assert status in (0, -signal.SIGTERM) and "Application shutdown complete" in log, (
+        status,
+        log[-3000:],
+    )
     assert time.monotonic() - started < 15
     process.stubs.close()
 
@@ -122,23 +142,37 @@ def test_classifier_over_grpc_equals_rest_and_direct(server, direct_answers):
     assert response.model_spec.signature_name == "serving_default"
     outputs = outputs_of(response)
     assert sorted(outputs) == ["label", "probabilities"]
-    assert outputs["probabilities"].dtype == np.float32 and outputs["probabilities"].shape == (len(SOME_TEXTS), 3)
-    rest = httpx.post(f"{server.url}/v1/models/classifier:predict",
-                      json={"instances": [text_json(text) for text in SOME_TEXTS]}, timeout=RPC_TIMEOUT)
+    assert outputs["probabilities"].dtype == np.float32 and outputs["probabilities"].shape == (
+        len(SOME_TEXTS),
+        3,
+    )
+    rest = httpx.post(
+        f"{server.url}/v1/models/classifier:predict",
+        json={"instances": [text_json(text) for text in SOME_TEXTS]},
+        timeout=RPC_TIMEOUT,
+    )
     assert rest.status_code == 200, rest.text
     for index, text in enumerate(SOME_TEXTS):
-        answer = {"probabilities": outputs["probabilities"][index], "label": outputs["label"][index].decode()}
+        answer = {
+            "probabilities": outputs["probabilities"][index],
+            "label": outputs["label"][index].decode(),
+        }
         assert_classifier_answer(answer, direct_answers[("classifier", 1)][text])
-        assert_classifier_answer(rest.json()["predictions"][index], (outputs["probabilities"][index],
-                                                                      outputs["label"][index]))
+        assert_classifier_answer(
+            rest.json()["predictions"][index],
+            (outputs["probabilities"][index], outputs["label"][index]),
+        )
 
 
 def test_translator_over_grpc_equals_rest_and_direct(server, direct_answers, direct_models):
     response = server.stubs.predict(predict_request("translator", SOME_TEXTS, version=1))
     translations = outputs_of(response)["translation"].tolist()
     assert translations == [direct_answers[("translator", 1)][text] for text in SOME_TEXTS]
-    rest = httpx.post(f"{server.url}/v1/models/translator:predict",
-                      json={"instances": [text_json(text) for text in SOME_TEXTS]}, timeout=RPC_TIMEOUT)
+    rest = httpx.post(
+        f"{server.url}/v1/models/translator:predict",
+        json={"instances": [text_json(text) for text in SOME_TEXTS]},
+        timeout=RPC_TIMEOUT,
+    )
     assert rest.json()["predictions"] == [translation.decode() for translation in translations]
 
     from tests.serving.serving_helpers import call_direct
@@ -150,7 +184,9 @@ def test_translator_over_grpc_equals_rest_and_direct(server, direct_answers, dir
 
 
 def test_output_filter(server):
-    response = server.stubs.predict(predict_request("classifier", SOME_TEXTS[:2], output_filter=["label"]))
+    response = server.stubs.predict(
+        predict_request("classifier", SOME_TEXTS[:2], output_filter=["label"])
+    )
     assert list(response.outputs) == ["label"]
     full = outputs_of(server.stubs.predict(predict_request("classifier", SOME_TEXTS[:2])))
     assert outputs_of(response)["label"].tolist() == full["label"].tolist()
@@ -170,8 +206,10 @@ def test_metadata_matches_rest(server):
     for name, rest_def in rest_defs.items():
         signature_def = signature_defs.signature_def[name]
         assert signature_def.method_name == rest_def["method_name"]
-        for grpc_infos, rest_infos in ((signature_def.inputs, rest_def["inputs"]),
-                                       (signature_def.outputs, rest_def["outputs"])):
+        for grpc_infos, rest_infos in (
+            (signature_def.inputs, rest_def["inputs"]),
+            (signature_def.outputs, rest_def["outputs"]),
+        ):
             assert sorted(grpc_infos) == sorted(rest_infos)
             for key, info in grpc_infos.items():
                 assert types_pb2.DataType.Name(info.dtype) == rest_infos[key]["dtype"]
@@ -192,24 +230,47 @@ def test_model_status(server):
     assert status.state == get_model_status_pb2.ModelVersionStatus.AVAILABLE
     assert status.status.error_code == 0 and status.status.error_message == ""
     request.model_spec.version.value = 1
-    assert server.stubs.models.GetModelStatus(request, timeout=RPC_TIMEOUT).model_version_status[0].version == 1
+    assert (
+        server.stubs.models.GetModelStatus(request, timeout=RPC_TIMEOUT)
+        .model_version_status[0]
+        .version
+        == 1
+    )
     request.model_spec.version.value = 3
-    assert_grpc_error(lambda: server.stubs.models.GetModelStatus(request, timeout=RPC_TIMEOUT),
-                      grpc.StatusCode.NOT_FOUND, "Could not find version 3 of model classifier")
+    assert_grpc_error(
+        lambda: server.stubs.models.GetModelStatus(request, timeout=RPC_TIMEOUT),
+        grpc.StatusCode.NOT_FOUND,
+        "Could not find version 3 of model classifier",
+    )
 
 
 def test_refusals_over_a_real_server(server):
     stubs = server.stubs
-    assert_grpc_error(lambda: stubs.predict(predict_request("nobody", ["a"])), grpc.StatusCode.NOT_FOUND,
-                      "Servable not found for request: Latest(nobody)")
-    assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["a"], version=2)),
-                      grpc.StatusCode.NOT_FOUND, "Servable not found for request: Specific(classifier, 2)")
-    assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["a"] * 9)),
-                      grpc.StatusCode.RESOURCE_EXHAUSTED, "9 examples in one request; the limit is 8")
-    assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["a"], signature="nope")),
-                      grpc.StatusCode.INVALID_ARGUMENT, 'Serving signature name: "nope" not found in signature def')
-    assert_grpc_error(lambda: stubs.prediction.Classify(classification_pb2.ClassificationRequest(), timeout=30),
-                      grpc.StatusCode.UNIMPLEMENTED, "Classify is not served here")
+    assert_grpc_error(
+        lambda: stubs.predict(predict_request("nobody", ["a"])),
+        grpc.StatusCode.NOT_FOUND,
+        "Servable not found for request: Latest(nobody)",
+    )
+    assert_grpc_error(
+        lambda: stubs.predict(predict_request("classifier", ["a"], version=2)),
+        grpc.StatusCode.NOT_FOUND,
+        "Servable not found for request: Specific(classifier, 2)",
+    )
+    assert_grpc_error(
+        lambda: stubs.predict(predict_request("classifier", ["a"] * 9)),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "9 examples in one request; the limit is 8",
+    )
+    assert_grpc_error(
+        lambda: stubs.predict(predict_request("classifier", ["a"], signature="nope")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        'Serving signature name: "nope" not found in signature def',
+    )
+    assert_grpc_error(
+        lambda: stubs.prediction.Classify(classification_pb2.ClassificationRequest(), timeout=30),
+        grpc.StatusCode.UNIMPLEMENTED,
+        "Classify is not served here",
+    )
     # The server still answers, and its log holds no traceback for any of these.
     assert stubs.predict(predict_request("classifier", ["a"])).model_spec.version.value == 1
     assert "Traceback" not in server.log()
@@ -225,8 +286,10 @@ def serve(exports, shared_loader):
 
     @contextlib.contextmanager
     def serve(**settings):
-        configs = [ModelConfig("classifier", exports.classifier, version_labels={"stable": 1}),
-                   ModelConfig("translator", exports.translator)]
+        configs = [
+            ModelConfig("classifier", exports.classifier, version_labels={"stable": 1}),
+            ModelConfig("translator", exports.translator),
+        ]
         repository = ModelRepository(configs, loader=shared_loader, poll_seconds=0)
         port = free_port()
         app = create_app(repository, ServerSettings(grpc_port=port, **settings))
@@ -278,26 +341,48 @@ def labelled():
     return request
 
 
-@pytest.mark.parametrize("request_factory, fragment", [
-    (lambda: predict_request("", ["a"]), "model_spec.name is empty"),
-    (lambda: predict_request("translator", ["a"], signature="beam"), 'Serving signature name: "beam" not found'),
-    (float_request, "Input 'text' has dtype DT_FLOAT; the signature expects DT_STRING"),
-    (lambda: with_input(tf.make_tensor_proto([[b"a"]], dtype=tf.string)),
-     "Input 'text' has shape [1, 1]; the signature expects ['?']"),
-    (lambda: with_input(tf.make_tensor_proto(b"a", dtype=tf.string)), "Input 'text' has shape []"),
-    (lambda: with_input(tf.make_tensor_proto([b"a"], dtype=tf.string), name="words"),
-     "The signature's inputs are ['text']; missing ['text']; unknown 'words'"),
-    (two_inputs, "unknown 'extra'"),
-    (lambda: with_input(unfilled_strings()), "Input 'text': its values do not fill its shape [2] as dtype DT_STRING"),
-    (lambda: predict_request("classifier", ["a"], output_filter=["logits"]),
-     "output tensor alias not found in signature: 'logits'"),
-    (lambda: predict_request("classifier", ["a"], output_filter=["label", "label"]),
-     "duplicate output tensor alias: 'label'"),
-    (labelled, "Unrecognized servable version label: canary"),
-])
+@pytest.mark.parametrize(
+    "request_factory, fragment",
+    [
+        (lambda: predict_request("", ["a"]), "model_spec.name is empty"),
+        (
+            lambda: predict_request("translator", ["a"], signature="beam"),
+            'Serving signature name: "beam" not found',
+        ),
+        (float_request, "Input 'text' has dtype DT_FLOAT; the signature expects DT_STRING"),
+        (
+            lambda: with_input(tf.make_tensor_proto([[b"a"]], dtype=tf.string)),
+            "Input 'text' has shape [1, 1]; the signature expects ['?']",
+        ),
+        (
+            lambda: with_input(tf.make_tensor_proto(b"a", dtype=tf.string)),
+            "Input 'text' has shape []",
+        ),
+        (
+            lambda: with_input(tf.make_tensor_proto([b"a"], dtype=tf.string), name="words"),
+            "The signature's inputs are ['text']; missing ['text']; unknown 'words'",
+        ),
+        (two_inputs, "unknown 'extra'"),
+        (
+            lambda: with_input(unfilled_strings()),
+            "Input 'text': its values do not fill its shape [2] as dtype DT_STRING",
+        ),
+        (
+            lambda: predict_request("classifier", ["a"], output_filter=["logits"]),
+            "output tensor alias not found in signature: 'logits'",
+        ),
+        (
+            lambda: predict_request("classifier", ["a"], output_filter=["label", "label"]),
+            "duplicate output tensor alias: 'label'",
+        ),
+        (labelled, "Unrecognized servable version label: canary"),
+    ],
+)
 def test_bad_predict_requests_are_invalid_argument(app, request_factory, fragment):
     _, stubs = app
-    assert_grpc_error(lambda: stubs.predict(request_factory()), grpc.StatusCode.INVALID_ARGUMENT, fragment)
+    assert_grpc_error(
+        lambda: stubs.predict(request_factory()), grpc.StatusCode.INVALID_ARGUMENT, fragment
+    )
 
 
 def test_a_version_label_resolves_to_its_version(app):
@@ -322,11 +407,15 @@ def test_grpc_calls_are_counted_in_the_metrics(app):
     before = scrape(client)
     for _ in range(3):
         stubs.predict(predict_request("classifier", ["the cat sat on the mat"]))
-    assert_grpc_error(lambda: stubs.predict(predict_request("nope", ["a"])), grpc.StatusCode.NOT_FOUND, "nope")
+    assert_grpc_error(
+        lambda: stubs.predict(predict_request("nope", ["a"])), grpc.StatusCode.NOT_FOUND, "nope"
+    )
     after = scrape(client)
 
     def added(**labels):
-        return request_count(after, api="grpc", **labels) - request_count(before, api="grpc", **labels)
+        return request_count(after, api="grpc", **labels) - request_count(
+            before, api="grpc", **labels
+        )
 
     assert added(model="classifier", version="1", signature="serving_default", status="OK") == 3
     assert added(status="NOT_FOUND") == 1  # an unknown model is not a label value
@@ -335,37 +424,55 @@ def test_grpc_calls_are_counted_in_the_metrics(app):
 def test_an_answer_over_the_response_cap_is_resource_exhausted(serve):
     texts = ["the cat sat on the mat"] * 8
     with serve(max_response_bytes=200) as (_, stubs):
-        assert_grpc_error(lambda: stubs.predict(predict_request("classifier", texts)),
-                          grpc.StatusCode.RESOURCE_EXHAUSTED, "")
+        assert_grpc_error(
+            lambda: stubs.predict(predict_request("classifier", texts)),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "",
+        )
         assert len(stubs.predict(predict_request("classifier", texts[:1])).outputs) == 2
 
 
 def test_a_long_client_string_is_quoted_short(app):
     _, stubs = app
-    details = assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["a"], output_filter=["x" * 500])),
-                                grpc.StatusCode.INVALID_ARGUMENT, "output tensor alias not found")
+    details = assert_grpc_error(
+        lambda: stubs.predict(predict_request("classifier", ["a"], output_filter=["x" * 500])),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "output tensor alias not found",
+    )
     assert "x" * 65 not in details and "x" * 64 in details
 
 
 def test_a_long_model_name_is_cut_from_the_details(app):
     _, stubs = app
-    details = assert_grpc_error(lambda: stubs.predict(predict_request("m" * 3000, ["a"])), grpc.StatusCode.NOT_FOUND,
-                                "Servable not found for request: Latest(mmm")
+    details = assert_grpc_error(
+        lambda: stubs.predict(predict_request("m" * 3000, ["a"])),
+        grpc.StatusCode.NOT_FOUND,
+        "Servable not found for request: Latest(mmm",
+    )
     assert len(details) == 1003 and details.endswith("...")
 
 
 def test_limits_are_resource_exhausted(app):
     _, stubs = app
-    assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["a"] * 9)),
-                      grpc.StatusCode.RESOURCE_EXHAUSTED, "9 examples in one request; the limit is 8")
+    assert_grpc_error(
+        lambda: stubs.predict(predict_request("classifier", ["a"] * 9)),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "9 examples in one request; the limit is 8",
+    )
     # One value given for a billion elements: refused by its shape, before anything is allocated.
     huge = tf.make_tensor_proto([b"a"], dtype=tf.string)
     huge.tensor_shape.dim[0].size = 10**9
-    assert_grpc_error(lambda: stubs.predict(with_input(huge)), grpc.StatusCode.RESOURCE_EXHAUSTED,
-                      "1000000000 examples in one request")
+    assert_grpc_error(
+        lambda: stubs.predict(with_input(huge)),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "1000000000 examples in one request",
+    )
     # A message over max_body_bytes (4096) is refused by gRPC itself.
-    assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["a" * 5000])),
-                      grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max")
+    assert_grpc_error(
+        lambda: stubs.predict(predict_request("classifier", ["a" * 5000])),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "larger than max",
+    )
     assert stubs.predict(predict_request("classifier", ["a" * 3000])).outputs["label"].string_val
 
 
@@ -374,27 +481,41 @@ def test_metadata_refusals(app):
     request = get_model_metadata_pb2.GetModelMetadataRequest()
     request.model_spec.name = "classifier"
     metadata = stubs.prediction.GetModelMetadata
-    assert_grpc_error(lambda: metadata(request, timeout=30), grpc.StatusCode.INVALID_ARGUMENT,
-                      "must name a metadata_field")
+    assert_grpc_error(
+        lambda: metadata(request, timeout=30),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "must name a metadata_field",
+    )
     request.metadata_field.append("signature_def")
     request.metadata_field.append("graph")
-    assert_grpc_error(lambda: metadata(request, timeout=30), grpc.StatusCode.INVALID_ARGUMENT,
-                      "Metadata field 'graph' is not supported")
+    assert_grpc_error(
+        lambda: metadata(request, timeout=30),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Metadata field 'graph' is not supported",
+    )
     request.model_spec.name = "nobody"
-    assert_grpc_error(lambda: metadata(request, timeout=30), grpc.StatusCode.NOT_FOUND, "Latest(nobody)")
+    assert_grpc_error(
+        lambda: metadata(request, timeout=30), grpc.StatusCode.NOT_FOUND, "Latest(nobody)"
+    )
     status = get_model_status_pb2.GetModelStatusRequest()
     status.model_spec.name = "nobody"
-    assert_grpc_error(lambda: stubs.models.GetModelStatus(status, timeout=30), grpc.StatusCode.NOT_FOUND,
-                      "Latest(nobody)")
+    assert_grpc_error(
+        lambda: stubs.models.GetModelStatus(status, timeout=30),
+        grpc.StatusCode.NOT_FOUND,
+        "Latest(nobody)",
+    )
 
 
-@pytest.mark.parametrize("status, code", [
-    (503, grpc.StatusCode.UNAVAILABLE),
-    (504, grpc.StatusCode.DEADLINE_EXCEEDED),
-    (413, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (500, grpc.StatusCode.INTERNAL),
-    (418, grpc.StatusCode.INTERNAL),
-])
+@pytest.mark.parametrize(
+    "status, code",
+    [
+        (503, grpc.StatusCode.UNAVAILABLE),
+        (504, grpc.StatusCode.DEADLINE_EXCEEDED),
+        (413, grpc.StatusCode.RESOURCE_EXHAUSTED),
+        (500, grpc.StatusCode.INTERNAL),
+        (418, grpc.StatusCode.INTERNAL),
+    ],
+)
 def test_service_refusals_carry_tensorflow_serving_codes(app, monkeypatch, status, code):
     client, stubs = app
 
@@ -402,17 +523,25 @@ def test_service_refusals_carry_tensorflow_serving_codes(app, monkeypatch, statu
         raise RequestError(status, f"refused with {status}")
 
     monkeypatch.setattr(client.app.state.service, "predict", refusing)
-    assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["a"])), code, f"refused with {status}")
+    assert_grpc_error(
+        lambda: stubs.predict(predict_request("classifier", ["a"])), code, f"refused with {status}"
+    )
 
 
 def test_model_failures(app, monkeypatch, caplog):
     _, stubs = app
     fail_on_marked_texts(monkeypatch)
-    details = assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["bad input"])),
-                                grpc.StatusCode.INVALID_ARGUMENT, "the model refuses this")
+    details = assert_grpc_error(
+        lambda: stubs.predict(predict_request("classifier", ["bad input"])),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "the model refuses this",
+    )
     assert "second line" not in details
-    details = assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["server bug"])),
-                                grpc.StatusCode.INTERNAL, "RuntimeError")
+    details = assert_grpc_error(
+        lambda: stubs.predict(predict_request("classifier", ["server bug"])),
+        grpc.StatusCode.INTERNAL,
+        "RuntimeError",
+    )
     assert "boom" not in details
     assert stubs.predict(predict_request("classifier", ["fine"])).outputs["label"].string_val
 
@@ -425,8 +554,11 @@ def test_a_bug_in_the_handler_is_internal_and_logged(app, monkeypatch, caplog):
 
     monkeypatch.setattr("keras_transformer.serving.grpc_api.tensor_inputs", broken)
     caplog.set_level(logging.INFO, logger="keras_transformer.serving")
-    details = assert_grpc_error(lambda: stubs.predict(predict_request("classifier", ["a"])),
-                                grpc.StatusCode.INTERNAL, "Internal error")
+    details = assert_grpc_error(
+        lambda: stubs.predict(predict_request("classifier", ["a"])),
+        grpc.StatusCode.INTERNAL,
+        "Internal error",
+    )
     assert "a bug" not in details
     assert any(record.exc_info and record.exc_info[0] is KeyError for record in caplog.records)
 
@@ -447,7 +579,9 @@ def test_a_cancelled_call_cancels_its_handler(app, monkeypatch, caplog):
 
     monkeypatch.setattr(client.app.state.service, "predict", waiting)
     caplog.set_level(logging.INFO, logger="keras_transformer.serving")
-    call = stubs.prediction.Predict.future(predict_request("classifier", ["a"]), timeout=RPC_TIMEOUT)
+    call = stubs.prediction.Predict.future(
+        predict_request("classifier", ["a"]), timeout=RPC_TIMEOUT
+    )
     assert started.wait(30)
     call.cancel()
     assert cancelled.wait(30)
@@ -456,8 +590,11 @@ def test_a_cancelled_call_cancels_its_handler(app, monkeypatch, caplog):
     # A client's deadline passing does the same: it gets DEADLINE_EXCEEDED and the work is cancelled.
     started.clear()
     cancelled.clear()
-    assert_grpc_error(lambda: stubs.prediction.Predict(predict_request("classifier", ["a"]), timeout=1.0),
-                      grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+    assert_grpc_error(
+        lambda: stubs.prediction.Predict(predict_request("classifier", ["a"]), timeout=1.0),
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        "Deadline Exceeded",
+    )
     assert started.is_set() and cancelled.wait(30)
     # The handler logs its line after the cancellation reaches it; wait for it here so that it cannot land in
     # the log the next test captures.
@@ -492,7 +629,9 @@ def test_one_log_line_per_call_and_no_traceback_for_client_faults(app, caplog):
     assert not any(record.exc_info for record in records)
     parsed = [LOG_LINE.match(record.getMessage()) for record in records]
     assert all(parsed), [record.getMessage() for record in records]
-    assert [(m["method"], m["model"], m["version"], m["instances"], m["status"]) for m in parsed] == [
+    assert [
+        (m["method"], m["model"], m["version"], m["instances"], m["status"]) for m in parsed
+    ] == [
         ("Predict", "classifier", "1", "2", "OK"),
         ("Predict", "translator", "-", "-", "NOT_FOUND"),
         ("Predict", "classifier", "1", "-", "INVALID_ARGUMENT"),
@@ -501,7 +640,9 @@ def test_one_log_line_per_call_and_no_traceback_for_client_faults(app, caplog):
 
 
 @pytest.mark.timeout(600)
-def test_grpc_and_rest_calls_share_batches_and_each_gets_its_rows(serve, monkeypatch, direct_answers):
+def test_grpc_and_rest_calls_share_batches_and_each_gets_its_rows(
+    serve, monkeypatch, direct_answers
+):
     calls = []
     lock = threading.Lock()
     original = ServedVersion.run
@@ -512,7 +653,7 @@ def test_grpc_and_rest_calls_share_batches_and_each_gets_its_rows(serve, monkeyp
         return original(self, signature_name, inputs)
 
     rest_texts = [TEXT_POOL[index] for index in range(3, 9)]
-    grpc_texts = [TEXT_POOL[index:index + 2] for index in range(10, 22, 2)]  # two texts per call
+    grpc_texts = [TEXT_POOL[index : index + 2] for index in range(10, 22, 2)]  # two texts per call
     answers = {}
     with serve(max_batch_size=64, batch_timeout_ms=300) as (client, stubs):
         monkeypatch.setattr(ServedVersion, "run", recording)
@@ -520,12 +661,16 @@ def test_grpc_and_rest_calls_share_batches_and_each_gets_its_rows(serve, monkeyp
 
         def send_rest(text):
             barrier.wait()
-            response = client.post("/v1/models/translator:predict", json={"instances": [text_json(text)]})
+            response = client.post(
+                "/v1/models/translator:predict", json={"instances": [text_json(text)]}
+            )
             answers[text] = response.json()["predictions"]
 
         def send_grpc(texts):
             barrier.wait()
-            translations = outputs_of(stubs.predict(predict_request("translator", texts)))["translation"]
+            translations = outputs_of(stubs.predict(predict_request("translator", texts)))[
+                "translation"
+            ]
             answers[tuple(texts)] = [translation.decode() for translation in translations]
 
         targets = [functools.partial(send_rest, text) for text in rest_texts]
@@ -544,27 +689,55 @@ def test_grpc_and_rest_calls_share_batches_and_each_gets_its_rows(serve, monkeyp
 # Unit: a PredictRequest's inputs against a signature of two inputs
 
 
-SPECS = {"ids": TensorSpec("ids", "DT_INT32", [None, None]), "weights": TensorSpec("weights", "DT_FLOAT", [None, 3])}
+SPECS = {
+    "ids": TensorSpec("ids", "DT_INT32", [None, None]),
+    "weights": TensorSpec("weights", "DT_FLOAT", [None, 3]),
+}
 
 
 def test_tensor_inputs_of_two_inputs():
     ids = np.arange(8, dtype=np.int32).reshape(2, 4)
     weights = np.ones((2, 3), dtype=np.float32)
-    arrays, batch_size = tensor_inputs({"ids": tf.make_tensor_proto(ids), "weights": tf.make_tensor_proto(weights)},
-                                       SPECS, max_instances=8, max_elements=100)
+    arrays, batch_size = tensor_inputs(
+        {"ids": tf.make_tensor_proto(ids), "weights": tf.make_tensor_proto(weights)},
+        SPECS,
+        max_instances=8,
+        max_elements=100,
+    )
     assert batch_size == 2
     np.testing.assert_array_equal(arrays["ids"], ids)
     np.testing.assert_array_equal(arrays["weights"], weights)
 
 
-@pytest.mark.parametrize("ids, weights, status, fragment", [
-    (np.zeros((2, 4), np.int32), np.zeros((3, 3), np.float32), 400,
-     "The inputs disagree on the number of examples: {'ids': 2, 'weights': 3}"),
-    (np.zeros((2, 4), np.int32), np.zeros((2, 4), np.float32), 400,
-     "Input 'weights' has shape [2, 4]; the signature expects ['?', 3]"),
-    (np.zeros((9, 1), np.int32), np.zeros((9, 3), np.float32), 413, "9 examples in one request; the limit is 8"),
-    (np.zeros((2, 4), np.int64), np.zeros((2, 3), np.float32), 400, "Input 'ids' has dtype DT_INT64"),
-])
+@pytest.mark.parametrize(
+    "ids, weights, status, fragment",
+    [
+        (
+            np.zeros((2, 4), np.int32),
+            np.zeros((3, 3), np.float32),
+            400,
+            "The inputs disagree on the number of examples: {'ids': 2, 'weights': 3}",
+        ),
+        (
+            np.zeros((2, 4), np.int32),
+            np.zeros((2, 4), np.float32),
+            400,
+            "Input 'weights' has shape [2, 4]; the signature expects ['?', 3]",
+        ),
+        (
+            np.zeros((9, 1), np.int32),
+            np.zeros((9, 3), np.float32),
+            413,
+            "9 examples in one request; the limit is 8",
+        ),
+        (
+            np.zeros((2, 4), np.int64),
+            np.zeros((2, 3), np.float32),
+            400,
+            "Input 'ids' has dtype DT_INT64",
+        ),
+    ],
+)
 def test_tensor_inputs_refusals(ids, weights, status, fragment):
     tensors = {"ids": tf.make_tensor_proto(ids), "weights": tf.make_tensor_proto(weights)}
     with pytest.raises(RequestError) as raised:
@@ -580,7 +753,9 @@ def test_tensor_inputs_bound_the_elements_a_few_bytes_ask_for():
     with pytest.raises(RequestError) as raised:
         tensor_inputs(tensors, SPECS, max_instances=8, max_elements=100)
     assert raised.value.status == 400
-    assert "Input 'ids' has 2000000000 elements; this server takes at most 100" in raised.value.message
+    assert (
+        "Input 'ids' has 2000000000 elements; this server takes at most 100" in raised.value.message
+    )
 
 
 def test_tensor_inputs_with_a_wrong_tensor_content_length():
@@ -589,7 +764,10 @@ def test_tensor_inputs_with_a_wrong_tensor_content_length():
     tensors = {"ids": ids, "weights": tf.make_tensor_proto(np.zeros((2, 3), np.float32))}
     with pytest.raises(RequestError) as raised:
         tensor_inputs(tensors, SPECS, max_instances=8, max_elements=100)
-    assert "Input 'ids': its values do not fill its shape [2, 4] as dtype DT_INT32" in raised.value.message
+    assert (
+        "Input 'ids': its values do not fill its shape [2, 4] as dtype DT_INT32"
+        in raised.value.message
+    )
 
 
 # apps.serve's flag
@@ -602,8 +780,13 @@ def serve_command(*args):
 
     from tests.serving.serving_helpers import REPO_ROOT
 
-    return subprocess.run([sys.executable, "-m", "apps.serve", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "apps.serve", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_taken_grpc_port_is_a_one_line_error(tmp_path):
@@ -613,9 +796,14 @@ def test_a_taken_grpc_port_is_a_one_line_error(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = serve_command("--model", f"m={tmp_path}", "--port", str(free_port()), "--grpc-port", str(port))
+        result = serve_command(
+            "--model", f"m={tmp_path}", "--port", str(free_port()), "--grpc-port", str(port)
+        )
     assert result.returncode != 0
-    assert result.stderr.strip() == f"error: --grpc-port {port}: cannot listen on 127.0.0.1: Address already in use"
+    assert (
+        result.stderr.strip()
+        == f"error: --grpc-port {port}: cannot listen on 127.0.0.1: Address already in use"
+    )
 
 
 def test_a_port_taken_after_the_check_still_stops_the_start(exports, monkeypatch):
@@ -628,37 +816,47 @@ def test_a_port_taken_after_the_check_still_stops_the_start(exports, monkeypatch
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        app = create_app(ModelRepository({"classifier": exports.classifier}, poll_seconds=0),
-                         ServerSettings(grpc_port=port))
-        with pytest.raises(OSError, match=f"The gRPC API cannot listen on 127.0.0.1:{port}: is the port taken"):
+        app = create_app(
+            ModelRepository({"classifier": exports.classifier}, poll_seconds=0),
+            ServerSettings(grpc_port=port),
+        )
+        with pytest.raises(
+            OSError, match=f"The gRPC API cannot listen on 127.0.0.1:{port}: is the port taken"
+        ):
             with TestClient(app):
                 pass
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--grpc-port", "70000"], "error: --grpc-port must be between 0 and 65535, got 70000"),
-    (["--grpc-port", "-1"], "error: --grpc-port must be between 0 and 65535, got -1"),
-    (["--grpc-port", "9000", "--port", "9000"], "error: --grpc-port and --port are both 9000"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--grpc-port", "70000"], "error: --grpc-port must be between 0 and 65535, got 70000"),
+        (["--grpc-port", "-1"], "error: --grpc-port must be between 0 and 65535, got -1"),
+        (["--grpc-port", "9000", "--port", "9000"], "error: --grpc-port and --port are both 9000"),
+    ],
+)
 def test_grpc_port_values(tmp_path, args, message):
     result = serve_command("--model", f"m={tmp_path}", *args)
     assert result.returncode != 0 and result.stderr.strip() == message
 
 
-@pytest.mark.parametrize("array", [
-    np.array([[0.25, -1.5, 3e-8]], dtype=np.float32),
-    np.arange(6, dtype=np.float64).reshape(3, 2),
-    np.array([7, -8], dtype=np.int32),
-    np.array([[2**40]], dtype=np.int64),
-    np.array([[2**40, -1]], dtype=np.int64),
-    np.zeros((0, 3), dtype=np.float32),
-    np.array([b"la casa", b"", NON_UTF8_TEXT], dtype=object),
-    np.array([[b"a"], [b"b"]], dtype=object),
-    np.array([], dtype=object),
-    np.array([True, False]),  # written by tf.make_tensor_proto itself
-    np.float32(1.5),
-    np.array([1, 2], dtype=np.uint8),
-])
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.array([[0.25, -1.5, 3e-8]], dtype=np.float32),
+        np.arange(6, dtype=np.float64).reshape(3, 2),
+        np.array([7, -8], dtype=np.int32),
+        np.array([[2**40]], dtype=np.int64),
+        np.array([[2**40, -1]], dtype=np.int64),
+        np.zeros((0, 3), dtype=np.float32),
+        np.array([b"la casa", b"", NON_UTF8_TEXT], dtype=object),
+        np.array([[b"a"], [b"b"]], dtype=object),
+        np.array([], dtype=object),
+        np.array([True, False]),  # written by tf.make_tensor_proto itself
+        np.float32(1.5),
+        np.array([1, 2], dtype=np.uint8),
+    ],
+)
 def test_write_tensor_writes_what_make_tensor_proto_does(array):
     proto = predict_pb2.PredictResponse().outputs["x"]
     write_tensor(proto, array)

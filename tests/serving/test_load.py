@@ -33,8 +33,11 @@ def server(exports, tmp_path_factory):
     for name in ("classifier", "translator"):
         models[name] = str(root / name)
         shutil.copytree(getattr(exports, name), models[name])
-    process = ServerProcess(models, root / "server.log",
-                            ["--poll-seconds", "1", "--max-instances", "16", "--max-body-bytes", "65536"])
+    process = ServerProcess(
+        models,
+        root / "server.log",
+        ["--poll-seconds", "1", "--max-instances", "16", "--max-body-bytes", "65536"],
+    )
     process.models = models
     yield process
     process.stop()
@@ -59,8 +62,12 @@ def test_refusals_over_http_keep_the_server_up(server, direct_answers):
             assert set(response.json()) == {"error"}
             good = client.post(url, json={"instances": [text]})
             assert good.status_code == 200
-            np.testing.assert_allclose(good.json()["predictions"][0]["probabilities"], expected_probabilities,
-                                       atol=1e-5, rtol=0)
+            np.testing.assert_allclose(
+                good.json()["predictions"][0]["probabilities"],
+                expected_probabilities,
+                atol=1e-5,
+                rtol=0,
+            )
             assert good.json()["predictions"][0]["label"] == expected_label.decode()
 
         def chunks():  # no Content-Length
@@ -86,7 +93,11 @@ def plan_requests(seed=0):
 
 def request_body(texts, columnar):
     values = [text_json(text) for text in texts]
-    return {"inputs": {"text": values}} if columnar else {"instances": values, "signature_name": "serving_default"}
+    return (
+        {"inputs": {"text": values}}
+        if columnar
+        else {"instances": values, "signature_name": "serving_default"}
+    )
 
 
 def answers_of(model, body, columnar):
@@ -98,13 +109,18 @@ def answers_of(model, body, columnar):
         return list(zip(outputs["probabilities"], outputs["label"]))
     if model == "translator":
         return list(body["predictions"])
-    return [(prediction["probabilities"], prediction["label"]) for prediction in body["predictions"]]
+    return [
+        (prediction["probabilities"], prediction["label"]) for prediction in body["predictions"]
+    ]
 
 
 @pytest.mark.timeout(900)
 def test_load_with_a_version_switch(server, exports, direct_answers):
     plan = plan_requests()
-    translator_v1, translator_v2 = direct_answers[("translator", 1)], direct_answers[("translator", 2)]
+    translator_v1, translator_v2 = (
+        direct_answers[("translator", 1)],
+        direct_answers[("translator", 2)],
+    )
     differing = {text for text in TEXT_POOL if translator_v1[text] != translator_v2[text]}
     assert differing, "the two translator versions must answer some text differently"
 
@@ -137,7 +153,9 @@ def test_load_with_a_version_switch(server, exports, direct_answers):
                 model, texts, columnar = item
                 sent = time.monotonic()
                 try:
-                    response = client.post(f"/v1/models/{model}:predict", json=request_body(texts, columnar))
+                    response = client.post(
+                        f"/v1/models/{model}:predict", json=request_body(texts, columnar)
+                    )
                 except httpx.HTTPError as error:
                     failures.append((model, texts, repr(error)))
                     return
@@ -149,9 +167,13 @@ def test_load_with_a_version_switch(server, exports, direct_answers):
                 with lock:
                     records.append((model, texts, answers, sent, answered))
                     done[0] += 1
-                    if model == "translator" and switch["first_v2_answer"] is None and any(
-                        text in differing and answer == translator_v2[text].decode()
-                        for text, answer in zip(texts, answers)
+                    if (
+                        model == "translator"
+                        and switch["first_v2_answer"] is None
+                        and any(
+                            text in differing and answer == translator_v2[text].decode()
+                            for text, answer in zip(texts, answers)
+                        )
                     ):
                         switch["first_v2_answer"] = answered
 
@@ -186,7 +208,10 @@ def test_load_with_a_version_switch(server, exports, direct_answers):
                 assert answer[1] == label.decode(), (text, answer)
                 classifier_answers += 1
                 continue
-            assert answer in (translator_v1[text].decode(), translator_v2[text].decode()), (text, answer)
+            assert answer in (translator_v1[text].decode(), translator_v2[text].decode()), (
+                text,
+                answer,
+            )
             if text in differing and answer == translator_v1[text].decode():
                 # Version 1 never answers a request sent after version 2 answered one.
                 assert sent < switch["first_v2_answer"], (text, sent - started)
@@ -194,13 +219,18 @@ def test_load_with_a_version_switch(server, exports, direct_answers):
 
     with httpx.Client(base_url=server.url, timeout=60) as client:
         status = client.get("/v1/models/translator").json()["model_version_status"]
-        assert [(entry["version"], entry["state"]) for entry in status] == [("2", "AVAILABLE"), ("1", "END")]
+        assert [(entry["version"], entry["state"]) for entry in status] == [
+            ("2", "AVAILABLE"),
+            ("1", "END"),
+        ]
         assert client.get("/healthz").json()["models"] == {"classifier": 1, "translator": 2}
     assert server.process.poll() is None
     log = server.log()
     assert "model=translator version=2 available" in log
     assert "Traceback" not in log and " ERROR " not in log
-    print(f"{len(records)} requests ({sum(extra.values())} after the plan) in {elapsed:.1f} s; "
-          f"version 2 published at {switch['published'] - started:.1f} s, "
-          f"first answered at {switch['first_v2_answer'] - started:.1f} s")
+    print(
+        f"{len(records)} requests ({sum(extra.values())} after the plan) in {elapsed:.1f} s; "
+        f"version 2 published at {switch['published'] - started:.1f} s, "
+        f"first answered at {switch['first_v2_answer'] - started:.1f} s"
+    )
     assert os.path.isdir(os.path.join(server.models["translator"], "2"))

@@ -47,8 +47,16 @@ def sample(samples, name, default=None, **labels):
 
 
 def request_count(samples, api="rest", model="-", version="-", signature="-", status=200):
-    return sample(samples, REQUESTS + "_count", 0.0, api=api, model=model, version=version, signature=signature,
-                  status=str(status))
+    return sample(
+        samples,
+        REQUESTS + "_count",
+        0.0,
+        api=api,
+        model=model,
+        version=version,
+        signature=signature,
+        status=str(status),
+    )
 
 
 def request_series(samples):
@@ -60,7 +68,9 @@ def request_series(samples):
 def app_client(models, loader, **repository_options):
     """A TestClient of an app serving `models` with default settings, its repository as `.repository`."""
     repository = ModelRepository(models, loader=loader, poll_seconds=0, **repository_options)
-    with TestClient(create_app(repository, ServerSettings()), raise_server_exceptions=False) as client:
+    with TestClient(
+        create_app(repository, ServerSettings()), raise_server_exceptions=False
+    ) as client:
         client.repository = repository
         yield client
 
@@ -72,12 +82,19 @@ def test_requests_are_counted_by_model_version_signature_and_status(serve):  # n
         greedy = {"signature_name": "greedy", "instances": ["el perro come pan"]}
         assert predict(client, "translator", greedy, version=1).status_code == 200
         assert client.post("/v1/models/classifier:predict", content=b"{not json").status_code == 400
-        assert predict(client, "classifier", {"signature_name": "nope", "instances": ["a"]}).status_code == 400
+        assert (
+            predict(
+                client, "classifier", {"signature_name": "nope", "instances": ["a"]}
+            ).status_code
+            == 400
+        )
         assert predict(client, "no_such_model", {"instances": ["a"]}).status_code == 404
         assert client.get("/v1/models/translator").status_code == 200
         assert client.post(METRICS_PATH).status_code == 405
         samples = scrape(client)
-        openmetrics = client.get(METRICS_PATH, headers={"accept": "application/openmetrics-text; version=1.0.0"})
+        openmetrics = client.get(
+            METRICS_PATH, headers={"accept": "application/openmetrics-text; version=1.0.0"}
+        )
 
     assert openmetrics.status_code == 200
     assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
@@ -88,20 +105,34 @@ def test_requests_are_counted_by_model_version_signature_and_status(serve):  # n
     # Refused before their signature was known (bad JSON) or because it is unknown.
     assert request_count(samples, model="classifier", version="1", status=400) == 2
     assert request_count(samples, status=404) == 1
-    assert request_count(samples, model="translator") == 1  # the status request: no version or signature named
+    assert (
+        request_count(samples, model="translator") == 1
+    )  # the status request: no version or signature named
     assert request_count(samples, status=405) == 1
     assert request_series(samples) == {
-        tuple(sorted(dict(api="rest", model=model, version=version, signature=signature, status=status).items()))
+        tuple(
+            sorted(
+                dict(
+                    api="rest", model=model, version=version, signature=signature, status=status
+                ).items()
+            )
+        )
         for model, version, signature, status in [
-            ("classifier", "1", "serving_default", "200"), ("translator", "1", "greedy", "200"),
-            ("classifier", "1", "-", "400"), ("-", "-", "-", "404"), ("translator", "-", "-", "200"),
+            ("classifier", "1", "serving_default", "200"),
+            ("translator", "1", "greedy", "200"),
+            ("classifier", "1", "-", "400"),
+            ("-", "-", "-", "404"),
+            ("translator", "-", "-", "200"),
             ("-", "-", "-", "405"),
         ]
     }
 
-    labels = dict(api="rest", model="classifier", version="1", signature="serving_default", status="200")
+    labels = dict(
+        api="rest", model="classifier", version="1", signature="serving_default", status="200"
+    )
     buckets = sorted(
-        (float(dict(key)["le"]), value) for (name, key), value in samples.items()
+        (float(dict(key)["le"]), value)
+        for (name, key), value in samples.items()
         if name == REQUESTS + "_bucket" and {k: v for k, v in key if k != "le"} == labels
     )
     assert buckets[-1] == (float("inf"), 3.0)
@@ -111,7 +142,9 @@ def test_requests_are_counted_by_model_version_signature_and_status(serve):  # n
 
 
 def random_name(rng):
-    return "".join(rng.choice(string.ascii_letters + string.digits + "_-.") for _ in range(rng.randint(1, 40)))
+    return "".join(
+        rng.choice(string.ascii_letters + string.digits + "_-.") for _ in range(rng.randint(1, 40))
+    )
 
 
 def test_unknown_names_from_clients_add_no_series(serve):  # noqa: F811
@@ -122,19 +155,33 @@ def test_unknown_names_from_clients_add_no_series(serve):  # noqa: F811
         def send_unknown():
             """Requests naming models, versions and signatures that are not served, of every kind."""
             yield predict(client, random_name(rng), {"instances": ["a"]})
-            yield client.get(f"/v1/models/{random_name(rng)}/versions/{rng.randint(1, 10 ** 12)}")
-            yield client.get(f"/v1/models/classifier/versions/{rng.randint(2, 10 ** 12)}/metadata")
-            yield predict(client, "classifier", {"signature_name": random_name(rng), "instances": ["a"]})
+            yield client.get(f"/v1/models/{random_name(rng)}/versions/{rng.randint(1, 10**12)}")
+            yield client.get(f"/v1/models/classifier/versions/{rng.randint(2, 10**12)}/metadata")
+            yield predict(
+                client, "classifier", {"signature_name": random_name(rng), "instances": ["a"]}
+            )
             yield client.get(f"/{random_name(rng)}/{random_name(rng)}")
 
         def observe_unknown_grpc():
-            service.metrics.observe_request("grpc", random_name(rng), rng.randint(1, 10 ** 12), random_name(rng),
-                                            "NOT_FOUND", 0.001)
-            service.metrics.observe_request("grpc", "classifier", 1, random_name(rng), "INVALID_ARGUMENT", 0.001)
+            service.metrics.observe_request(
+                "grpc",
+                random_name(rng),
+                rng.randint(1, 10**12),
+                random_name(rng),
+                "NOT_FOUND",
+                0.001,
+            )
+            service.metrics.observe_request(
+                "grpc", "classifier", 1, random_name(rng), "INVALID_ARGUMENT", 0.001
+            )
 
-        statuses = {response.status_code for response in send_unknown()}  # one of each first: their series
+        statuses = {
+            response.status_code for response in send_unknown()
+        }  # one of each first: their series
         observe_unknown_grpc()
-        scrape(client)  # a scrape is counted once answered: the next one shows the series of scrapes
+        scrape(
+            client
+        )  # a scrape is counted once answered: the next one shows the series of scrapes
         before = scrape(client)
         for _ in range(20):  # 100 requests and 40 gRPC reports
             statuses |= {response.status_code for response in send_unknown()}
@@ -145,10 +192,17 @@ def test_unknown_names_from_clients_add_no_series(serve):  # noqa: F811
     assert request_series(after) == request_series(before)
     # Counted in the series there were: per round, an unknown model's predict and status and an unknown path.
     assert request_count(after, status=404) - request_count(before, status=404) == 60
-    assert request_count(after, model="classifier", status=404) - request_count(before, model="classifier", status=404) == 20
+    assert (
+        request_count(after, model="classifier", status=404)
+        - request_count(before, model="classifier", status=404)
+        == 20
+    )
     assert request_count(after, model="classifier", version="1", status=400) == 21
     assert request_count(after, api="grpc", status="NOT_FOUND") == 21
-    assert request_count(after, api="grpc", model="classifier", version="1", status="INVALID_ARGUMENT") == 21
+    assert (
+        request_count(after, api="grpc", model="classifier", version="1", status="INVALID_ARGUMENT")
+        == 21
+    )
     assert len(after) == len(before)
 
 
@@ -166,7 +220,9 @@ def test_batch_sizes_queued_examples_and_requests_in_flight(serve, monkeypatch):
     responses = []
 
     def send(count):
-        responses.append(predict(client, "classifier", {"instances": ["the cat sat on the mat"] * count}))
+        responses.append(
+            predict(client, "classifier", {"instances": ["the cat sat on the mat"] * count})
+        )
 
     # One model thread: while the first request is held in the model, the others queue behind it.
     with serve(num_threads=1, max_batch_size=64) as client:
@@ -174,9 +230,16 @@ def test_batch_sizes_queued_examples_and_requests_in_flight(serve, monkeypatch):
         threads = start_threads([functools.partial(send, 1)], "first")
         try:
             wait_for(lambda: sample(scrape(client), PREFIX + "batch_size_count", **labels) == 1)
-            threads += start_threads([functools.partial(send, examples_each)] * queued_requests, "queued")
+            threads += start_threads(
+                [functools.partial(send, examples_each)] * queued_requests, "queued"
+            )
             # Every request arrived: the held one, the queued ones and the scrape.
-            wait_for(lambda: sample(scrape(client), PREFIX + "in_flight_requests", api="rest") == queued_requests + 2)
+            wait_for(
+                lambda: (
+                    sample(scrape(client), PREFIX + "in_flight_requests", api="rest")
+                    == queued_requests + 2
+                )
+            )
             busy = scrape(client)
         finally:
             release.set()
@@ -233,6 +296,10 @@ def test_each_app_has_its_own_registry(exports, shared_loader):  # noqa: F811
         for _ in range(3):
             assert predict(first, "classifier", {"instances": ["a"]}).status_code == 200
         assert predict(second, "classifier", {"instances": ["a"]}).status_code == 200
-        counts = [request_count(scrape(client), model="classifier", version="1", signature="serving_default")
-                  for client in (first, second)]
+        counts = [
+            request_count(
+                scrape(client), model="classifier", version="1", signature="serving_default"
+            )
+            for client in (first, second)
+        ]
     assert counts == [3, 1]

@@ -39,26 +39,32 @@ def folders(tmp_path):
 
 
 def test_a_file_with_every_policy_and_labels(tmp_path, folders):
-    path = write_config(tmp_path, f"""
+    path = write_config(
+        tmp_path,
+        f"""
         # Comments, both delimiters and the list syntax are TensorFlow Serving's text format.
         model_config_list {{
           config {{
             name: "classifier"
-            base_path: "{folders['classifier']}"
+            base_path: "{folders["classifier"]}"
             model_platform: "tensorflow"
           }}
           config: <
             name: 'translator'
-            base_path: "{folders['translator']}"
+            base_path: "{folders["translator"]}"
             model_version_policy {{ specific {{ versions: 1 versions: 3 }} }}
             version_labels {{ key: "stable" value: 1 }}
             version_labels {{ key: "canary" value: 3 }}
           >
         }}
-    """)
+    """,
+    )
     classifier, translator = read_model_config_file(path)
     assert (classifier.name, classifier.base_path) == ("classifier", folders["classifier"])
-    assert classifier.version_policy == VersionPolicy("latest", num_versions=1) and classifier.version_labels == {}
+    assert (
+        classifier.version_policy == VersionPolicy("latest", num_versions=1)
+        and classifier.version_labels == {}
+    )
     assert (translator.name, translator.base_path) == ("translator", folders["translator"])
     assert translator.version_policy == VersionPolicy("specific", versions=frozenset({1, 3}))
     assert translator.version_labels == {"stable": 1, "canary": 3}
@@ -76,16 +82,22 @@ def test_the_sample_file_of_the_docs(tmp_path, folders):
     assert translator.version_labels == {"stable": 3, "canary": 4}
 
 
-@pytest.mark.parametrize("policy, expected", [
-    ("latest { num_versions: 3 }", VersionPolicy("latest", num_versions=3)),
-    ("latest { }", VersionPolicy("latest", num_versions=1)),  # TensorFlow Serving reads 0 as 1
-    ("all { }", VersionPolicy("all")),
-])
+@pytest.mark.parametrize(
+    "policy, expected",
+    [
+        ("latest { num_versions: 3 }", VersionPolicy("latest", num_versions=3)),
+        ("latest { }", VersionPolicy("latest", num_versions=1)),  # TensorFlow Serving reads 0 as 1
+        ("all { }", VersionPolicy("all")),
+    ],
+)
 def test_version_policies(tmp_path, folders, policy, expected):
-    path = write_config(tmp_path, f"""
-        model_config_list {{ config {{ name: "m" base_path: "{folders['classifier']}"
+    path = write_config(
+        tmp_path,
+        f"""
+        model_config_list {{ config {{ name: "m" base_path: "{folders["classifier"]}"
                                       model_version_policy {{ {policy} }} }} }}
-    """)
+    """,
+    )
     (config,) = read_model_config_file(path)
     assert config.version_policy == expected
 
@@ -99,32 +111,71 @@ def test_policy_candidates():
 
 # Mistakes: (file text with {a} and {b} for two existing folders, line, words the message holds).
 MISTAKES = [
-    ('model_config_list {\n  config {\n    name: "a"\n    base_path: "{a}"\n  }\n', 5, ["Expected \"}\""]),
-    ('model_config_list {\n  config {\n    name: "a"\n    bse_path: "{a}"\n  }\n}\n', 4, ['no field named "bse_path"']),
-    ('model_config_list {\n  config { name: "a" base_path: "{a}" }\n  config {\n    name: "b"\n  }\n}\n', 3,
-     ["model 'b' has no base_path"]),
-    ('model_config_list {\n  config { name: "a" base_path: "{a}" }\n  # a comment {\n'
-     '  config { name: "a" base_path: "{b}" }\n}\n', 4, ["model 'a' is listed twice (first at line 2)"]),
-    ('model_config_list {\n  config { name: "a" base_path: "{a}/nowhere" }\n}\n', 2, ["no folder at base_path"]),
+    (
+        'model_config_list {\n  config {\n    name: "a"\n    base_path: "{a}"\n  }\n',
+        5,
+        ['Expected "}"'],
+    ),
+    (
+        'model_config_list {\n  config {\n    name: "a"\n    bse_path: "{a}"\n  }\n}\n',
+        4,
+        ['no field named "bse_path"'],
+    ),
+    (
+        'model_config_list {\n  config { name: "a" base_path: "{a}" }\n  config {\n    name: "b"\n  }\n}\n',
+        3,
+        ["model 'b' has no base_path"],
+    ),
+    (
+        'model_config_list {\n  config { name: "a" base_path: "{a}" }\n  # a comment {\n'
+        '  config { name: "a" base_path: "{b}" }\n}\n',
+        4,
+        ["model 'a' is listed twice (first at line 2)"],
+    ),
+    (
+        'model_config_list {\n  config { name: "a" base_path: "{a}/nowhere" }\n}\n',
+        2,
+        ["no folder at base_path"],
+    ),
     ('model_config_list {\n  config { name: "a/b" base_path: "{a}" }\n}\n', 2, ["may only hold"]),
     ('model_config_list {\n  config { base_path: "{a}" }\n}\n', 2, ["may not be empty"]),
-    ('model_config_list {\n  config { name: "a" base_path: "{a}" model_platform: "pytorch" }\n}\n', 2,
-     ["model_platform 'pytorch'"]),
-    ('model_config_list {\n  config { name: "a" base_path: "{a}"\n'
-     '    model_version_policy { specific { } } }\n}\n', 2, ["specific lists no versions"]),
-    ('model_config_list {\n  config { name: "a" base_path: "{a}"\n'
-     '    model_version_policy { specific { versions: 2 } }\n    version_labels { key: "stable" value: 1 } }\n}\n', 2,
-     ["label 'stable' names version 1", "never serves"]),
-    ('model_config_list {\n  config { name: "a" base_path: "{a}"\n'
-     '    version_labels { key: "x/y" value: 1 } }\n}\n', 2, ["label 'x/y'"]),
-    ('model_config_list {\n  config { name: "a" base_path: "{a}" model_version_policy { latest { num_versions: -1 } } }'
-     '\n}\n', 2, ["out of range"]),
+    (
+        'model_config_list {\n  config { name: "a" base_path: "{a}" model_platform: "pytorch" }\n}\n',
+        2,
+        ["model_platform 'pytorch'"],
+    ),
+    (
+        'model_config_list {\n  config { name: "a" base_path: "{a}"\n'
+        "    model_version_policy { specific { } } }\n}\n",
+        2,
+        ["specific lists no versions"],
+    ),
+    (
+        'model_config_list {\n  config { name: "a" base_path: "{a}"\n'
+        '    model_version_policy { specific { versions: 2 } }\n    version_labels { key: "stable" value: 1 } }\n}\n',
+        2,
+        ["label 'stable' names version 1", "never serves"],
+    ),
+    (
+        'model_config_list {\n  config { name: "a" base_path: "{a}"\n'
+        '    version_labels { key: "x/y" value: 1 } }\n}\n',
+        2,
+        ["label 'x/y'"],
+    ),
+    (
+        'model_config_list {\n  config { name: "a" base_path: "{a}" model_version_policy { latest { num_versions: -1 } } }'
+        "\n}\n",
+        2,
+        ["out of range"],
+    ),
 ]
 
 
 @pytest.mark.parametrize("text, line, words", MISTAKES)
 def test_a_mistake_names_the_file_and_line(tmp_path, folders, text, line, words):
-    path = write_config(tmp_path, text.replace("{a}", folders["classifier"]).replace("{b}", folders["translator"]))
+    path = write_config(
+        tmp_path, text.replace("{a}", folders["classifier"]).replace("{b}", folders["translator"])
+    )
     with pytest.raises(ModelConfigError) as raised:
         read_model_config_file(path)
     message = str(raised.value)
@@ -133,11 +184,14 @@ def test_a_mistake_names_the_file_and_line(tmp_path, folders, text, line, words)
         assert word in message
 
 
-@pytest.mark.parametrize("text, words", [
-    ("", ["no models"]),
-    ("model_config_list { }", ["no models"]),
-    ('custom_model_config { type_url: "x" }', ["custom_model_config is not supported"]),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("", ["no models"]),
+        ("model_config_list { }", ["no models"]),
+        ('custom_model_config { type_url: "x" }', ["custom_model_config is not supported"]),
+    ],
+)
 def test_a_file_without_models_is_refused(tmp_path, text, words):
     path = write_config(tmp_path, text)
     with pytest.raises(ModelConfigError, match="no models|custom_model_config") as raised:
@@ -157,13 +211,18 @@ def test_an_unreadable_file_is_refused(tmp_path):
 
 
 def test_signatures_for_every_model_or_one(tmp_path, folders):
-    path = write_config(tmp_path, f"""
+    path = write_config(
+        tmp_path,
+        f"""
         model_config_list {{
-          config {{ name: "classifier" base_path: "{folders['classifier']}" }}
-          config {{ name: "translator" base_path: "{folders['translator']}" }}
+          config {{ name: "classifier" base_path: "{folders["classifier"]}" }}
+          config {{ name: "translator" base_path: "{folders["translator"]}" }}
         }}
-    """)
-    configs = with_signatures(read_model_config_file(path), ["attention", "translator:greedy", "attention"])
+    """,
+    )
+    configs = with_signatures(
+        read_model_config_file(path), ["attention", "translator:greedy", "attention"]
+    )
     assert [config.signatures for config in configs] == [("attention",), ("attention", "greedy")]
     assert configs[1].public_signatures() == {"serving_default", "attention", "greedy"}
     with pytest.raises(ModelConfigError, match="no model is named 'nobody'"):
@@ -186,7 +245,9 @@ def versions(tmp_path_factory):
 
 
 def serve_config(tmp_path, text):
-    repository = ModelRepository(read_model_config_file(write_config(tmp_path, text)), poll_seconds=0)
+    repository = ModelRepository(
+        read_model_config_file(write_config(tmp_path, text)), poll_seconds=0
+    )
     return TestClient(create_app(repository), raise_server_exceptions=False)
 
 
@@ -202,28 +263,40 @@ def answer(client, path):
 def statuses(client, path="model"):
     response = client.get(f"/v1/models/{path}")
     assert response.status_code == 200, response.text
-    return {int(status["version"]): status["state"] for status in response.json()["model_version_status"]}
+    return {
+        int(status["version"]): status["state"]
+        for status in response.json()["model_version_status"]
+    }
 
 
 def test_latest_two_serves_the_two_newest(tmp_path, versions):
-    with serve_config(tmp_path, f"""
+    with serve_config(
+        tmp_path,
+        f"""
         model_config_list {{ config {{ name: "model" base_path: "{versions}"
                                       model_version_policy {{ latest {{ num_versions: 2 }} }} }} }}
-    """) as client:
+    """,
+    ) as client:
         assert statuses(client) == {4: "AVAILABLE", 3: "AVAILABLE"}
         assert answer(client, "model") == 4
         assert answer(client, "model/versions/3") == 3
-        assert answer(client, "model/versions/2") == (404, "Servable not found for request: Specific(model, 2)")
+        assert answer(client, "model/versions/2") == (
+            404,
+            "Servable not found for request: Specific(model, 2)",
+        )
 
 
 def test_specific_versions_and_their_labels(tmp_path, versions):
-    with serve_config(tmp_path, f"""
+    with serve_config(
+        tmp_path,
+        f"""
         model_config_list {{ config {{ name: "model" base_path: "{versions}"
                                       model_version_policy {{ specific {{ versions: 1 versions: 3 versions: 7 }} }}
                                       version_labels {{ key: "stable" value: 1 }}
                                       version_labels {{ key: "canary" value: 3 }}
                                       version_labels {{ key: "next" value: 7 }} }} }}
-    """) as client:
+    """,
+    ) as client:
         assert statuses(client) == {3: "AVAILABLE", 1: "AVAILABLE"}
         assert answer(client, "model") == 3
         assert answer(client, "model/versions/1") == 1
@@ -233,7 +306,10 @@ def test_specific_versions_and_their_labels(tmp_path, versions):
         assert metadata["model_spec"] == {"name": "model", "signature_name": "", "version": "1"}
         assert statuses(client, "model/labels/canary") == {3: "AVAILABLE"}
         # A label for a version that is not serving: TensorFlow Serving's 404.
-        assert answer(client, "model/labels/next") == (404, "Servable not found for request: Specific(model, 7)")
+        assert answer(client, "model/labels/next") == (
+            404,
+            "Servable not found for request: Specific(model, 7)",
+        )
         # An unknown label: TensorFlow Serving's 400, whatever the route.
         unknown = "Unrecognized servable version label: nope"
         assert answer(client, "model/labels/nope") == (400, unknown)
@@ -243,21 +319,32 @@ def test_specific_versions_and_their_labels(tmp_path, versions):
 
 
 def test_all_serves_every_version(tmp_path, versions):
-    with serve_config(tmp_path, f"""
+    with serve_config(
+        tmp_path,
+        f"""
         model_config_list {{ config {{ name: "model" base_path: "{versions}" model_version_policy {{ all {{ }} }} }} }}
-    """) as client:
+    """,
+    ) as client:
         assert statuses(client) == {4: "AVAILABLE", 3: "AVAILABLE", 2: "AVAILABLE", 1: "AVAILABLE"}
-        assert [answer(client, f"model/versions/{version}") for version in (1, 2, 3, 4)] == [1, 2, 3, 4]
+        assert [answer(client, f"model/versions/{version}") for version in (1, 2, 3, 4)] == [
+            1,
+            2,
+            3,
+            4,
+        ]
 
 
 def test_latest_two_swaps_one_at_a_time(tmp_path):
     base = str(tmp_path / "model")
     for version in (1, 2):
         write_version_model(base, version)
-    with serve_config(tmp_path, f"""
+    with serve_config(
+        tmp_path,
+        f"""
         model_config_list {{ config {{ name: "model" base_path: "{base}"
                                       model_version_policy {{ latest {{ num_versions: 2 }} }} }} }}
-    """) as client:
+    """,
+    ) as client:
         model = client.app.state.repository.models["model"]
         write_version_model(base, 3)
         assert model.refresh() is True
@@ -269,13 +356,21 @@ def test_latest_two_swaps_one_at_a_time(tmp_path):
 
 
 def serve(*args):
-    return subprocess.run([sys.executable, "-m", "apps.serve", *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "apps.serve", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_mistake_in_the_file_stops_the_server_with_its_line(tmp_path, folders):
     folder = folders["classifier"]
-    path = write_config(tmp_path, f'model_config_list {{\n  config {{\n    name: "a"\n    bse_path: "{folder}"\n  }}\n}}\n')
+    path = write_config(
+        tmp_path,
+        f'model_config_list {{\n  config {{\n    name: "a"\n    bse_path: "{folder}"\n  }}\n}}\n',
+    )
     result = serve("--model-config-file", path)
     assert result.returncode == 1
     assert f"error: {path}:4:" in result.stderr and "bse_path" in result.stderr
@@ -284,14 +379,18 @@ def test_a_mistake_in_the_file_stops_the_server_with_its_line(tmp_path, folders)
 
 def test_model_and_model_config_file_are_exclusive(tmp_path, folders):
     folder = folders["classifier"]
-    path = write_config(tmp_path, f'model_config_list {{ config {{ name: "a" base_path: "{folder}" }} }}')
+    path = write_config(
+        tmp_path, f'model_config_list {{ config {{ name: "a" base_path: "{folder}" }} }}'
+    )
     result = serve("--model", f"a={folder}", "--model-config-file", path)
     assert result.returncode == 2 and "not allowed with argument" in result.stderr
 
 
 @pytest.mark.timeout(300)
 def test_the_server_serves_a_model_config_file(tmp_path, versions, start_server):
-    path = write_config(tmp_path, f"""
+    path = write_config(
+        tmp_path,
+        f"""
         model_config_list {{
           config {{
             name: "model"
@@ -301,14 +400,17 @@ def test_the_server_serves_a_model_config_file(tmp_path, versions, start_server)
             version_labels {{ key: "stable" value: 2 }}
           }}
         }}
-    """)
+    """,
+    )
     server = start_server({}, "--model-config-file", path)
     import httpx
 
     with httpx.Client(base_url=server.url, timeout=30) as client:
         for route, version in (("model", 4), ("model/labels/stable", 2), ("model/versions/4", 4)):
             response = client.post(f"/v1/models/{route}:predict", json={"instances": ["a"]})
-            assert response.status_code == 200 and response.json() == {"predictions": [version]}, response.text
+            assert response.status_code == 200 and response.json() == {"predictions": [version]}, (
+                response.text
+            )
         response = client.post("/v1/models/model/labels/beta:predict", json={"instances": ["a"]})
         assert response.status_code == 400
         assert response.json() == {"error": "Unrecognized servable version label: beta"}

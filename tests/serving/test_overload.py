@@ -58,7 +58,9 @@ class RecordingSignature:
         self.structured_input_signature = function.structured_input_signature
         self.structured_outputs = function.structured_outputs
         if wide_columns:
-            self.structured_outputs = {"scores": tf.TensorSpec([None, wide_columns], tf.float32, name="scores")}
+            self.structured_outputs = {
+                "scores": tf.TensorSpec([None, wide_columns], tf.float32, name="scores")
+            }
 
     def __call__(self, **arguments):
         import tensorflow as tf
@@ -76,7 +78,9 @@ class RecordingSignature:
 
 @pytest.fixture(scope="module")
 def loaded_models(exports):
-    return {name: load_saved_model(exports.version_dir(name)) for name in ("classifier", "translator")}
+    return {
+        name: load_saved_model(exports.version_dir(name)) for name in ("classifier", "translator")
+    }
 
 
 @pytest.fixture
@@ -96,9 +100,14 @@ def serve(exports, loaded_models):
             }
             return types.SimpleNamespace(signatures=signatures)
 
-        models = {"classifier": exports.classifier} if wide else {
-            "classifier": exports.classifier, "translator": exports.translator}
-        app = create_app(ModelRepository(models, loader=loader, poll_seconds=0), ServerSettings(**settings))
+        models = (
+            {"classifier": exports.classifier}
+            if wide
+            else {"classifier": exports.classifier, "translator": exports.translator}
+        )
+        app = create_app(
+            ModelRepository(models, loader=loader, poll_seconds=0), ServerSettings(**settings)
+        )
         port = free_port()
         server = build_server(app, "127.0.0.1", port, log_level="warning")
         thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
@@ -118,7 +127,9 @@ def serve(exports, loaded_models):
 
 
 def post(url, model, texts, timeout=30.0):
-    return httpx.post(f"{url}/v1/models/{model}:predict", json={"instances": texts}, timeout=timeout)
+    return httpx.post(
+        f"{url}/v1/models/{model}:predict", json={"instances": texts}, timeout=timeout
+    )
 
 
 def wait_until(condition, timeout=10.0, what="the condition"):
@@ -149,10 +160,20 @@ def test_requests_whose_clients_gave_up_are_not_computed_and_the_next_is_answere
     with serve(recorder, num_threads=1) as (url, service):
         holder = hold_the_model(url, recorder)
         abandoned = [f"abandoned {index}" for index in range(30)]
-        join_threads(start_threads([lambda text=text: give_up_after(url, "classifier", [text], 0.3)
-                                    for text in abandoned], "gave-up"), timeout=30)
+        join_threads(
+            start_threads(
+                [
+                    lambda text=text: give_up_after(url, "classifier", [text], 0.3)
+                    for text in abandoned
+                ],
+                "gave-up",
+            ),
+            timeout=30,
+        )
         # Each disconnect took its request out of the queue.
-        wait_until(lambda: not any(service.batcher.queue_depths().values()), what="the queue emptying")
+        wait_until(
+            lambda: not any(service.batcher.queue_depths().values()), what="the queue emptying"
+        )
         recorder.gate.set()
         started = time.monotonic()
         response = post(url, "classifier", ["the cat sat on the mat"])
@@ -161,10 +182,14 @@ def test_requests_whose_clients_gave_up_are_not_computed_and_the_next_is_answere
     assert response.status_code == 200 and holder.answers[0].status_code == 200
     assert not set(text.encode() for text in abandoned) & set(recorder.texts)
     assert recorder.texts == [b"holder", b"the cat sat on the mat"]
-    assert waited < 10.0  # one tiny model call; the 30 abandoned ones would not change that, their absence is above
+    assert (
+        waited < 10.0
+    )  # one tiny model call; the 30 abandoned ones would not change that, their absence is above
 
 
-def test_a_burst_of_translator_requests_abandoned_by_their_clients_leaves_the_server_answering_at_once(serve):
+def test_a_burst_of_translator_requests_abandoned_by_their_clients_leaves_the_server_answering_at_once(
+    serve,
+):
     # Issue 15's "400 requests of 32 sentences, 100 at a time, 5 s client timeout", scaled down:
     # 40 requests of 8 sentences, 20 at a time, 0.5 s, each model call taking 0.2 s.
     recorder = Recorder()
@@ -172,10 +197,23 @@ def test_a_burst_of_translator_requests_abandoned_by_their_clients_leaves_the_se
     sentences = 8
     with serve(recorder, num_threads=1, max_batch_size=16) as (url, service):
         for wave in range(2):
-            texts = [[f"wave {wave} request {index} sentence {line}" for line in range(sentences)] for index in range(20)]
-            join_threads(start_threads([lambda batch=batch: give_up_after(url, "translator", batch, 0.5)
-                                        for batch in texts], f"wave-{wave}"), timeout=60)
-        wait_until(lambda: not any(service.batcher.queue_depths().values()), what="the queue emptying")
+            texts = [
+                [f"wave {wave} request {index} sentence {line}" for line in range(sentences)]
+                for index in range(20)
+            ]
+            join_threads(
+                start_threads(
+                    [
+                        lambda batch=batch: give_up_after(url, "translator", batch, 0.5)
+                        for batch in texts
+                    ],
+                    f"wave-{wave}",
+                ),
+                timeout=60,
+            )
+        wait_until(
+            lambda: not any(service.batcher.queue_depths().values()), what="the queue emptying"
+        )
         started = time.monotonic()
         response = post(url, "translator", ["y dijo dios sea la luz"])
         waited = time.monotonic() - started
@@ -193,9 +231,16 @@ def test_a_full_queue_gets_503_at_once(serve, batching):
     with serve(recorder, num_threads=1, max_queued_examples=4, batching=batching) as (url, service):
         holder = hold_the_model(url, recorder)
         answers = []
-        queued = start_threads([lambda index=index: answers.append(post(url, "classifier", [f"queued {index}"]))
-                                for index in range(4)], "queued")
-        wait_until(lambda: sum(service.batcher.queue_depths().values()) == 4, what="four examples queued")
+        queued = start_threads(
+            [
+                lambda index=index: answers.append(post(url, "classifier", [f"queued {index}"]))
+                for index in range(4)
+            ],
+            "queued",
+        )
+        wait_until(
+            lambda: sum(service.batcher.queue_depths().values()) == 4, what="four examples queued"
+        )
         started = time.monotonic()
         refused = post(url, "classifier", ["one too many"])
         waited = time.monotonic() - started
@@ -222,7 +267,9 @@ def test_past_the_request_timeout_the_client_gets_504_and_queued_work_is_dropped
         # on a loaded machine the three could otherwise all pass their deadline in the queue.
         threads = start_threads([lambda: send("running")], "late")
         wait_until(recorder.entered.is_set, what="the first request reaching the model")
-        threads += start_threads([lambda text=text: send(text) for text in ("queued 1", "queued 2")], "late")
+        threads += start_threads(
+            [lambda text=text: send(text) for text in ("queued 1", "queued 2")], "late"
+        )
         join_threads(threads, timeout=30)
         recorder.gate.set()
         wait_until(lambda: len(recorder.texts) == 1, what="the held call finishing")
@@ -230,7 +277,10 @@ def test_past_the_request_timeout_the_client_gets_504_and_queued_work_is_dropped
     assert after.status_code == 200
     for text, response in answers.items():
         assert response.status_code == 504, (text, response.text)
-        assert "Deadline exceeded" in response.json()["error"] and "--request-timeout" in response.json()["error"]
+        assert (
+            "Deadline exceeded" in response.json()["error"]
+            and "--request-timeout" in response.json()["error"]
+        )
     # Only the request that had reached the model before its deadline was computed.
     assert recorder.texts.count(b"after") == 1 and len(recorder.texts) == 2
 
@@ -262,8 +312,12 @@ def test_the_event_loop_answers_while_a_large_body_is_parsed(serve):
     body = b'{"instances": [' + b'"a",' * 2_000_000 + b"1]}"
     with serve(recorder, max_body_bytes=len(body), max_instances=3_000_000) as (url, _):
         answers = []
-        took, latencies = _healthz_latencies_while(url, lambda: answers.append(httpx.post(
-            f"{url}/v1/models/classifier:predict", content=body, timeout=60)))
+        took, latencies = _healthz_latencies_while(
+            url,
+            lambda: answers.append(
+                httpx.post(f"{url}/v1/models/classifier:predict", content=body, timeout=60)
+            ),
+        )
     assert answers[0].status_code == 400 and "example 2000000" in answers[0].json()["error"]
     # Long enough that handling it on the loop would hold /healthz past the bound below.
     assert took > 0.5 and len(latencies) >= 3, (took, latencies)
@@ -273,10 +327,17 @@ def test_the_event_loop_answers_while_a_large_body_is_parsed(serve):
 def test_the_event_loop_answers_while_a_large_answer_is_encoded(serve):
     recorder = Recorder()
     examples = 60  # 1.2 million floats, about 24 MB of JSON
-    with serve(recorder, wide=True, max_instances=examples, max_response_bytes=64 << 20) as (url, _):
+    with serve(recorder, wide=True, max_instances=examples, max_response_bytes=64 << 20) as (
+        url,
+        _,
+    ):
         answers = []
         took, latencies = _healthz_latencies_while(
-            url, lambda: answers.append(post(url, "classifier", [f"t{index}" for index in range(examples)], timeout=60)))
+            url,
+            lambda: answers.append(
+                post(url, "classifier", [f"t{index}" for index in range(examples)], timeout=60)
+            ),
+        )
     assert answers[0].status_code == 200
     assert np.shape(answers[0].json()["predictions"]) == (examples, WIDE_COLUMNS)
     assert took > 0.5 and len(latencies) >= 3, (took, latencies)
@@ -312,22 +373,37 @@ def _plain_json(request_format, outputs):
 
     names = list(outputs)
     if request_format == "columnar":
-        value = {"outputs": column(outputs[names[0]]) if len(names) == 1 else {n: column(outputs[n]) for n in names}}
+        value = {
+            "outputs": column(outputs[names[0]])
+            if len(names) == 1
+            else {n: column(outputs[n]) for n in names}
+        }
     elif len(names) == 1:
         value = {"predictions": column(outputs[names[0]])}
     else:
-        value = {"predictions": [{n: column(outputs[n])[i] for n in names} for i in range(len(outputs[names[0]]))]}
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        value = {
+            "predictions": [
+                {n: column(outputs[n])[i] for n in names} for i in range(len(outputs[names[0]]))
+            ]
+        }
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(
+        "utf-8"
+    )
 
 
-@pytest.mark.parametrize("outputs", [
-    {"translation": np.array(["hello".encode(), "ñandú 日本".encode(), b""], dtype=object)},
-    {"probabilities": np.random.default_rng(0).random((5, 3), dtype=np.float32),
-     "label": np.array([b"a", b"b", b"c", b"d", b"e"], dtype=object)},
-    {"ids": np.arange(10_000, dtype=np.int64)},  # longer than one encoding step
-    {"attention": np.random.default_rng(1).random((2, 3, 4, 5))},
-    {"empty": np.zeros((0, 3), np.float32), "labels": np.zeros((0,), object)},
-])
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        {"translation": np.array(["hello".encode(), "ñandú 日本".encode(), b""], dtype=object)},
+        {
+            "probabilities": np.random.default_rng(0).random((5, 3), dtype=np.float32),
+            "label": np.array([b"a", b"b", b"c", b"d", b"e"], dtype=object),
+        },
+        {"ids": np.arange(10_000, dtype=np.int64)},  # longer than one encoding step
+        {"attention": np.random.default_rng(1).random((2, 3, 4, 5))},
+        {"empty": np.zeros((0, 3), np.float32), "labels": np.zeros((0,), object)},
+    ],
+)
 @pytest.mark.parametrize("request_format", ["row", "columnar"])
 def test_the_encoded_answer_is_the_compact_json_of_the_outputs(outputs, request_format):
     assert encode_predict_response(request_format, outputs) == _plain_json(request_format, outputs)
@@ -349,15 +425,35 @@ def test_the_cap_is_exact_and_a_hopeless_answer_is_refused_before_encoding():
 # The flags
 
 
-@pytest.mark.parametrize("flag, value, message", [
-    ("--max-queued-examples", "0", "--max-queued-examples must be at least 1, got 0"),
-    ("--request-timeout", "0", "--request-timeout must be a finite number of seconds above 0, got 0.0"),
-    ("--request-timeout", "nan", "--request-timeout must be a finite number of seconds above 0, got nan"),
-    ("--request-timeout", "inf", "--request-timeout must be a finite number of seconds above 0, got inf"),
-    ("--max-response-bytes", "0", "--max-response-bytes must be at least 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--max-queued-examples", "0", "--max-queued-examples must be at least 1, got 0"),
+        (
+            "--request-timeout",
+            "0",
+            "--request-timeout must be a finite number of seconds above 0, got 0.0",
+        ),
+        (
+            "--request-timeout",
+            "nan",
+            "--request-timeout must be a finite number of seconds above 0, got nan",
+        ),
+        (
+            "--request-timeout",
+            "inf",
+            "--request-timeout must be a finite number of seconds above 0, got inf",
+        ),
+        ("--max-response-bytes", "0", "--max-response-bytes must be at least 1, got 0"),
+    ],
+)
 def test_bad_overload_flags_are_refused_before_anything_starts(tmp_path, flag, value, message):
-    result = subprocess.run([sys.executable, "-m", "apps.serve", "--model", f"m={tmp_path}", flag, value],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "apps.serve", "--model", f"m={tmp_path}", flag, value],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0
     assert result.stderr.strip() == f"error: {message}"

@@ -40,7 +40,9 @@ def test_parse_body_refuses_non_utf8_and_names_the_byte():
     assert "UTF-8" in error.message and "byte 19" in error.message and "b64" in error.message
 
 
-@pytest.mark.parametrize("raw", [b"", b"{", b'{"instances": [}', b"{'a': 1}", b'{"a": 1} trailing', b"\x00"])
+@pytest.mark.parametrize(
+    "raw", [b"", b"{", b'{"instances": [}', b"{'a': 1}", b'{"a": 1} trailing', b"\x00"]
+)
 def test_parse_body_refuses_malformed_json(raw):
     error = refused(parse_body, raw)
     assert error.status == 400 and error.message.startswith("JSON parse error")
@@ -52,8 +54,16 @@ def test_parse_body_refuses_non_json_numbers(constant):
     assert error.status == 400 and constant in error.message
 
 
-@pytest.mark.parametrize("raw, kind", [(b"[1, 2]", "a list"), (b'"text"', "a string"), (b"3", "a number"),
-                                       (b"null", "null"), (b"true", "a boolean")])
+@pytest.mark.parametrize(
+    "raw, kind",
+    [
+        (b"[1, 2]", "a list"),
+        (b'"text"', "a string"),
+        (b"3", "a number"),
+        (b"null", "null"),
+        (b"true", "a boolean"),
+    ],
+)
 def test_parse_body_needs_an_object(raw, kind):
     error = refused(parse_body, raw)
     assert error.status == 400 and kind in error.message
@@ -68,24 +78,29 @@ def test_parse_body_refuses_deep_nesting_without_crashing():
 
 
 def test_row_bare_strings():
-    request_format, arrays, batch_size = parse_predict_request({"instances": ["a", "", "été"]}, TEXT, 8)
+    request_format, arrays, batch_size = parse_predict_request(
+        {"instances": ["a", "", "été"]}, TEXT, 8
+    )
     assert request_format == "row" and batch_size == 3
     assert list(arrays) == ["text"]
     assert arrays["text"].dtype == object
     assert arrays["text"].tolist() == [b"a", b"", "été".encode("utf-8")]
 
 
-@pytest.mark.parametrize("body_text, expected", [
-    # The surrogate's own 3 bytes (WTF-8), the bytes a {"b64": ...} of them would give.
-    ('["\\ud800"]', b"\xed\xa0\x80"),
-    ('["a\\udfffb"]', b"a\xed\xbf\xbfb"),
-    ('["\\ude00\\ud83d"]', b"\xed\xb8\x80\xed\xa0\xbd"),
-    # A valid pair is one character, sent as UTF-8 (not as two surrogates).
-    ('["\\ud83d\\ude00"]', "\U0001f600".encode("utf-8")),
-    ('["\\u0000\\r\\n\\ufeff"]', b"\x00\r\n\xef\xbb\xbf"),
-])
+@pytest.mark.parametrize(
+    "body_text, expected",
+    [
+        # The surrogate's own 3 bytes (WTF-8), the bytes a {"b64": ...} of them would give.
+        ('["\\ud800"]', b"\xed\xa0\x80"),
+        ('["a\\udfffb"]', b"a\xed\xbf\xbfb"),
+        ('["\\ude00\\ud83d"]', b"\xed\xb8\x80\xed\xa0\xbd"),
+        # A valid pair is one character, sent as UTF-8 (not as two surrogates).
+        ('["\\ud83d\\ude00"]', "\U0001f600".encode("utf-8")),
+        ('["\\u0000\\r\\n\\ufeff"]', b"\x00\r\n\xef\xbb\xbf"),
+    ],
+)
 def test_json_escapes_reach_the_model_as_these_bytes(body_text, expected):
-    body = parse_body(('{"instances": ' + body_text + '}').encode("ascii"))
+    body = parse_body(('{"instances": ' + body_text + "}").encode("ascii"))
     _, arrays, _ = parse_predict_request(body, TEXT, 8)
     assert arrays["text"].tolist() == [expected]
     _, columnar, _ = parse_predict_request({"inputs": body["instances"]}, TEXT, 8)
@@ -94,7 +109,13 @@ def test_json_escapes_reach_the_model_as_these_bytes(body_text, expected):
 
 def test_row_b64_and_named_instances():
     raw = b"\xff\x00binary"
-    body = {"instances": [{"b64": base64.b64encode(raw).decode()}, {"text": "x"}, {"text": {"b64": "eQ=="}}]}
+    body = {
+        "instances": [
+            {"b64": base64.b64encode(raw).decode()},
+            {"text": "x"},
+            {"text": {"b64": "eQ=="}},
+        ]
+    }
     _, arrays, batch_size = parse_predict_request(body, TEXT, 8)
     assert batch_size == 3
     assert arrays["text"].tolist() == [raw, b"x", b"y"]
@@ -111,17 +132,23 @@ def test_row_refuses_a_wrong_type_and_names_the_example():
     assert "input 'text', example 1" in error.message and "a number" in error.message
 
 
-@pytest.mark.parametrize("value, kind", [(None, "null"), (True, "a boolean"), (["a"], "a list"), (1.5, "a number")])
+@pytest.mark.parametrize(
+    "value, kind", [(None, "null"), (True, "a boolean"), (["a"], "a list"), (1.5, "a number")]
+)
 def test_row_refuses_non_strings(value, kind):
     error = refused(parse_predict_request, {"instances": ["ok", value]}, TEXT, 8)
     assert error.status == 400 and "example 1" in error.message and kind in error.message
 
 
-@pytest.mark.parametrize("instance", [{"txt": "a"}, {"text": "a", "extra": "b"}, {}, {"b64": "eQ==", "text": "y"}])
+@pytest.mark.parametrize(
+    "instance", [{"txt": "a"}, {"text": "a", "extra": "b"}, {}, {"b64": "eQ==", "text": "y"}]
+)
 def test_row_instance_with_wrong_keys_names_them(instance):
     error = refused(parse_predict_request, {"instances": ["ok", instance]}, TEXT, 8)
     assert error.status == 400
-    assert f"Instance 1 has keys {sorted(instance)}" in error.message and "['text']" in error.message
+    assert (
+        f"Instance 1 has keys {sorted(instance)}" in error.message and "['text']" in error.message
+    )
 
 
 @pytest.mark.parametrize("b64", ["not base64!", "abc", {"nested": 1}])
@@ -132,7 +159,11 @@ def test_row_refuses_bad_b64(b64):
 
 def test_row_refuses_a_non_list():
     error = refused(parse_predict_request, {"instances": "a"}, TEXT, 8)
-    assert error.status == 400 and "'instances' must be a list" in error.message and "a string" in error.message
+    assert (
+        error.status == 400
+        and "'instances' must be a list" in error.message
+        and "a string" in error.message
+    )
 
 
 def test_instance_limit_is_413():
@@ -171,7 +202,9 @@ def test_columnar_bare_and_named(inputs):
 def test_columnar_wrong_keys_are_named(inputs):
     error = refused(parse_predict_request, {"inputs": inputs}, TEXT, 8)
     assert error.status == 400
-    assert f"'inputs' has keys {sorted(inputs)}; the signature's inputs are ['text']" in error.message
+    assert (
+        f"'inputs' has keys {sorted(inputs)}; the signature's inputs are ['text']" in error.message
+    )
 
 
 def test_columnar_refuses_a_scalar():
@@ -186,7 +219,9 @@ def test_several_inputs_row_and_columnar_agree():
     row = parse_predict_request(
         {"instances": [{"ids": [1, 2], "weight": 0.5}, {"ids": [3, 4], "weight": 2}]}, PAIR, 8
     )
-    columnar = parse_predict_request({"inputs": {"ids": [[1, 2], [3, 4]], "weight": [0.5, 2]}}, PAIR, 8)
+    columnar = parse_predict_request(
+        {"inputs": {"ids": [[1, 2], [3, 4]], "weight": [0.5, 2]}}, PAIR, 8
+    )
     for request_format, arrays, batch_size in (row, columnar):
         assert batch_size == 2
         assert arrays["ids"].dtype == np.int32 and arrays["ids"].tolist() == [[1, 2], [3, 4]]
@@ -199,20 +234,26 @@ def test_integer_valued_floats_are_integers():
     assert arrays["ids"].tolist() == [[1, 2]]
 
 
-@pytest.mark.parametrize("instance, expected", [
-    ("a", "Instance 0 must be an object"),
-    ({"ids": [1, 2]}, "Instance 0 has keys ['ids']"),
-    ({"ids": [1, 2], "weight": 1, "extra": 0}, "'extra'"),
-    ({"ids": [1], "weight": 1}, "expected 2 values, got 1"),
-    ({"ids": [1, 2.5], "weight": 1}, "expected an integer, got 2.5"),
-    ({"ids": [1, True], "weight": 1}, "expected a number, got a boolean"),
-    ({"ids": [1, "2"], "weight": 1}, "expected a number, got a string"),
-    ({"ids": 1, "weight": 1}, "expected a list of 2 values, got a number"),
-    ({"ids": [1, 2], "weight": "heavy"}, "input 'weight', example 0: expected a number, got a string"),
-    ({"ids": [1, 2 ** 40], "weight": 1}, "input 'ids'"),
-    ({"ids": [1, 2], "weight": float("inf")}, "inf is not a finite number"),
-    ({"ids": [1, 2], "weight": 1e39}, "input 'weight': a number is out of range for DT_FLOAT"),
-])
+@pytest.mark.parametrize(
+    "instance, expected",
+    [
+        ("a", "Instance 0 must be an object"),
+        ({"ids": [1, 2]}, "Instance 0 has keys ['ids']"),
+        ({"ids": [1, 2], "weight": 1, "extra": 0}, "'extra'"),
+        ({"ids": [1], "weight": 1}, "expected 2 values, got 1"),
+        ({"ids": [1, 2.5], "weight": 1}, "expected an integer, got 2.5"),
+        ({"ids": [1, True], "weight": 1}, "expected a number, got a boolean"),
+        ({"ids": [1, "2"], "weight": 1}, "expected a number, got a string"),
+        ({"ids": 1, "weight": 1}, "expected a list of 2 values, got a number"),
+        (
+            {"ids": [1, 2], "weight": "heavy"},
+            "input 'weight', example 0: expected a number, got a string",
+        ),
+        ({"ids": [1, 2**40], "weight": 1}, "input 'ids'"),
+        ({"ids": [1, 2], "weight": float("inf")}, "inf is not a finite number"),
+        ({"ids": [1, 2], "weight": 1e39}, "input 'weight': a number is out of range for DT_FLOAT"),
+    ],
+)
 def test_several_inputs_refusals_name_the_problem(instance, expected):
     error = refused(parse_predict_request, {"instances": [instance]}, PAIR, 8)
     assert error.status == 400
@@ -221,10 +262,15 @@ def test_several_inputs_refusals_name_the_problem(instance, expected):
 
 def test_columnar_refusals():
     error = refused(parse_predict_request, {"inputs": [[1, 2]]}, PAIR, 8)
-    assert error.status == 400 and "'inputs' must be an object with keys ['ids', 'weight']" in error.message
+    assert (
+        error.status == 400
+        and "'inputs' must be an object with keys ['ids', 'weight']" in error.message
+    )
     error = refused(parse_predict_request, {"inputs": {"ids": [[1, 2]]}}, PAIR, 8)
     assert error.status == 400 and "'inputs' has keys ['ids']" in error.message
-    error = refused(parse_predict_request, {"inputs": {"ids": [[1, 2], [3, 4]], "weight": [1.0]}}, PAIR, 8)
+    error = refused(
+        parse_predict_request, {"inputs": {"ids": [[1, 2], [3, 4]], "weight": [1.0]}}, PAIR, 8
+    )
     assert error.status == 400 and "[1, 2]" in error.message and "disagree" in error.message
 
 
@@ -243,7 +289,10 @@ def test_ragged_and_unreadable_dtypes_are_refused():
 
 def test_bools():
     flags = {"flag": TensorSpec("flag", "DT_BOOL", [None])}
-    assert parse_predict_request({"instances": [True, False]}, flags, 8)[1]["flag"].tolist() == [True, False]
+    assert parse_predict_request({"instances": [True, False]}, flags, 8)[1]["flag"].tolist() == [
+        True,
+        False,
+    ]
     error = refused(parse_predict_request, {"instances": [True, 1]}, flags, 8)
     assert error.status == 400 and "example 1" in error.message and "true or false" in error.message
 
@@ -262,13 +311,18 @@ def test_response_several_outputs():
         "probabilities": np.array([[0.25, 0.75], [1.0, 0.0]], dtype=np.float32),
         "label": np.array([b"b", b"a"], dtype=object),
     }
-    assert format_predict_response("row", outputs) == {"predictions": [
-        {"probabilities": [0.25, 0.75], "label": "b"},
-        {"probabilities": [1.0, 0.0], "label": "a"},
-    ]}
-    assert format_predict_response("columnar", outputs) == {"outputs": {
-        "probabilities": [[0.25, 0.75], [1.0, 0.0]], "label": ["b", "a"],
-    }}
+    assert format_predict_response("row", outputs) == {
+        "predictions": [
+            {"probabilities": [0.25, 0.75], "label": "b"},
+            {"probabilities": [1.0, 0.0], "label": "a"},
+        ]
+    }
+    assert format_predict_response("columnar", outputs) == {
+        "outputs": {
+            "probabilities": [[0.25, 0.75], [1.0, 0.0]],
+            "label": ["b", "a"],
+        }
+    }
 
 
 def test_response_float32_values_round_trip_through_json():
@@ -294,14 +348,22 @@ def test_response_non_utf8_bytes_are_b64():
 
 
 def test_response_integers_and_empty_batch():
-    assert format_predict_response("row", {"ids": np.array([[1, 2]], dtype=np.int64)}) == {"predictions": [[1, 2]]}
+    assert format_predict_response("row", {"ids": np.array([[1, 2]], dtype=np.int64)}) == {
+        "predictions": [[1, 2]]
+    }
     empty = {"probabilities": np.zeros((0, 3), np.float32), "label": np.zeros((0,), object)}
     assert format_predict_response("row", empty) == {"predictions": []}
-    assert format_predict_response("columnar", empty) == {"outputs": {"probabilities": [], "label": []}}
+    assert format_predict_response("columnar", empty) == {
+        "outputs": {"probabilities": [], "label": []}
+    }
 
 
 def test_response_is_plain_json():
-    outputs = {"p": np.array([0.5], np.float32), "n": np.array([3], np.int32), "s": np.array([b"x"], object)}
+    outputs = {
+        "p": np.array([0.5], np.float32),
+        "n": np.array([3], np.int32),
+        "s": np.array([b"x"], object),
+    }
     response = format_predict_response("row", outputs)
     for value in response["predictions"][0].values():
         assert type(value) in (float, int, str)

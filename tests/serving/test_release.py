@@ -61,7 +61,9 @@ def test_a_replaced_version_is_freed_at_the_swap(exports, tmp_path, gc_off):
         assert old_graph() is None
         response = client.post("/v1/models/classifier:predict", json=BODY)
         assert response.status_code == 200
-        assert client.get("/v1/models/classifier").json()["model_version_status"][1]["state"] == "END"
+        assert (
+            client.get("/v1/models/classifier").json()["model_version_status"][1]["state"] == "END"
+        )
 
 
 def test_a_version_held_by_a_request_at_the_swap_is_freed_at_a_poll_after_it(tmp_path, gc_off):
@@ -87,12 +89,16 @@ def serve_versions(base, policy):
 
 def answered_version(client, path="/v1/models/model"):
     response = client.post(path + ":predict", json={"instances": ["a"]})
-    return response.json()["predictions"][0] if response.status_code == 200 else response.status_code
+    return (
+        response.json()["predictions"][0] if response.status_code == 200 else response.status_code
+    )
 
 
 def states(client):
-    return {int(status["version"]): status["state"]
-            for status in client.get("/v1/models/model").json()["model_version_status"]}
+    return {
+        int(status["version"]): status["state"]
+        for status in client.get("/v1/models/model").json()["model_version_status"]
+    }
 
 
 def test_a_deleted_version_folder_is_unloaded(tmp_path, gc_off):

@@ -11,8 +11,13 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 def serve(*args):
     """Runs `python -m apps.serve ARGS` (a bounded time: a server that started would be a failure)."""
-    return subprocess.run([sys.executable, "-m", "apps.serve", *args], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "apps.serve", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.fixture
@@ -22,13 +27,16 @@ def folder(tmp_path):
     return str(path)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("classifier", "expected NAME=PATH, got 'classifier'"),
-    ("=some/path", "expected NAME=PATH"),
-    ("classifier=", "expected NAME=PATH"),
-    ("my/model=some/path", "model name 'my/model' may only hold"),
-    ("a:predict=some/path", "model name 'a:predict' may only hold"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("classifier", "expected NAME=PATH, got 'classifier'"),
+        ("=some/path", "expected NAME=PATH"),
+        ("classifier=", "expected NAME=PATH"),
+        ("my/model=some/path", "model name 'my/model' may only hold"),
+        ("a:predict=some/path", "model name 'a:predict' may only hold"),
+    ],
+)
 def test_bad_model_spec_is_a_usage_error(spec, message):
     result = serve("--model", spec)
     assert result.returncode == 2
@@ -53,18 +61,23 @@ def test_a_name_given_twice(folder):
     assert result.stderr.startswith("error: a model name is given twice")
 
 
-@pytest.mark.parametrize("flag", ["--max-body-bytes", "--max-instances", "--max-batch-size", "--num-threads"])
+@pytest.mark.parametrize(
+    "flag", ["--max-body-bytes", "--max-instances", "--max-batch-size", "--num-threads"]
+)
 def test_sizes_must_be_positive(folder, flag):
     result = serve("--model", f"m={folder}", flag, "0")
     assert result.returncode != 0
     assert result.stderr.strip() == f"error: {flag} must be at least 1, got 0"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--port", "http"], "--port: invalid int value"),
-    (["--log-level", "loud"], "--log-level: invalid choice"),
-    (["--poll-seconds", "often"], "--poll-seconds: invalid float value"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--port", "http"], "--port: invalid int value"),
+        (["--log-level", "loud"], "--log-level: invalid choice"),
+        (["--poll-seconds", "often"], "--poll-seconds: invalid float value"),
+    ],
+)
 def test_malformed_values_are_usage_errors(folder, args, message):
     result = serve("--model", f"m={folder}", *args)
     assert result.returncode == 2 and message in result.stderr
@@ -77,12 +90,17 @@ def test_port_out_of_range(folder, port):
     assert result.stderr.strip() == f"error: --port must be between 0 and 65535, got {port}"
 
 
-@pytest.mark.parametrize("flag", ["--header-timeout", "--body-timeout", "--idle-timeout", "--shutdown-grace"])
+@pytest.mark.parametrize(
+    "flag", ["--header-timeout", "--body-timeout", "--idle-timeout", "--shutdown-grace"]
+)
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
 def test_timeouts_must_be_positive_and_finite(folder, flag, value):
     result = serve("--model", f"m={folder}", flag, value)
     assert result.returncode != 0
-    assert result.stderr.strip() == f"error: {flag} must be a positive number of seconds, got {float(value):g}"
+    assert (
+        result.stderr.strip()
+        == f"error: {flag} must be a positive number of seconds, got {float(value):g}"
+    )
 
 
 def test_max_connections_must_be_positive(folder):

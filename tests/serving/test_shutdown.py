@@ -23,7 +23,16 @@ from tests.serving.test_connections import seconds_until_closed
 
 GRACE = 3.0
 # The client deadlines are far beyond the grace: what closes the slow clients here is the stop.
-SLOW_CLIENT_FLAGS = ["--header-timeout", "60", "--body-timeout", "60", "--idle-timeout", "60", "--poll-seconds", "0"]
+SLOW_CLIENT_FLAGS = [
+    "--header-timeout",
+    "60",
+    "--body-timeout",
+    "60",
+    "--idle-timeout",
+    "60",
+    "--poll-seconds",
+    "0",
+]
 
 
 def wait_exit(server, timeout):
@@ -45,8 +54,12 @@ def refuses_connections(server, timeout=2.0):
     return False
 
 
-def test_sigterm_finishes_the_request_in_flight_and_exits_within_the_grace_despite_slow_clients(exports, start_server):
-    server = start_server({"classifier": exports.classifier}, "--shutdown-grace", str(GRACE), *SLOW_CLIENT_FLAGS)
+def test_sigterm_finishes_the_request_in_flight_and_exits_within_the_grace_despite_slow_clients(
+    exports, start_server
+):
+    server = start_server(
+        {"classifier": exports.classifier}, "--shutdown-grace", str(GRACE), *SLOW_CLIENT_FLAGS
+    )
     body = json.dumps({"instances": ["the cat sat on the mat"]}).encode()
     in_flight = connect(server)
     in_flight.sendall(predict_request(body)[:-10])  # the last bytes come after the signal
@@ -57,7 +70,9 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_within_the_grace_despi
     half_header = connect(server)
     half_header.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
     slow_upload = connect(server)
-    slow_upload.sendall(request_head("POST", "/v1/models/classifier:predict", b"Content-Length: 1000\r\n") + b"{")
+    slow_upload.sendall(
+        request_head("POST", "/v1/models/classifier:predict", b"Content-Length: 1000\r\n") + b"{"
+    )
     time.sleep(0.3)  # the server holds them all
 
     signalled = time.monotonic()
@@ -69,7 +84,9 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_within_the_grace_despi
     in_flight.sendall(predict_request(body)[-10:])
     status, _, answer = read_response(in_flight)
     assert status == 200 and json.loads(answer)["predictions"][0]["label"] in CLASS_NAMES
-    assert seconds_until_closed(in_flight, timeout=1.0) is not None  # not kept alive past its answer
+    assert (
+        seconds_until_closed(in_flight, timeout=1.0) is not None
+    )  # not kept alive past its answer
     assert seconds_until_closed(slow_upload, timeout=GRACE + 2) is not None
     slow_upload_closed = time.monotonic() - signalled
 
@@ -82,12 +99,17 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_within_the_grace_despi
     log = server.log()
     assert "Traceback" not in log
     assert "Closing 1 connection(s) still open at the end of the grace period." in log
-    assert "POST /v1/models/classifier:predict model=classifier version=1 instances=1 status=200" in log
+    assert (
+        "POST /v1/models/classifier:predict model=classifier version=1 instances=1 status=200"
+        in log
+    )
     assert log.count("status=499") == 1  # the slow upload: one line
 
 
 def test_sigterm_with_only_idle_clients_exits_at_once(exports, start_server):
-    server = start_server({"classifier": exports.classifier}, "--shutdown-grace", "30", *SLOW_CLIENT_FLAGS)
+    server = start_server(
+        {"classifier": exports.classifier}, "--shutdown-grace", "30", *SLOW_CLIENT_FLAGS
+    )
     kept_alive = connect(server)
     kept_alive.sendall(request_head("GET", "/healthz"))
     assert read_response(kept_alive)[0] == 200
@@ -128,8 +150,13 @@ def test_a_stop_that_hangs_is_ended_by_the_watchdog_at_the_grace(tmp_path):
     port = free_port()
     log_path = tmp_path / "hanging.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-c", HANGING_APP, str(port)], cwd=REPO_ROOT, stdout=log,
-                                   stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+        process = subprocess.Popen(
+            [sys.executable, "-c", HANGING_APP, str(port)],
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+        )
         try:
             deadline = time.monotonic() + 60
             while True:
@@ -149,8 +176,10 @@ def test_a_stop_that_hangs_is_ended_by_the_watchdog_at_the_grace(tmp_path):
                 process.wait()
     assert 1.5 - 0.05 <= exited <= 1.5 + 1.0, exited
     assert process.returncode == 1
-    assert "Still running 1.5 s after the stop signal (--shutdown-grace): exiting now." in log_path.read_text()
-
+    assert (
+        "Still running 1.5 s after the stop signal (--shutdown-grace): exiting now."
+        in log_path.read_text()
+    )
 
 
 def test_sigterm_stops_the_grpc_api_taking_calls_while_http_requests_drain(exports, start_server):
@@ -159,16 +188,27 @@ def test_sigterm_stops_the_grpc_api_taking_calls_while_http_requests_drain(expor
     from tensorflow_serving.apis import model_service_pb2_grpc
 
     grpc_port = free_port()
-    server = start_server({"classifier": exports.classifier}, "--grpc-port", str(grpc_port),
-                          "--shutdown-grace", str(GRACE), *SLOW_CLIENT_FLAGS)
+    server = start_server(
+        {"classifier": exports.classifier},
+        "--grpc-port",
+        str(grpc_port),
+        "--shutdown-grace",
+        str(GRACE),
+        *SLOW_CLIENT_FLAGS,
+    )
     status_request = get_model_status_pb2.GetModelStatusRequest()
     status_request.model_spec.name = "classifier"
     with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
         models = model_service_pb2_grpc.ModelServiceStub(channel)
-        assert models.GetModelStatus(status_request, timeout=10).model_version_status[0].version == 1
+        assert (
+            models.GetModelStatus(status_request, timeout=10).model_version_status[0].version == 1
+        )
         # A slow upload keeps the HTTP side draining for most of the grace.
         slow_upload = connect(server)
-        slow_upload.sendall(request_head("POST", "/v1/models/classifier:predict", b"Content-Length: 1000\r\n") + b"{")
+        slow_upload.sendall(
+            request_head("POST", "/v1/models/classifier:predict", b"Content-Length: 1000\r\n")
+            + b"{"
+        )
         time.sleep(0.3)
         signalled = time.monotonic()
         server.process.send_signal(signal.SIGTERM)

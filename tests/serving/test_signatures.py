@@ -20,25 +20,37 @@ from tests.serving.serving_helpers import call_direct
 
 
 def not_found(signature, served):
-    return {"error": f'Serving signature name: "{signature}" not found in signature def; this model has {served}.'}
+    return {
+        "error": f'Serving signature name: "{signature}" not found in signature def; this model has {served}.'
+    }
 
 
 @pytest.fixture(scope="module")
 def serve(exports, direct_models_loader):
     def serve(*signatures):
-        configs = model_configs({"classifier": exports.classifier, "translator": exports.translator})
-        repository = ModelRepository(with_signatures(configs, signatures), loader=direct_models_loader, poll_seconds=0)
+        configs = model_configs(
+            {"classifier": exports.classifier, "translator": exports.translator}
+        )
+        repository = ModelRepository(
+            with_signatures(configs, signatures), loader=direct_models_loader, poll_seconds=0
+        )
         return TestClient(create_app(repository), raise_server_exceptions=False)
 
     return serve
 
 
 def predict(client, model, signature, texts=("the cat sat on the mat",)):
-    return client.post(f"/v1/models/{model}:predict", json={"signature_name": signature, "instances": list(texts)})
+    return client.post(
+        f"/v1/models/{model}:predict", json={"signature_name": signature, "instances": list(texts)}
+    )
 
 
 def metadata_signatures(client, model):
-    return set(client.get(f"/v1/models/{model}/metadata").json()["metadata"]["signature_def"]["signature_def"])
+    return set(
+        client.get(f"/v1/models/{model}/metadata").json()["metadata"]["signature_def"][
+            "signature_def"
+        ]
+    )
 
 
 def test_by_default_only_serving_default_is_served(serve, direct_models):
@@ -46,15 +58,28 @@ def test_by_default_only_serving_default_is_served(serve, direct_models):
         for model in ("classifier", "translator"):
             assert metadata_signatures(client, model) == {"serving_default"}
             response = predict(client, model, "attention")
-            assert (response.status_code, response.json()) == (400, not_found("attention", ["serving_default"]))
+            assert (response.status_code, response.json()) == (
+                400,
+                not_found("attention", ["serving_default"]),
+            )
         response = predict(client, "translator", "greedy")
-        assert (response.status_code, response.json()) == (400, not_found("greedy", ["serving_default"]))
+        assert (response.status_code, response.json()) == (
+            400,
+            not_found("greedy", ["serving_default"]),
+        )
         # The served version holds only the public signatures, whichever API asks.
         served = client.app.state.service.servable("translator")
-        assert set(served.signatures) == set(served.inputs) == set(served.outputs) == {"serving_default"}
+        assert (
+            set(served.signatures)
+            == set(served.inputs)
+            == set(served.outputs)
+            == {"serving_default"}
+        )
         response = predict(client, "translator", "serving_default")
         assert response.status_code == 200
-        expected = call_direct(direct_models[("translator", 1)], ["the cat sat on the mat"])["translation"]
+        expected = call_direct(direct_models[("translator", 1)], ["the cat sat on the mat"])[
+            "translation"
+        ]
         assert response.json()["predictions"] == [text.decode() for text in expected]
 
 
@@ -62,33 +87,52 @@ def test_named_signatures_for_every_model_or_one(serve, direct_models, caplog):
     caplog.set_level(logging.WARNING, logger="keras_transformer.serving")
     with serve("attention", "translator:greedy") as client:
         assert metadata_signatures(client, "classifier") == {"serving_default", "attention"}
-        assert metadata_signatures(client, "translator") == {"serving_default", "attention", "greedy"}
+        assert metadata_signatures(client, "translator") == {
+            "serving_default",
+            "attention",
+            "greedy",
+        }
         response = predict(client, "translator", "greedy")
-        expected = call_direct(direct_models[("translator", 1)], ["the cat sat on the mat"], "greedy")
+        expected = call_direct(
+            direct_models[("translator", 1)], ["the cat sat on the mat"], "greedy"
+        )
         assert response.status_code == 200
         assert response.json()["predictions"] == [text.decode() for text in expected["translation"]]
         response = predict(client, "classifier", "attention", ["goal"])
         expected = call_direct(direct_models[("classifier", 1)], ["goal"], "attention")
         assert response.status_code == 200
-        np.testing.assert_allclose(response.json()["predictions"][0]["attention_scores"],
-                                   expected["attention_scores"][0], atol=1e-6, rtol=0)
+        np.testing.assert_allclose(
+            response.json()["predictions"][0]["attention_scores"],
+            expected["attention_scores"][0],
+            atol=1e-6,
+            rtol=0,
+        )
     assert "no signature" not in caplog.text
     # A name the export lacks serves nothing and is logged where the version loads.
     with serve("greedy") as client:
         response = predict(client, "classifier", "greedy")
-        assert (response.status_code, response.json()) == (400, not_found("greedy", ["serving_default"]))
+        assert (response.status_code, response.json()) == (
+            400,
+            not_found("greedy", ["serving_default"]),
+        )
     assert "model=classifier version=1 has no signature greedy" in caplog.text
 
 
 @pytest.mark.timeout(300)
 def test_the_server_serves_the_signatures_its_flag_names(exports, start_server):
-    server = start_server({"classifier": exports.classifier, "translator": exports.translator},
-                          "--signatures", "translator:greedy")
+    server = start_server(
+        {"classifier": exports.classifier, "translator": exports.translator},
+        "--signatures",
+        "translator:greedy",
+    )
     with httpx.Client(base_url=server.url, timeout=60) as client:
         assert predict(client, "translator", "greedy").status_code == 200
         for model in ("classifier", "translator"):
             response = predict(client, model, "attention")
-            assert response.status_code == 400 and "not found in signature def" in response.json()["error"]
+            assert (
+                response.status_code == 400
+                and "not found in signature def" in response.json()["error"]
+            )
         assert metadata_signatures(client, "translator") == {"serving_default", "greedy"}
         assert metadata_signatures(client, "classifier") == {"serving_default"}
     assert "Traceback" not in server.log()

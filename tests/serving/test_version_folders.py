@@ -44,7 +44,7 @@ def finish_copy(base, folder):
     # Appends in place, as a copy does: the version folder's own entries (and
     # so its mtime) stay as they were.
     with open(os.path.join(base, folder, "saved_model.pb"), "ab") as model_file:
-        model_file.write(COMPLETE[len(b"comp"):])
+        model_file.write(COMPLETE[len(b"comp") :])
 
 
 def wait_for_version(model, version, timeout=10.0):
@@ -73,13 +73,22 @@ def test_a_non_ascii_digit_folder_does_not_stop_new_versions(tmp_path, stray):
 def test_a_version_completed_after_failing_loads_on_a_later_poll(tmp_path):
     base = str(tmp_path)
     write_version(base, "1")
-    repository = ModelRepository({"classifier": base}, loader=stand_in_loader, poll_seconds=0.02,
-                                 retry_seconds=0.05, max_retry_seconds=0.2)
+    repository = ModelRepository(
+        {"classifier": base},
+        loader=stand_in_loader,
+        poll_seconds=0.02,
+        retry_seconds=0.05,
+        max_retry_seconds=0.2,
+    )
     model = repository.models["classifier"]
     assert model.refresh() is True
     write_version(base, "2", contents=b"comp")
     assert model.refresh() is False
-    assert model.current.version == 1 and model.states[2][0] == "END" and "Truncated" in model.states[2][1]
+    assert (
+        model.current.version == 1
+        and model.states[2][0] == "END"
+        and "Truncated" in model.states[2][1]
+    )
     finish_copy(base, "2")
     repository.start_polling()
     try:
@@ -98,8 +107,13 @@ def test_failed_version_is_retried_with_backoff(tmp_path):
         attempts.append(path)
         return stand_in_loader(path)
 
-    repository = ModelRepository({"classifier": base}, loader=counting_loader, poll_seconds=0,
-                                 retry_seconds=0.5, max_retry_seconds=10.0)
+    repository = ModelRepository(
+        {"classifier": base},
+        loader=counting_loader,
+        poll_seconds=0,
+        retry_seconds=0.5,
+        max_retry_seconds=10.0,
+    )
     model = repository.models["classifier"]
     assert model.refresh() is False
     # Within the backoff a poll does not try again.
@@ -116,8 +130,9 @@ def test_when_the_newest_version_cannot_load_the_newest_that_can_serves(tmp_path
     write_version(base, "1")
     write_version(base, "2")
     write_version(base, "3", contents=b"comp")
-    repository = ModelRepository({"classifier": base}, loader=stand_in_loader, poll_seconds=0,
-                                 retry_seconds=0.05)
+    repository = ModelRepository(
+        {"classifier": base}, loader=stand_in_loader, poll_seconds=0, retry_seconds=0.05
+    )
     model = repository.models["classifier"]
     assert model.refresh() is True
     assert model.current.version == 2 and model.states[3][0] == "END"
@@ -129,7 +144,9 @@ def test_when_the_newest_version_cannot_load_the_newest_that_can_serves(tmp_path
 @pytest.fixture
 def client(tmp_path):
     write_version(str(tmp_path), "1")
-    repository = ModelRepository({"classifier": str(tmp_path)}, loader=stand_in_loader, poll_seconds=0)
+    repository = ModelRepository(
+        {"classifier": str(tmp_path)}, loader=stand_in_loader, poll_seconds=0
+    )
     with TestClient(create_app(repository), raise_server_exceptions=False) as client:
         yield client
 
@@ -153,21 +170,27 @@ def test_a_non_ascii_digit_url_version_is_a_json_400(client, version, suffix):
 
 
 def test_a_url_version_past_the_int_conversion_limit_is_a_json_404(client):
-    response = client.post(f"/v1/models/classifier/versions/{'9' * 5000}:predict", json={"instances": ["a"]})
+    response = client.post(
+        f"/v1/models/classifier/versions/{'9' * 5000}:predict", json={"instances": ["a"]}
+    )
     assert_json_error(response, 404)
     assert "5000 digits" in response.json()["error"]
 
 
 def test_a_json_integer_past_the_int_conversion_limit_is_a_json_400(client):
     body = b'{"instances": [' + b"7" * 5000 + b"]}"
-    response = client.post("/v1/models/classifier:predict", content=body,
-                           headers={"content-type": "application/json"})
+    response = client.post(
+        "/v1/models/classifier:predict", content=body, headers={"content-type": "application/json"}
+    )
     assert_json_error(response, 400)
     assert "digits" in response.json()["error"]
 
 
 def test_a_content_length_past_the_int_conversion_limit_is_a_json_413(client):
-    response = client.post("/v1/models/classifier:predict", content=b'{"instances": ["a"]}',
-                           headers={"content-type": "application/json", "content-length": "9" * 5000})
+    response = client.post(
+        "/v1/models/classifier:predict",
+        content=b'{"instances": ["a"]}',
+        headers={"content-type": "application/json", "content-length": "9" * 5000},
+    )
     assert_json_error(response, 413)
     assert "5000 digits" in response.json()["error"]

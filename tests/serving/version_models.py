@@ -22,8 +22,10 @@ def write_version_model(base_path, version, signatures=SIGNATURES):
         return {"version": tf.fill(tf.shape(text), module.version)}
 
     text_spec = tf.TensorSpec([None], tf.string, name="text")
-    functions = {name: tf.function(answer, input_signature=[text_spec]).get_concrete_function()
-                 for name in signatures}
+    functions = {
+        name: tf.function(answer, input_signature=[text_spec]).get_concrete_function()
+        for name in signatures
+    }
     os.makedirs(base_path, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".staging-", dir=base_path)
     target = os.path.join(base_path, str(version))

@@ -28,9 +28,16 @@ def bible(tmp_path_factory):
     save_vocabulary(build_vocabulary(sources, 1500), folder / "source.txt")
     save_vocabulary(build_vocabulary(targets, 1500, lower_case=False), folder / "target.txt")
     return {
-        "source": (WordPieceTokenizer(folder / "source.txt"), sources[-SENTENCES:], folder / "source.txt"),
-        "target": (WordPieceTokenizer(folder / "target.txt", lower_case=False), targets[-SENTENCES:],
-                   folder / "target.txt"),
+        "source": (
+            WordPieceTokenizer(folder / "source.txt"),
+            sources[-SENTENCES:],
+            folder / "source.txt",
+        ),
+        "target": (
+            WordPieceTokenizer(folder / "target.txt", lower_case=False),
+            targets[-SENTENCES:],
+            folder / "target.txt",
+        ),
     }
 
 
@@ -55,18 +62,25 @@ def test_detokenize_of_ids_no_tokenizer_writes(bible):
     vocabulary = read_vocabulary(path)
     rng = np.random.default_rng(0)
     size = len(vocabulary)
-    token_ids = rng.integers(0, size + 5, size=(200, 24))  # reserved ids, [UNK], past the vocabulary
+    token_ids = rng.integers(
+        0, size + 5, size=(200, 24)
+    )  # reserved ids, [UNK], past the vocabulary
     token_ids[:, 10] = vocabulary.index("[END]")  # more ids after [END]
-    token_ids[:50, 0] = [index for index, token in enumerate(vocabulary) if token.startswith("##")][:50]
+    token_ids[:50, 0] = [index for index, token in enumerate(vocabulary) if token.startswith("##")][
+        :50
+    ]
     token_ids[50:60, 5:] = 0  # padding inside a row, then ids again
     assert detokenize(token_ids, vocabulary) == tensorflow_texts(tokenizer, token_ids)
 
 
-@pytest.mark.parametrize("text", [
-    "In the beginning , God said : 3 : 16 is the Lord ' s house .",
-    "( a ) [ b ] ¿ qué ? ¡ sí ! « c » “ d ” ‘ e ’ well - known x - 2 ½ - ² 5 , 000 ...",
-    "Ⅻ ' s Ⅻ - Ⅻ 一 - 二 ß ' Ω",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "In the beginning , God said : 3 : 16 is the Lord ' s house .",
+        "( a ) [ b ] ¿ qué ? ¡ sí ! « c » “ d ” ‘ e ’ well - known x - 2 ½ - ² 5 , 000 ...",
+        "Ⅻ ' s Ⅻ - Ⅻ 一 - 二 ß ' Ω",
+    ],
+)
 def test_join_punctuation_text_is_the_tensorflow_one(text):
     from keras_transformer.text.wordpiece import join_punctuation
 

@@ -148,9 +148,10 @@ def test_a_small_vocabulary_still_spells_every_corpus_word(tmp_path, extra):
     ids = tokens.flat_values.numpy()
     assert small.token_id(UNK) not in ids
     # And the pieces spell the words back.
-    assert [text.decode() for text in small.detokenize(small.encode(tf.constant(RARE_TEXTS), 32)).numpy()] == [
-        text.lower().replace("é", "e") for text in RARE_TEXTS
-    ]
+    assert [
+        text.decode()
+        for text in small.detokenize(small.encode(tf.constant(RARE_TEXTS), 32)).numpy()
+    ] == [text.lower().replace("é", "e") for text in RARE_TEXTS]
 
 
 # --- encode ------------------------------------------------------------------
@@ -161,7 +162,9 @@ def test_encode_shape_dtype_and_zero_padding(tokenizer, vocabulary):
     assert ids.shape == (2, 6) and ids.dtype == np.int32
     np.testing.assert_array_equal(ids[0], ids_of(vocabulary, ["the", "market"]) + [0, 0, 0, 0])
     # Truncated to the first 6 tokens.
-    np.testing.assert_array_equal(ids[1], ids_of(vocabulary, "music and football on the same".split()))
+    np.testing.assert_array_equal(
+        ids[1], ids_of(vocabulary, "music and football on the same".split())
+    )
 
 
 def test_encode_truncates_long_texts(tokenizer, vocabulary):
@@ -172,24 +175,43 @@ def test_encode_truncates_long_texts(tokenizer, vocabulary):
 
 
 def test_add_cls_puts_cls_first(tokenizer, vocabulary):
-    ids = encode(tokenizer, ["the market", "the market fell while football fans cheered"], 5, add_cls=True)
+    ids = encode(
+        tokenizer, ["the market", "the market fell while football fans cheered"], 5, add_cls=True
+    )
     cls = vocabulary.index(CLS)
     np.testing.assert_array_equal(ids[0], [cls, *ids_of(vocabulary, ["the", "market"]), 0, 0])
-    np.testing.assert_array_equal(ids[1], [cls, *ids_of(vocabulary, ["the", "market", "fell", "while"])])
+    np.testing.assert_array_equal(
+        ids[1], [cls, *ids_of(vocabulary, ["the", "market", "fell", "while"])]
+    )
 
 
 def test_add_start_end_wraps_even_when_truncated(tokenizer, vocabulary):
     start, end = vocabulary.index(START), vocabulary.index(END)
-    ids = encode(tokenizer, ["the market", "the market fell while football fans cheered"], 6, add_start_end=True)
-    np.testing.assert_array_equal(ids[0], [start, *ids_of(vocabulary, ["the", "market"]), end, 0, 0])
+    ids = encode(
+        tokenizer,
+        ["the market", "the market fell while football fans cheered"],
+        6,
+        add_start_end=True,
+    )
+    np.testing.assert_array_equal(
+        ids[0], [start, *ids_of(vocabulary, ["the", "market"]), end, 0, 0]
+    )
     # Truncated: [END] is still the last real token, after 4 text tokens.
-    np.testing.assert_array_equal(ids[1], [start, *ids_of(vocabulary, ["the", "market", "fell", "while"]), end])
-    both = encode(tokenizer, ["the market fell while football"], 6, add_cls=True, add_start_end=True)
+    np.testing.assert_array_equal(
+        ids[1], [start, *ids_of(vocabulary, ["the", "market", "fell", "while"]), end]
+    )
+    both = encode(
+        tokenizer, ["the market fell while football"], 6, add_cls=True, add_start_end=True
+    )
     cls = vocabulary.index(CLS)
-    np.testing.assert_array_equal(both[0], [cls, start, *ids_of(vocabulary, ["the", "market", "fell"]), end])
+    np.testing.assert_array_equal(
+        both[0], [cls, start, *ids_of(vocabulary, ["the", "market", "fell"]), end]
+    )
 
 
-@pytest.mark.parametrize("flags", [{"add_cls": True, "add_start_end": True}, {"add_start_end": True}])
+@pytest.mark.parametrize(
+    "flags", [{"add_cls": True, "add_start_end": True}, {"add_start_end": True}]
+)
 def test_sequence_length_without_room_for_tokens_raises(tokenizer, flags):
     length = int(flags.get("add_cls", False)) + 2
     with pytest.raises(ValueError, match="sequence_length"):
@@ -202,7 +224,8 @@ def test_lower_casing_and_accent_stripping(tokenizer, vocabulary):
         np.testing.assert_array_equal(row, ids[0])
     assert vocabulary.index(UNK) not in ids[0] and ids[0][0] != 0
     np.testing.assert_array_equal(
-        encode(tokenizer, ["MARKET Government"], 4)[0], ids_of(vocabulary, ["market", "government"]) + [0, 0]
+        encode(tokenizer, ["MARKET Government"], 4)[0],
+        ids_of(vocabulary, ["market", "government"]) + [0, 0],
     )
 
 
@@ -213,7 +236,9 @@ def test_empty_whitespace_and_invalid_utf8_encode_without_error(tokenizer, vocab
     np.testing.assert_array_equal(ids[:2], 0)
     unk = vocabulary.index(UNK)
     np.testing.assert_array_equal(ids[2], [unk] + [0] * 7)
-    np.testing.assert_array_equal(ids[3], [vocabulary.index("market"), unk, vocabulary.index("football")] + [0] * 5)
+    np.testing.assert_array_equal(
+        ids[3], [vocabulary.index("market"), unk, vocabulary.index("football")] + [0] * 5
+    )
 
 
 @pytest.mark.parametrize(
@@ -227,7 +252,9 @@ def test_one_megabyte_text_encodes(tokenizer, vocabulary, text):
     assert ids.shape == (2, 16)
     np.testing.assert_array_equal(ids[1, :2], [vocabulary.index(CLS), vocabulary.index("music")])
     if text.startswith("the market"):
-        np.testing.assert_array_equal(ids[0, 1:], ids_of(vocabulary, ["the", "market"] * 7 + ["the"]))
+        np.testing.assert_array_equal(
+            ids[0, 1:], ids_of(vocabulary, ["the", "market"] * 7 + ["the"])
+        )
     else:
         assert ids[0, 1] != 0  # at least one token, [UNK] or pieces
 
@@ -240,7 +267,9 @@ def test_leading_whitespace_does_not_hide_the_words(tokenizer, vocabulary):
 def test_unknown_words_map_to_unk(tokenizer, vocabulary):
     unk = vocabulary.index(UNK)
     ids = encode(tokenizer, ["the λόγος market", "🙂"], 5)
-    np.testing.assert_array_equal(ids[0], [vocabulary.index("the"), unk, vocabulary.index("market"), 0, 0])
+    np.testing.assert_array_equal(
+        ids[0], [vocabulary.index("the"), unk, vocabulary.index("market"), 0, 0]
+    )
     np.testing.assert_array_equal(ids[1], [unk, 0, 0, 0, 0])
 
 
@@ -257,13 +286,19 @@ def test_detokenize_recovers_lower_cased_words(tokenizer):
     for flags in ({}, {"add_cls": True}, {"add_start_end": True}):
         ids = tokenizer.encode(tf.constant(texts), 40, **flags)
         words = [text.decode() for text in tokenizer.detokenize(ids).numpy()]
-        assert words == ["the market rose as the government spoke", "an unusual xylophone concert", "cafe"]
+        assert words == [
+            "the market rose as the government spoke",
+            "an unusual xylophone concert",
+            "cafe",
+        ]
     ragged = tokenizer.tokenize(tf.constant(texts))
     assert tokenizer.detokenize(ragged).numpy()[1] == b"an unusual xylophone concert"
 
 
 def test_id_to_token(tokenizer, vocabulary):
-    ids = np.array([[vocabulary.index("market"), 0], [vocabulary.index(CLS), vocabulary.index(UNK)]])
+    ids = np.array(
+        [[vocabulary.index("market"), 0], [vocabulary.index(CLS), vocabulary.index(UNK)]]
+    )
     tokens = tokenizer.id_to_token(ids).numpy()
     assert tokens.shape == (2, 2)
     assert tokens.tolist() == [[b"market", b"[PAD]"], [b"[CLS]", b"[UNK]"]]
@@ -306,8 +341,12 @@ def test_encode_in_tf_function_with_string_signature(tokenizer):
     concrete = encode_graph.get_concrete_function()
     assert concrete.structured_outputs.shape.as_list() == [None, 8]
     assert concrete.structured_outputs.dtype == tf.int32
-    np.testing.assert_array_equal(encode_graph(tf.constant(texts)), encode(tokenizer, texts, 8, add_cls=True))
-    np.testing.assert_array_equal(encode_graph(tf.constant(texts[:1])), encode(tokenizer, texts[:1], 8, add_cls=True))
+    np.testing.assert_array_equal(
+        encode_graph(tf.constant(texts)), encode(tokenizer, texts, 8, add_cls=True)
+    )
+    np.testing.assert_array_equal(
+        encode_graph(tf.constant(texts[:1])), encode(tokenizer, texts[:1], 8, add_cls=True)
+    )
 
 
 def test_saved_tokenizer_carries_its_vocabulary(vocabulary_path, tmp_path):
@@ -350,7 +389,9 @@ def cased_tokenizer(tmp_path_factory):
 def test_detokenize_rejoins_punctuation_the_splitter_separated(cased_tokenizer):
     ids = cased_tokenizer.tokenize(tf.constant(PUNCTUATED_TEXTS[:4]))
     # The splitter really separated them: the words joined by spaces differ.
-    spaced = tf.strings.reduce_join(cased_tokenizer._tokenizer.detokenize(ids), separator=" ", axis=-1)
+    spaced = tf.strings.reduce_join(
+        cased_tokenizer._tokenizer.detokenize(ids), separator=" ", axis=-1
+    )
     assert all(b" ," in text or b" ." in text or b" ?" in text for text in spaced.numpy())
     texts = [text.decode() for text in cased_tokenizer.detokenize(ids).numpy()]
     assert texts == PUNCTUATED_TEXTS[:4]

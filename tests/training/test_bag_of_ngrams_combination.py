@@ -28,11 +28,21 @@ def keyword_split(rows, seed, keyword=None):
 
 def classifier_and_tokens():
     keras.utils.set_random_seed(0)
-    model = TransformerClassifier(vocabulary_size=VOCABULARY, num_classes=3, sequence_length=LENGTH, num_layers=1,
-                                  d_model=16, num_heads=2, intermediate_dim=16, dropout=0.0,
-                                  bag_of_ngrams={"use_bias": True, "trainable": False, "num_buckets": 101})
+    model = TransformerClassifier(
+        vocabulary_size=VOCABULARY,
+        num_classes=3,
+        sequence_length=LENGTH,
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        intermediate_dim=16,
+        dropout=0.0,
+        bag_of_ngrams={"use_bias": True, "trainable": False, "num_buckets": 101},
+    )
     model.build((None, LENGTH))
-    tokens = types.SimpleNamespace(train=keyword_split(60, 1), validation=keyword_split(30, 2, VALIDATION_ONLY))
+    tokens = types.SimpleNamespace(
+        train=keyword_split(60, 1), validation=keyword_split(30, 2, VALIDATION_ONLY)
+    )
     model.ngrams.adapt(tokens.train.token_ids)
     # A Transformer that learned nothing, loudly: any weight of it above 0 spoils the sum.
     rng = np.random.default_rng(3)
@@ -63,8 +73,30 @@ def test_a_useless_transformer_gets_weight_zero_and_validation_is_fit_after(refi
 
 
 # Words of two pieces name the class in one corpus, punctuation in the other.
-WORD_VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[START]", "[END]", "[MASK]",
-                   "ab", "cd", "##x", "##yz", "ef", "gh", "ij", "kl", "mn", "!", "?", ".", ",", ";", ":"]
+WORD_VOCABULARY = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[START]",
+    "[END]",
+    "[MASK]",
+    "ab",
+    "cd",
+    "##x",
+    "##yz",
+    "ef",
+    "gh",
+    "ij",
+    "kl",
+    "mn",
+    "!",
+    "?",
+    ".",
+    ",",
+    ";",
+    ":",
+]
 KEYWORDS = [(7, 9), (7, 10), (8, 9)]  # "abx", "abyz", "cdx": each piece in two classes
 PUNCTUATION_MARKS = [16, 17, 18]  # "!", "?", ".": one a class
 FILLER_WORDS, FILLER_MARKS = [11, 12, 13, 14, 15], [19, 20, 21]
@@ -79,34 +111,58 @@ def units_split(rows, seed, named_by):
         pieces = [int(rng.choice(FILLER_WORDS + FILLER_MARKS)) for _ in range(8)]
         at = int(rng.integers(0, 8))
         pieces[at:at] = list(KEYWORDS[label]) if named_by == "words" else [PUNCTUATION_MARKS[label]]
-        token_ids[row, :len(pieces)] = pieces
+        token_ids[row, : len(pieces)] = pieces
     return ClassificationTokens(token_ids, labels)
 
 
 def words_classifier_and_tokens(named_by, l2=1 / (2 * 10 * 90)):
     keras.utils.set_random_seed(0)
-    model = TransformerClassifier(vocabulary_size=len(WORD_VOCABULARY), num_classes=3, sequence_length=12,
-                                  num_layers=1, d_model=16, num_heads=2, intermediate_dim=16, dropout=0.0,
-                                  bag_of_ngrams={"use_bias": True, "trainable": False, "num_buckets": 1009,
-                                                 "num_word_buckets": 1009, "l2": l2})
+    model = TransformerClassifier(
+        vocabulary_size=len(WORD_VOCABULARY),
+        num_classes=3,
+        sequence_length=12,
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        intermediate_dim=16,
+        dropout=0.0,
+        bag_of_ngrams={
+            "use_bias": True,
+            "trainable": False,
+            "num_buckets": 1009,
+            "num_word_buckets": 1009,
+            "l2": l2,
+        },
+    )
     model.build((None, 12))
     model.ngrams.set_vocabulary(WORD_VOCABULARY)
-    tokens = types.SimpleNamespace(train=units_split(90, 1, named_by), validation=units_split(60, 2, named_by))
+    tokens = types.SimpleNamespace(
+        train=units_split(90, 1, named_by), validation=units_split(60, 2, named_by)
+    )
     model.ngrams.adapt(tokens.train.token_ids)
-    model.head.kernel.assign(np.zeros(model.head.kernel.shape, "float32"))  # a Transformer that knows nothing
+    model.head.kernel.assign(
+        np.zeros(model.head.kernel.shape, "float32")
+    )  # a Transformer that knows nothing
     return model, tokens
 
 
-@pytest.mark.parametrize("named_by, kept", [("words", ["words"]), ("punctuation", ["pieces", "words"])])
+@pytest.mark.parametrize(
+    "named_by, kept", [("words", ["words"]), ("punctuation", ["pieces", "words"])]
+)
 def test_choose_keeps_the_units_that_name_the_class_on_validation(named_by, kept):
     model, tokens = words_classifier_and_tokens(named_by)
-    settings = ClassifierSettings(batch_size=16, ngram_l2=1 / (2 * 10 * 90), ngram_units="choose", ngram_refit=False)
+    settings = ClassifierSettings(
+        batch_size=16, ngram_l2=1 / (2 * 10 * 90), ngram_units="choose", ngram_refit=False
+    )
     record = add_bag_of_ngrams(model, settings, tokens, verbose=0)
 
     assert record["features"] == kept
     by_features = record["validation_by_features"]
     assert set(by_features) == {"pieces+words", "words"}
-    best = {option: max(scores["accuracy"] for scores in by_weight.values()) for option, by_weight in by_features.items()}
+    best = {
+        option: max(scores["accuracy"] for scores in by_weight.values())
+        for option, by_weight in by_features.items()
+    }
     if named_by == "punctuation":  # the words alone cannot see the marks
         assert best["pieces+words"] >= 0.9 and best["words"] < 0.6
     else:  # both reach the keywords; the words alone, undiluted by the fillers' pieces, are surer of them
@@ -118,10 +174,14 @@ def test_choose_keeps_the_units_that_name_the_class_on_validation(named_by, kept
     # The model holds the kept units' fit, not the last one tried.
     probabilities = model.predict(tokens.validation.token_ids, verbose=0)
     accuracy = np.mean(np.argmax(probabilities, axis=1) == tokens.validation.labels)
-    assert accuracy == pytest.approx(record["validation"][str(record["transformer_weight"])]["accuracy"])
+    assert accuracy == pytest.approx(
+        record["validation"][str(record["transformer_weight"])]["accuracy"]
+    )
 
 
-@pytest.mark.parametrize("units, kept", [("pieces", ["pieces"]), ("words", ["words"]), ("both", ["pieces", "words"])])
+@pytest.mark.parametrize(
+    "units, kept", [("pieces", ["pieces"]), ("words", ["words"]), ("both", ["pieces", "words"])]
+)
 def test_fixed_units_are_the_ones_fit(units, kept):
     model, tokens = words_classifier_and_tokens("words")
     settings = ClassifierSettings(batch_size=16, ngram_l2=1 / (2 * 10 * 90), ngram_units=units)

@@ -29,8 +29,10 @@ def test_trim_shared_padding_array_is_the_tensorflow_trim():
     for lengths in ([3, 5, 1], [0, 0], [7, 7], list(rng.integers(0, 10, size=6))):
         rows = padded_rows(lengths, 10)
         for min_length in (1, 2):
-            np.testing.assert_array_equal(trim_shared_padding_array(rows, min_length),
-                                          trim_shared_padding(tf.constant(rows), min_length).numpy())
+            np.testing.assert_array_equal(
+                trim_shared_padding_array(rows, min_length),
+                trim_shared_padding(tf.constant(rows), min_length).numpy(),
+            )
 
 
 def test_length_buckets_group_similar_lengths_and_keep_every_row():
@@ -69,8 +71,11 @@ def test_order_is_a_function_of_seed_and_epoch():
         assert first_ids(ArrayBatches((rows,), 8, seed=4, bucket_width=bucket_width), 2) == epoch_2
         assert first_ids(ArrayBatches((rows,), 8, seed=5, bucket_width=bucket_width), 2) != epoch_2
     unshuffled = ArrayBatches((rows,), 8)
-    assert first_ids(unshuffled, 0) == first_ids(unshuffled, 3) == [rows[i:i + 8, 0].tolist()
-                                                                    for i in range(0, 100, 8)]
+    assert (
+        first_ids(unshuffled, 0)
+        == first_ids(unshuffled, 3)
+        == [rows[i : i + 8, 0].tolist() for i in range(0, 100, 8)]
+    )
 
 
 def test_bad_batches_are_refused_with_their_reason():
@@ -104,7 +109,10 @@ def test_trimmed_widths_round_up_to_a_multiple_within_the_rows():
     assert trim_shared_padding_array(rows, multiple=8).shape == (3, 8)
     np.testing.assert_array_equal(trim_shared_padding_array(rows, multiple=8), rows[:, :8])
     assert trim_shared_padding_array(padded_rows([9], 20), multiple=8).shape == (1, 16)
-    assert trim_shared_padding_array(padded_rows([9], 12), multiple=8).shape == (1, 12)  # never past L
+    assert trim_shared_padding_array(padded_rows([9], 12), multiple=8).shape == (
+        1,
+        12,
+    )  # never past L
     assert trim_shared_padding_array(padded_rows([0], 12), multiple=8).shape == (1, 8)
 
 
@@ -124,7 +132,10 @@ def test_teacher_forcing_splits_targets_as_the_tensorflow_pipeline_did(multiple,
         np.testing.assert_array_equal(inputs["target_ids"], trimmed[:, :-1])
         np.testing.assert_array_equal(labels, trimmed[:, 1:])
     else:
-        assert inputs["source_ids"].shape[1] == 8 and labels.shape[1] == inputs["target_ids"].shape[1] == 8
+        assert (
+            inputs["source_ids"].shape[1] == 8
+            and labels.shape[1] == inputs["target_ids"].shape[1] == 8
+        )
         np.testing.assert_array_equal(labels[:, :width], trimmed[:, 1:])
         assert not labels[:, width:].any()
         np.testing.assert_array_equal(inputs["target_ids"], targets[:, :8])

@@ -68,7 +68,9 @@ def untrimmed(sources, targets):
 
 def bucketed(sources, targets, batch_size=BATCH_SIZE, bucket_width=8, seed=3):
     """Whole rows (untrimmed), so a row is compared with its example as it was."""
-    return ArrayBatches((sources, targets), batch_size, make_batch=untrimmed, seed=seed, bucket_width=bucket_width)
+    return ArrayBatches(
+        (sources, targets), batch_size, make_batch=untrimmed, seed=seed, bucket_width=bucket_width
+    )
 
 
 def test_bucketed_batches_keep_each_target_with_its_source():
@@ -84,8 +86,12 @@ def test_bucketed_batches_keep_each_target_with_its_source():
 @pytest.mark.parametrize("batch_size, bucket_width", [(1, 8), (5, 4), (64, 33)])
 def test_pairs_survive_other_bucket_shapes(batch_size, bucket_width):
     sources, targets = example_pairs(seed=batch_size)
-    seen = check_pairs(bucketed(sources, targets, batch_size, bucket_width, seed=batch_size),
-                       sources, targets, batch_size)
+    seen = check_pairs(
+        bucketed(sources, targets, batch_size, bucket_width, seed=batch_size),
+        sources,
+        targets,
+        batch_size,
+    )
     assert sorted(seen) == list(range(1, NUM_PAIRS + 1))
 
 

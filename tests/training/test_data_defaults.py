@@ -35,8 +35,10 @@ def tokenizer_builder(folder, texts, lower_case=True):
 
     def build(vocabulary_size):
         asked.append(vocabulary_size)
-        path = save_vocabulary(build_vocabulary(texts, vocabulary_size, lower_case=lower_case),
-                               os.path.join(folder, f"vocabulary{len(asked)}.txt"))
+        path = save_vocabulary(
+            build_vocabulary(texts, vocabulary_size, lower_case=lower_case),
+            os.path.join(folder, f"vocabulary{len(asked)}.txt"),
+        )
         return WordPieceTokenizer(path, lower_case=lower_case)
 
     build.asked = asked
@@ -60,7 +62,9 @@ def chosen_names(choices):
 
 def test_short_texts_get_a_short_sequence_length(tmp_path):
     texts = [text_of(5, offset) for offset in range(100)]
-    settings, choices = classifier_settings_from_data(ClassifierSettings(), texts, tokenizer_builder(tmp_path, texts))
+    settings, choices = classifier_settings_from_data(
+        ClassifierSettings(), texts, tokenizer_builder(tmp_path, texts)
+    )
     assert settings.sequence_length == 8  # 5 WordPieces, rounded up to a multiple of 8
     reason = {choice.name: choice.reason for choice in choices}["sequence_length"]
     assert "95th percentile" in reason and " is 5," in reason
@@ -70,11 +74,15 @@ def test_a_few_long_outliers_do_not_stretch_the_sequence_length(tmp_path):
     # 4 texts in 100 are long: above the 95th percentile, so they are cut.
     short = [text_of(6, offset) for offset in range(96)]
     texts = short + [text_of(40)] * 4
-    settings, _ = classifier_settings_from_data(ClassifierSettings(), texts, tokenizer_builder(tmp_path, texts))
+    settings, _ = classifier_settings_from_data(
+        ClassifierSettings(), texts, tokenizer_builder(tmp_path, texts)
+    )
     assert settings.sequence_length == 8
     # With 6 long ones in 100, the 95th percentile is a long text.
     texts = short[:94] + [text_of(40)] * 6
-    settings, _ = classifier_settings_from_data(ClassifierSettings(), texts, tokenizer_builder(tmp_path, texts))
+    settings, _ = classifier_settings_from_data(
+        ClassifierSettings(), texts, tokenizer_builder(tmp_path, texts)
+    )
     assert settings.sequence_length == 40
 
 
@@ -92,23 +100,34 @@ def test_long_texts_are_capped_by_max_length(tmp_path):
         ClassifierSettings(max_length=60), texts, tokenizer_builder(tmp_path, texts)
     )
     assert settings.sequence_length == 60  # not rounded up past the cap
-    assert "cap max_length 60" in {choice.name: choice.reason for choice in choices}["sequence_length"]
+    assert (
+        "cap max_length 60" in {choice.name: choice.reason for choice in choices}["sequence_length"]
+    )
 
 
 def test_the_bag_of_ngrams_reads_nearly_whole_texts(tmp_path):
     # 3 long texts in 100: the Transformer's 95th percentile cuts them, the bag's 99th reads them.
-    texts = [text_of(6, offset) for offset in range(97)] + [text_of(300, offset) for offset in range(3)]
-    settings, choices = classifier_settings_from_data(ClassifierSettings(), texts, tokenizer_builder(tmp_path, texts))
-    assert settings.sequence_length == 8 and settings.ngram_length == 304  # 300 WordPieces, rounded up
+    texts = [text_of(6, offset) for offset in range(97)] + [
+        text_of(300, offset) for offset in range(3)
+    ]
+    settings, choices = classifier_settings_from_data(
+        ClassifierSettings(), texts, tokenizer_builder(tmp_path, texts)
+    )
+    assert (
+        settings.sequence_length == 8 and settings.ngram_length == 304
+    )  # 300 WordPieces, rounded up
     reason = {choice.name: choice.reason for choice in choices}["ngram_length"]
     assert "99th percentile" in reason and "the Transformer the first sequence_length" in reason
     # Short texts alone: the bag reads what the Transformer reads.
     short = texts[:97]
-    settings, choices = classifier_settings_from_data(ClassifierSettings(), short, tokenizer_builder(tmp_path, short))
+    settings, choices = classifier_settings_from_data(
+        ClassifierSettings(), short, tokenizer_builder(tmp_path, short)
+    )
     assert settings.ngram_length == settings.sequence_length == 8
     # Without a bag of n-grams nothing reads further.
     settings, choices = classifier_settings_from_data(
-        ClassifierSettings(bag_of_ngrams=False), texts, tokenizer_builder(tmp_path, texts))
+        ClassifierSettings(bag_of_ngrams=False), texts, tokenizer_builder(tmp_path, texts)
+    )
     assert settings.ngram_length is None and "ngram_length" not in chosen_names(choices)
 
 
@@ -117,22 +136,37 @@ def test_the_bag_of_ngrams_reach_is_capped(tmp_path, monkeypatch):
 
     monkeypatch.setattr(data_defaults, "NGRAM_MAX_LENGTH", 100)
     texts = [text_of(300, offset) for offset in range(10)]
-    settings, _ = classifier_settings_from_data(ClassifierSettings(max_length=60), texts,
-                                                tokenizer_builder(tmp_path, texts))
+    settings, _ = classifier_settings_from_data(
+        ClassifierSettings(max_length=60), texts, tokenizer_builder(tmp_path, texts)
+    )
     assert (settings.sequence_length, settings.ngram_length) == (60, 100)
 
 
 def test_set_values_win_and_are_not_reported_as_chosen(tmp_path):
     texts = [text_of(5, offset) for offset in range(100)]
     build = tokenizer_builder(tmp_path, texts)
-    given = ClassifierSettings(sequence_length=40, vocabulary_size=300, batch_size=4, warmup_fraction=0.05,
-                               ngram_l2=0.25, ngram_length=64)
+    given = ClassifierSettings(
+        sequence_length=40,
+        vocabulary_size=300,
+        batch_size=4,
+        warmup_fraction=0.05,
+        ngram_l2=0.25,
+        ngram_length=64,
+    )
     settings, choices = classifier_settings_from_data(given, texts, build)
-    assert (settings.sequence_length, settings.vocabulary_size, settings.batch_size, settings.warmup_fraction,
-            settings.ngram_l2, settings.ngram_length) == (40, 300, 4, 0.05, 0.25, 64)
+    assert (
+        settings.sequence_length,
+        settings.vocabulary_size,
+        settings.batch_size,
+        settings.warmup_fraction,
+        settings.ngram_l2,
+        settings.ngram_length,
+    ) == (40, 300, 4, 0.05, 0.25, 64)
     assert choices == []
     assert build.asked == [300]  # the vocabulary is built at the size that was set
-    assert given.sequence_length == 40 and ClassifierSettings().sequence_length is None  # nothing mutated
+    assert (
+        given.sequence_length == 40 and ClassifierSettings().sequence_length is None
+    )  # nothing mutated
 
 
 def test_vocabulary_size_counts_frequent_word_types_and_the_alphabet():
@@ -140,7 +174,9 @@ def test_vocabulary_size_counts_frequent_word_types_and_the_alphabet():
     # seen 4 times (too rare to count). 10 letters: 7 reserved tokens + 2 x 10
     # characters (alone and as "##c") make an alphabet of 27.
     letters = "abcdefghij"
-    words = ["".join(letters[(number // 10 ** place) % 10] for place in range(4)) for number in range(2500)]
+    words = [
+        "".join(letters[(number // 10**place) % 10] for place in range(4)) for number in range(2500)
+    ]
     texts = [" ".join(words[:2000])] * 5 + [" ".join(words[2000:])] * 4
     settings, choices = classifier_settings_from_data(
         ClassifierSettings(sequence_length=16, ngram_length=16), texts, no_tokenizer
@@ -153,7 +189,9 @@ def test_vocabulary_size_for_texts_applies_the_same_rule():
     # The translation benchmark's peer gets its WordPiece budget from this: the
     # same 2,027 as the classifier's choice on the same texts (worked out above).
     letters = "abcdefghij"
-    words = ["".join(letters[(number // 10 ** place) % 10] for place in range(4)) for number in range(2500)]
+    words = [
+        "".join(letters[(number // 10**place) % 10] for place in range(4)) for number in range(2500)
+    ]
     texts = [" ".join(words[:2000])] * 5 + [" ".join(words[2000:])] * 4
     size, reason = vocabulary_size_for(texts)
     assert size == 2027 and "in 9 texts" in reason
@@ -163,9 +201,14 @@ def test_vocabulary_size_for_texts_applies_the_same_rule():
 def test_vocabulary_size_stays_within_its_range(count, expected):
     # 3 words each 5 times: far below the floor. 9,000 words each 5 times: above the ceiling.
     letters = string.ascii_lowercase
-    words = ["".join(letters[(number // 26 ** place) % 26] for place in range(3)) for number in range(count)]
+    words = [
+        "".join(letters[(number // 26**place) % 26] for place in range(3))
+        for number in range(count)
+    ]
     texts = [" ".join(words)] * 5
-    settings, _ = classifier_settings_from_data(ClassifierSettings(sequence_length=16, ngram_length=16), texts, no_tokenizer)
+    settings, _ = classifier_settings_from_data(
+        ClassifierSettings(sequence_length=16, ngram_length=16), texts, no_tokenizer
+    )
     assert settings.vocabulary_size == expected
 
 
@@ -174,21 +217,27 @@ def test_small_corpora_get_smaller_batches(num_texts, batch_size):
     # 3000 / 32 = 94 steps an epoch; 1000 / 32 = 32 < 50 but 1000 / 16 = 63; 300 / 16 = 19.
     texts = [text_of(3, offset) for offset in range(num_texts)]
     settings, _ = classifier_settings_from_data(
-        ClassifierSettings(sequence_length=8, ngram_length=8, vocabulary_size=100), texts, no_tokenizer
+        ClassifierSettings(sequence_length=8, ngram_length=8, vocabulary_size=100),
+        texts,
+        no_tokenizer,
     )
     assert settings.batch_size == batch_size
 
 
-@pytest.mark.parametrize("num_texts, epochs, fraction", [
-    (1000, 12, 0.1),  # 63 steps x 12 = 756 planned: 10% is 75 steps, above 50
-    (300, 12, 0.11),  # 38 x 12 = 456 planned: 50 steps is 11%
-    (300, 2, 0.3),  # 76 planned: 50 steps would be 66%, held at 30%
-])
+@pytest.mark.parametrize(
+    "num_texts, epochs, fraction",
+    [
+        (1000, 12, 0.1),  # 63 steps x 12 = 756 planned: 10% is 75 steps, above 50
+        (300, 12, 0.11),  # 38 x 12 = 456 planned: 50 steps is 11%
+        (300, 2, 0.3),  # 76 planned: 50 steps would be 66%, held at 30%
+    ],
+)
 def test_warmup_is_at_least_fifty_steps_within_ten_to_thirty_percent(num_texts, epochs, fraction):
     texts = [text_of(3, offset) for offset in range(num_texts)]
     settings, _ = classifier_settings_from_data(
-        ClassifierSettings(epochs=epochs, sequence_length=8, ngram_length=8, vocabulary_size=100), texts,
-        no_tokenizer
+        ClassifierSettings(epochs=epochs, sequence_length=8, ngram_length=8, vocabulary_size=100),
+        texts,
+        no_tokenizer,
     )
     assert settings.warmup_fraction == pytest.approx(fraction, abs=0.005)
 
@@ -217,18 +266,76 @@ def translator_choices(settings, sources, targets):
     return translator_settings_from_data(settings, sources, targets, no_tokenizers)
 
 
-@pytest.mark.parametrize("num_pairs, target_words, tier", [
-    (100, 5, {"d_model": 128, "intermediate_dim": 512, "num_layers": 2, "dropout": 0.3, "label_smoothing": 0.2,
-              "schedule": "inverse_sqrt", "patience": 3}),
-    (2000, 40, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 2, "dropout": 0.3,
-                "label_smoothing": 0.1, "schedule": "cosine", "patience": 0}),
-    (3000, 60, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 2, "dropout": 0.3,
-                "label_smoothing": 0.1, "schedule": "cosine", "patience": 0}),
-    (5000, 50, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3, "dropout": 0.2,
-                "label_smoothing": 0.1, "schedule": "inverse_sqrt", "patience": 3}),
-    (5000, 80, {"d_model": 256, "intermediate_dim": 1024, "num_layers": 3, "dropout": 0.1,
-                "label_smoothing": 0.1, "schedule": "inverse_sqrt", "patience": 3}),
-])
+@pytest.mark.parametrize(
+    "num_pairs, target_words, tier",
+    [
+        (
+            100,
+            5,
+            {
+                "d_model": 128,
+                "intermediate_dim": 512,
+                "num_layers": 2,
+                "dropout": 0.3,
+                "label_smoothing": 0.2,
+                "schedule": "inverse_sqrt",
+                "patience": 3,
+            },
+        ),
+        (
+            2000,
+            40,
+            {
+                "d_model": 256,
+                "intermediate_dim": 1024,
+                "num_layers": 2,
+                "dropout": 0.3,
+                "label_smoothing": 0.1,
+                "schedule": "cosine",
+                "patience": 0,
+            },
+        ),
+        (
+            3000,
+            60,
+            {
+                "d_model": 256,
+                "intermediate_dim": 1024,
+                "num_layers": 2,
+                "dropout": 0.3,
+                "label_smoothing": 0.1,
+                "schedule": "cosine",
+                "patience": 0,
+            },
+        ),
+        (
+            5000,
+            50,
+            {
+                "d_model": 256,
+                "intermediate_dim": 1024,
+                "num_layers": 3,
+                "dropout": 0.2,
+                "label_smoothing": 0.1,
+                "schedule": "inverse_sqrt",
+                "patience": 3,
+            },
+        ),
+        (
+            5000,
+            80,
+            {
+                "d_model": 256,
+                "intermediate_dim": 1024,
+                "num_layers": 3,
+                "dropout": 0.1,
+                "label_smoothing": 0.1,
+                "schedule": "inverse_sqrt",
+                "patience": 3,
+            },
+        ),
+    ],
+)
 def test_translator_size_and_regularization_follow_the_target_words(num_pairs, target_words, tier):
     # 500, 80,000, 180,000, 250,000 and 400,000 target words: tiny, small, small, medium and large
     # (the fixed defaults before they followed the data).
@@ -238,21 +345,27 @@ def test_translator_size_and_regularization_follow_the_target_words(num_pairs, t
     reasons = {c.name: c.reason for c in choices}
     assert f"{num_pairs * target_words:,} target-side words" in reasons["dropout"]
     assert f"{num_pairs * target_words:,} target-side words" in reasons["schedule"]
-    assert ("no early stopping under the cosine" in reasons["patience"]) == (tier["schedule"] == "cosine")
+    assert ("no early stopping under the cosine" in reasons["patience"]) == (
+        tier["schedule"] == "cosine"
+    )
 
 
 @pytest.mark.parametrize("schedule, patience", [("cosine", 0), ("inverse_sqrt", 3)])
 def test_translator_patience_follows_a_schedule_the_user_set(schedule, patience):
     # A Bible-sized corpus would get the paper's schedule; the user's cosine still turns early stopping off.
     sources, targets = pairs(5000, 3, 80)
-    settings, choices = translator_choices(TranslatorSettings(sequence_length=8, schedule=schedule), sources, targets)
+    settings, choices = translator_choices(
+        TranslatorSettings(sequence_length=8, schedule=schedule), sources, targets
+    )
     assert (settings.schedule, settings.patience) == (schedule, patience)
     assert "schedule" not in chosen_names(choices) and "patience" in chosen_names(choices)
 
 
 def test_translator_patience_the_user_set_wins_under_the_cosine():
     sources, targets = pairs(2000, 3, 40)  # a small corpus: the cosine
-    settings, choices = translator_choices(TranslatorSettings(sequence_length=8, patience=5), sources, targets)
+    settings, choices = translator_choices(
+        TranslatorSettings(sequence_length=8, patience=5), sources, targets
+    )
     assert (settings.schedule, settings.patience) == ("cosine", 5)
     assert "patience" not in chosen_names(choices)
 
@@ -260,17 +373,25 @@ def test_translator_patience_the_user_set_wins_under_the_cosine():
 def test_translator_set_values_win_over_the_tier():
     sources, targets = pairs(100, 3, 5)
     settings, choices = translator_choices(
-        TranslatorSettings(sequence_length=8, d_model=64, dropout=0.0, warmup_steps=7), sources, targets
+        TranslatorSettings(sequence_length=8, d_model=64, dropout=0.0, warmup_steps=7),
+        sources,
+        targets,
     )
     assert (settings.d_model, settings.dropout, settings.warmup_steps) == (64, 0.0, 7)
     assert settings.intermediate_dim == 512  # still the tiny tier's
-    assert not {"d_model", "dropout", "warmup_steps", "sequence_length"} & set(chosen_names(choices))
+    assert not {"d_model", "dropout", "warmup_steps", "sequence_length"} & set(
+        chosen_names(choices)
+    )
 
 
 def test_translator_warmup_is_a_tenth_of_the_planned_steps_within_100_to_500():
     # 64 pairs a batch, 20 epochs: 2,000 pairs plan 640 steps, 8,000 plan 2,500, 20,000 plan 6,260.
-    found = [translator_choices(TranslatorSettings(sequence_length=8), *pairs(count, 3, 3))[0].warmup_steps
-             for count in (2000, 8000, 20000)]
+    found = [
+        translator_choices(TranslatorSettings(sequence_length=8), *pairs(count, 3, 3))[
+            0
+        ].warmup_steps
+        for count in (2000, 8000, 20000)
+    ]
     assert found == [100, 250, 500]
 
 
@@ -280,11 +401,18 @@ def test_translator_vocabularies_are_chosen_per_side_unless_one_size_is_set():
     targets = [" ".join(["Yes", "no", "maybe", "so", "Ok"])] * 50
     settings, choices = translator_choices(TranslatorSettings(sequence_length=8), sources, targets)
     reasons = {choice.name: choice.reason for choice in choices}
-    assert "20 word types" in reasons["vocabulary_size"] and "5 word types" in reasons["target_vocabulary_size"]
-    set_one, choices = translator_choices(TranslatorSettings(sequence_length=8, vocabulary_size=500),
-                                          sources, targets)
+    assert (
+        "20 word types" in reasons["vocabulary_size"]
+        and "5 word types" in reasons["target_vocabulary_size"]
+    )
+    set_one, choices = translator_choices(
+        TranslatorSettings(sequence_length=8, vocabulary_size=500), sources, targets
+    )
     assert set_one.target_vocabulary_size == 500
-    assert "vocabulary_size that was set" in {c.name: c.reason for c in choices}["target_vocabulary_size"]
+    assert (
+        "vocabulary_size that was set"
+        in {c.name: c.reason for c in choices}["target_vocabulary_size"]
+    )
 
 
 def test_translator_sequence_length_covers_the_longer_side_and_its_end_token(tmp_path):
@@ -292,12 +420,16 @@ def test_translator_sequence_length_covers_the_longer_side_and_its_end_token(tmp
     source_build = tokenizer_builder(tmp_path / "s", sources)
     target_build = tokenizer_builder(tmp_path / "t", targets, lower_case=False)
     settings, _ = translator_settings_from_data(
-        TranslatorSettings(), sources, targets,
+        TranslatorSettings(),
+        sources,
+        targets,
         lambda source_size, target_size: (source_build(source_size), target_build(target_size)),
     )
     assert settings.sequence_length == 16
     capped, _ = translator_settings_from_data(
-        TranslatorSettings(max_length=8), sources, targets,
+        TranslatorSettings(max_length=8),
+        sources,
+        targets,
         lambda source_size, target_size: (source_build(source_size), target_build(target_size)),
     )
     assert capped.sequence_length == 8
@@ -313,8 +445,14 @@ class StopAfterFirstEpoch(keras.callbacks.Callback):
         raise InterruptedError("stopped on purpose")
 
 
-TINY_TRANSLATOR = {"epochs": 2, "num_layers": 1, "d_model": 16, "num_heads": 2, "intermediate_dim": 32,
-                   "batch_size": 16}
+TINY_TRANSLATOR = {
+    "epochs": 2,
+    "num_layers": 1,
+    "d_model": 16,
+    "num_heads": 2,
+    "intermediate_dim": 32,
+    "batch_size": 16,
+}
 
 
 def translation_data(tmp_path, name, target_words):
@@ -322,7 +460,9 @@ def translation_data(tmp_path, name, target_words):
 
     path = tmp_path / name
     sources, targets = pairs(120, 4, target_words)
-    path.write_text("".join(f"{s}\t{t.capitalize()}.\n" for s, t in zip(sources, targets)), encoding="utf-8")
+    path.write_text(
+        "".join(f"{s}\t{t.capitalize()}.\n" for s, t in zip(sources, targets)), encoding="utf-8"
+    )
     return load_translation_data(f"tsv:{path}", seed=1, validation_size=10, test_size=10)
 
 
@@ -331,8 +471,14 @@ def test_a_run_prints_records_and_resumes_with_its_choices(tmp_path, capsys):
 
     run_dir = str(tmp_path / "run")
     with pytest.raises(InterruptedError):
-        train_translator(translation_data(tmp_path, "short.tsv", 4), TranslatorSettings(**TINY_TRANSLATOR),
-                         run_dir, verbose=2, num_samples=1, callbacks=[StopAfterFirstEpoch()])
+        train_translator(
+            translation_data(tmp_path, "short.tsv", 4),
+            TranslatorSettings(**TINY_TRANSLATOR),
+            run_dir,
+            verbose=2,
+            num_samples=1,
+            callbacks=[StopAfterFirstEpoch()],
+        )
     printed = capsys.readouterr().out
     with open(os.path.join(run_dir, "settings.json")) as settings_file:
         saved = json.load(settings_file)
@@ -344,13 +490,23 @@ def test_a_run_prints_records_and_resumes_with_its_choices(tmp_path, capsys):
     assert "99th percentile" in chosen["sequence_length"]["reason"]
     assert saved["settings"]["dropout"] == chosen["dropout"]["value"] == 0.3
     assert not {"d_model", "num_layers", "batch_size"} & set(chosen)  # set, not chosen
-    assert f"sequence_length {length}: {chosen['sequence_length']['reason']}" in printed.splitlines()
+    assert (
+        f"sequence_length {length}: {chosen['sequence_length']['reason']}" in printed.splitlines()
+    )
 
     # Data that would choose otherwise (longer targets): --resume keeps what the run chose.
-    resumed = train_translator(translation_data(tmp_path, "long.tsv", 20), TranslatorSettings(**TINY_TRANSLATOR),
-                               run_dir, resume=True, verbose=2, num_samples=1)
+    resumed = train_translator(
+        translation_data(tmp_path, "long.tsv", 20),
+        TranslatorSettings(**TINY_TRANSLATOR),
+        run_dir,
+        resume=True,
+        verbose=2,
+        num_samples=1,
+    )
     assert "sequence_length" not in capsys.readouterr().out
-    assert resumed.settings.sequence_length == length and resumed.model.sequence_length == length + 1
+    assert (
+        resumed.settings.sequence_length == length and resumed.model.sequence_length == length + 1
+    )
     with open(os.path.join(run_dir, "settings.json")) as settings_file:
         assert json.load(settings_file)["chosen_from_data"] == chosen
 
@@ -360,30 +516,92 @@ def test_the_classifier_app_chooses_what_no_flag_set(tmp_path, capsys):
     from tests.classifier_fixtures import write_keyword_csv
 
     data = write_keyword_csv(tmp_path / "keywords.csv", num_examples=60)
-    flags = ["--data", f"csv:{data}", "--epochs", "1", "--num-layers", "1", "--d-model", "16", "--num-heads", "2",
-             "--intermediate-dim", "32", "--no-export", "--verbose", "2"]
+    flags = [
+        "--data",
+        f"csv:{data}",
+        "--epochs",
+        "1",
+        "--num-layers",
+        "1",
+        "--d-model",
+        "16",
+        "--num-heads",
+        "2",
+        "--intermediate-dim",
+        "32",
+        "--no-export",
+        "--verbose",
+        "2",
+    ]
     # Keyword texts are 7 WordPieces: 8 after rounding, held at --max-length 4.
-    assert train_classifier.main([*flags, "--max-length", "4", "--run-dir", str(tmp_path / "capped")]) == 0
+    assert (
+        train_classifier.main([*flags, "--max-length", "4", "--run-dir", str(tmp_path / "capped")])
+        == 0
+    )
     printed = capsys.readouterr().out.splitlines()
     with open(tmp_path / "capped" / "settings.json") as settings_file:
         saved = json.load(settings_file)
-    assert saved["settings"]["sequence_length"] == saved["chosen_from_data"]["sequence_length"]["value"] == 4
+    assert (
+        saved["settings"]["sequence_length"]
+        == saved["chosen_from_data"]["sequence_length"]["value"]
+        == 4
+    )
     assert [line for line in printed if line.startswith("sequence_length 4: the 95th percentile")]
     assert [line for line in printed if line.startswith("batch_size 8: ")]  # 48 texts: 6 steps at 8
 
-    assert train_classifier.main([*flags, "--sequence-length", "24", "--batch-size", "12",
-                                  "--run-dir", str(tmp_path / "set")]) == 0
+    assert (
+        train_classifier.main(
+            [
+                *flags,
+                "--sequence-length",
+                "24",
+                "--batch-size",
+                "12",
+                "--run-dir",
+                str(tmp_path / "set"),
+            ]
+        )
+        == 0
+    )
     with open(tmp_path / "set" / "settings.json") as settings_file:
         saved = json.load(settings_file)
     assert (saved["settings"]["sequence_length"], saved["settings"]["batch_size"]) == (24, 12)
-    assert set(saved["chosen_from_data"]) == {"vocabulary_size", "warmup_fraction", "ngram_l2", "ngram_length"}
+    assert set(saved["chosen_from_data"]) == {
+        "vocabulary_size",
+        "warmup_fraction",
+        "ngram_l2",
+        "ngram_length",
+    }
 
 
-@pytest.mark.parametrize("app, flags", [
-    ("train_classifier", ("--sequence-length", "--ngram-length", "--vocab-size", "--batch-size", "--warmup-fraction")),
-    ("train_translator", ("--sequence-length", "--vocab-size", "--d-model", "--dropout", "--label-smoothing",
-                          "--warmup-steps", "--num-layers", "--intermediate-dim")),
-])
+@pytest.mark.parametrize(
+    "app, flags",
+    [
+        (
+            "train_classifier",
+            (
+                "--sequence-length",
+                "--ngram-length",
+                "--vocab-size",
+                "--batch-size",
+                "--warmup-fraction",
+            ),
+        ),
+        (
+            "train_translator",
+            (
+                "--sequence-length",
+                "--vocab-size",
+                "--d-model",
+                "--dropout",
+                "--label-smoothing",
+                "--warmup-steps",
+                "--num-layers",
+                "--intermediate-dim",
+            ),
+        ),
+    ],
+)
 def test_flags_left_to_the_data_say_so(app, flags):
     import importlib
 
@@ -397,19 +615,33 @@ def test_flags_left_to_the_data_say_so(app, flags):
 def test_large_corpus_settings_are_the_sizes_before_defaults_followed_the_data():
     # The fixed defaults these fields had, which benchmarks of speed and serving build.
     translator = large_corpus_settings(TranslatorSettings(num_heads=8)).validate()
-    assert (translator.vocabulary_size, translator.sequence_length, translator.num_layers, translator.d_model,
-            translator.intermediate_dim, translator.dropout, translator.label_smoothing,
-            translator.warmup_steps) == (8000, 64, 3, 256, 1024, 0.1, 0.1, 500)
+    assert (
+        translator.vocabulary_size,
+        translator.sequence_length,
+        translator.num_layers,
+        translator.d_model,
+        translator.intermediate_dim,
+        translator.dropout,
+        translator.label_smoothing,
+        translator.warmup_steps,
+    ) == (8000, 64, 3, 256, 1024, 0.1, 0.1, 500)
     classifier = large_corpus_settings(ClassifierSettings(batch_size=16)).validate()
-    assert (classifier.vocabulary_size, classifier.sequence_length, classifier.batch_size,
-            classifier.warmup_fraction) == (8000, 512, 16, 0.1)
+    assert (
+        classifier.vocabulary_size,
+        classifier.sequence_length,
+        classifier.batch_size,
+        classifier.warmup_fraction,
+    ) == (8000, 512, 16, 0.1)
 
 
 def test_the_bag_of_ngrams_penalty_is_a_logistic_regression_s_with_c_10():
     texts = [text_of(5, offset) for offset in range(100)]
-    settings, choices = classifier_settings_from_data(ClassifierSettings(sequence_length=16, ngram_length=16), texts, no_tokenizer)
+    settings, choices = classifier_settings_from_data(
+        ClassifierSettings(sequence_length=16, ngram_length=16), texts, no_tokenizer
+    )
     assert settings.ngram_l2 == pytest.approx(1 / (2 * 10 * 100))
     assert [choice.name for choice in choices][-1] == "ngram_l2"
     without, choices = classifier_settings_from_data(
-        ClassifierSettings(sequence_length=16, bag_of_ngrams=False), texts, no_tokenizer)
+        ClassifierSettings(sequence_length=16, bag_of_ngrams=False), texts, no_tokenizer
+    )
     assert without.ngram_l2 is None and "ngram_l2" not in [choice.name for choice in choices]

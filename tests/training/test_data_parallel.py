@@ -124,21 +124,42 @@ def two_device_runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("data_parallel")
     # 120 texts: 96 train, 12 validation, 12 test, every batch of 8 or 4 split in two.
     data = write_keyword_csv(folder / "data.csv", 120)
-    environment = dict(os.environ, KERAS_BACKEND="jax", XLA_FLAGS="--xla_force_host_platform_device_count=2",
-                       TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-c", ON_TWO_DEVICES, str(data), str(folder / "run"),
-                             str(folder / "refused")],
-                            capture_output=True, text=True, cwd=ROOT, env=environment, timeout=300)
+    environment = dict(
+        os.environ,
+        KERAS_BACKEND="jax",
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        TF_CPP_MIN_LOG_LEVEL="3",
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            ON_TWO_DEVICES,
+            str(data),
+            str(folder / "run"),
+            str(folder / "refused"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=environment,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    return {**json.loads(result.stdout.strip().splitlines()[-1]), "run_dir": folder / "run",
-            "refused_run_dir": folder / "refused"}
+    return {
+        **json.loads(result.stdout.strip().splitlines()[-1]),
+        "run_dir": folder / "run",
+        "refused_run_dir": folder / "refused",
+    }
 
 
 def test_data_parallel_spans_both_devices(two_device_runs):
     assert two_device_runs["jax_devices"] == 2
     assert two_device_runs["description"] == "Data parallel over 2 devices: cpu:0, cpu:1"
     parallel, alone = two_device_runs["data_parallel"], two_device_runs["one_device"]
-    assert parallel["distribution_in_fit"].startswith("<DataParallel device_mesh=<DeviceMesh shape=(2,)")
+    assert parallel["distribution_in_fit"].startswith(
+        "<DataParallel device_mesh=<DeviceMesh shape=(2,)"
+    )
     assert parallel["devices_per_variable"] == [2]  # replicated on both devices
     assert alone["distribution_in_fit"] == "None" and alone["devices_per_variable"] == [1]
 
@@ -148,7 +169,9 @@ def test_data_parallel_trains_as_one_device_does(two_device_runs):
     and the same validation, whose last batch (5 rows) two devices could not split."""
     parallel, alone = two_device_runs["data_parallel"], two_device_runs["one_device"]
     for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
-        assert parallel["history"][name] == pytest.approx(alone["history"][name], rel=1e-5, abs=1e-6), name
+        assert parallel["history"][name] == pytest.approx(
+            alone["history"][name], rel=1e-5, abs=1e-6
+        ), name
     assert alone["moved"] > 1e-3  # training changed the weights, so equal weights say something
     for trained, reference in zip(parallel["weights"], alone["weights"]):
         assert np.allclose(trained, reference, rtol=1e-4, atol=1e-5)
@@ -176,15 +199,19 @@ def test_uneven_batches_are_clear_errors(two_device_runs):
 def test_app_refuses_a_batch_size_the_devices_cannot_split(two_device_runs):
     assert two_device_runs["refused_exit"] == 2
     lines = two_device_runs["refused_errors"].strip().splitlines()
-    assert lines == ["error: --batch-size 7 does not split evenly over the 2 devices of --distribute "
-                     "data_parallel: use a multiple of 2."]
+    assert lines == [
+        "error: --batch-size 7 does not split evenly over the 2 devices of --distribute "
+        "data_parallel: use a multiple of 2."
+    ]
     assert not os.path.exists(two_device_runs["refused_run_dir"])
 
 
 def test_app_trains_a_run_with_data_parallel(two_device_runs):
     """The whole run: trained over both devices, then evaluated and saved by this (the only) process."""
     assert two_device_runs["app_exit"] == 0
-    assert "Data parallel over 2 devices: cpu:0, cpu:1" in two_device_runs["app_output"].splitlines()
+    assert (
+        "Data parallel over 2 devices: cpu:0, cpu:1" in two_device_runs["app_output"].splitlines()
+    )
     run_dir = two_device_runs["run_dir"]
     with open(run_dir / "metrics.json") as metrics_file:
         metrics = json.load(metrics_file)
@@ -193,12 +220,22 @@ def test_app_trains_a_run_with_data_parallel(two_device_runs):
     assert (run_dir / "model.keras").is_file()
 
 
-@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="checks the refusal on the TensorFlow backend")
+@pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="checks the refusal on the TensorFlow backend"
+)
 def test_data_parallel_on_tensorflow_is_a_usage_error(tmp_path, capsys):
     data = write_keyword_csv(tmp_path / "data.csv", 30)
     for main in (train_classifier.main, train_translator.main):
         message = expect_usage_error(
-            main, ["--data", f"csv:{data}", "--distribute", "data_parallel", "--run-dir", str(tmp_path / "run")],
+            main,
+            [
+                "--data",
+                f"csv:{data}",
+                "--distribute",
+                "data_parallel",
+                "--run-dir",
+                str(tmp_path / "run"),
+            ],
             capsys,
         )
         assert "KERAS_BACKEND=jax" in message and "--distribute mirrored" in message
@@ -211,8 +248,10 @@ class NumberedBatches(keras.utils.PyDataset):
     def __init__(self, sizes):
         super().__init__()
         starts = np.cumsum([0, *sizes])
-        self.batches = [(np.arange(start, end), np.arange(start, end) * 10, None)
-                        for start, end in zip(starts, starts[1:])]
+        self.batches = [
+            (np.arange(start, end), np.arange(start, end) * 10, None)
+            for start, end in zip(starts, starts[1:])
+        ]
         self.epochs_ended = 0
 
     def __len__(self):
@@ -225,14 +264,17 @@ class NumberedBatches(keras.utils.PyDataset):
         self.epochs_ended += 1
 
 
-@pytest.mark.parametrize("devices, size, rows", [
-    (2, 8, list(range(8))),  # splits as it is
-    (2, 7, list(range(6))),  # loses its last row
-    (4, 7, [0, 1, 2, 3]),
-    (2, 1, [0, 0]),  # too small to cut: repeated whole, its mean unchanged
-    (4, 2, [0, 1, 0, 1]),
-    (4, 3, [0, 1, 2] * 4),
-])
+@pytest.mark.parametrize(
+    "devices, size, rows",
+    [
+        (2, 8, list(range(8))),  # splits as it is
+        (2, 7, list(range(6))),  # loses its last row
+        (4, 7, [0, 1, 2, 3]),
+        (2, 1, [0, 0]),  # too small to cut: repeated whole, its mean unchanged
+        (4, 2, [0, 1, 0, 1]),
+        (4, 3, [0, 1, 2] * 4),
+    ],
+)
 def test_splittable_batches_give_every_device_as_many_rows(devices, size, rows):
     batches = SplittableBatches(NumberedBatches([size]), devices)
     features, targets, weights = batches[0]
@@ -244,6 +286,10 @@ def test_splittable_batches_keep_the_batches_order_and_epochs():
     numbered = NumberedBatches([4, 4, 3])
     batches = SplittableBatches(numbered, 2)
     assert len(batches) == batches.num_batches == 3
-    assert [batches[index][0].tolist() for index in range(3)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert [batches[index][0].tolist() for index in range(3)] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9],
+    ]
     batches.on_epoch_end()
     assert numbered.epochs_ended == 1  # a reshuffle reaches the batches underneath

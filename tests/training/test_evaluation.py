@@ -89,7 +89,10 @@ def test_absent_class_scores_zero_without_warnings_and_is_left_out_of_macro_f1(r
     names = NAMES + ["politics"]
     report = classification_report(TRUE, PRED, names)
     assert report["per_class"]["politics"] == {
-        "precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0,
+        "precision": 0.0,
+        "recall": 0.0,
+        "f1": 0.0,
+        "support": 0,
     }
     # Same as sklearn's default macro average (over labels seen in true or predicted).
     assert report["macro_f1"] == pytest.approx(131 / 210)
@@ -153,5 +156,5 @@ def test_format_lists_every_class_and_the_totals():
     support_end = header.index("support") + len("support")
     for line in lines:
         if line.startswith(tuple(NAMES + ["politics"])):
-            assert line[precision_end - 5:precision_end] in {"0.500", "0.667", "1.000", "0.000"}
+            assert line[precision_end - 5 : precision_end] in {"0.500", "0.667", "1.000", "0.000"}
             assert len(line) == support_end

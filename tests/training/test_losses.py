@@ -63,13 +63,19 @@ def test_loss_under_two_replicas_is_divided_by_them():
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     result = subprocess.run(
-        [sys.executable, "-c", TWO_REPLICAS], input=json.dumps([TARGETS.tolist(), LOGITS.tolist()]),
-        capture_output=True, text=True, cwd=root, timeout=120,
+        [sys.executable, "-c", TWO_REPLICAS],
+        input=json.dumps([TARGETS.tolist(), LOGITS.tolist()]),
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
         env=dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     per_replica = json.loads(result.stdout.strip().splitlines()[-1])
-    expected = [numpy_crossentropy(TARGETS[row:row + 1], LOGITS[row:row + 1]) / 2 for row in (0, 1)]
+    expected = [
+        numpy_crossentropy(TARGETS[row : row + 1], LOGITS[row : row + 1]) / 2 for row in (0, 1)
+    ]
     np.testing.assert_allclose(per_replica, expected, rtol=1e-5)
 
 

@@ -49,8 +49,13 @@ def replay(callback, model, epoch_logs, first_epoch=0):
 
 def best_epoch(tmp_path, monitor="val_accuracy", patience=0):
     tmp_path.mkdir(exist_ok=True)
-    return BestEpoch(tmp_path / "best.keras", tmp_path / "best_epoch.json", monitor=monitor,
-                     patience=patience, verbose=0)
+    return BestEpoch(
+        tmp_path / "best.keras",
+        tmp_path / "best_epoch.json",
+        monitor=monitor,
+        patience=patience,
+        verbose=0,
+    )
 
 
 def assert_weights_equal(model, weights):
@@ -72,7 +77,9 @@ def test_keeps_the_accuracy_best_epoch_when_the_loss_rises(tmp_path):
     model = tiny_model()
     weights, _ = replay(best_epoch(tmp_path), model, RISING_LOSS)
     assert_weights_equal(model, weights[3])
-    assert_weights_equal(keras.models.load_model(tmp_path / "best.keras", compile=False), weights[3])
+    assert_weights_equal(
+        keras.models.load_model(tmp_path / "best.keras", compile=False), weights[3]
+    )
     record = json.loads((tmp_path / "best_epoch.json").read_text())
     assert record["epoch"] == 4 and record["monitor"] == "val_accuracy"
     assert record["value"] == pytest.approx(0.77) and record["val_loss"] == pytest.approx(0.70)
@@ -97,13 +104,17 @@ def test_a_tie_on_accuracy_goes_to_the_lower_loss(tmp_path):
 
 def test_patience_counts_epochs_without_a_better_monitored_value(tmp_path):
     # The loss improves every epoch; only the accuracy stalls after epoch 2.
-    logs = [{"val_accuracy": accuracy, "val_loss": 1.0 - 0.1 * index}
-            for index, accuracy in enumerate([0.70, 0.80, 0.79, 0.78, 0.77])]
+    logs = [
+        {"val_accuracy": accuracy, "val_loss": 1.0 - 0.1 * index}
+        for index, accuracy in enumerate([0.70, 0.80, 0.79, 0.78, 0.77])
+    ]
     model = tiny_model()
     weights, stops = replay(best_epoch(tmp_path, patience=2), model, logs)
     assert stops.index(True) == 3
     assert_weights_equal(model, weights[1])
-    _, stops_on_loss = replay(best_epoch(tmp_path / "loss", monitor="val_loss", patience=2), tiny_model(), logs)
+    _, stops_on_loss = replay(
+        best_epoch(tmp_path / "loss", monitor="val_loss", patience=2), tiny_model(), logs
+    )
     assert not any(stops_on_loss)
 
 
@@ -112,8 +123,12 @@ def test_the_best_so_far_survives_a_resume(tmp_path):
     before, _ = replay(best_epoch(tmp_path, patience=3), model, RISING_LOSS[:4])
     # A new process: a new callback on the same run folder files, resumed at epoch 5.
     resumed = best_epoch(tmp_path, patience=3)
-    replay(resumed, model, [{"val_accuracy": 0.76, "val_loss": 0.40}, {"val_accuracy": 0.75, "val_loss": 0.4}],
-           first_epoch=4)
+    replay(
+        resumed,
+        model,
+        [{"val_accuracy": 0.76, "val_loss": 0.40}, {"val_accuracy": 0.75, "val_loss": 0.4}],
+        first_epoch=4,
+    )
     assert_weights_equal(model, before[3])
     assert resumed.best["epoch"] == 4 and resumed.best["epochs_without_improvement"] == 2
 
@@ -146,20 +161,37 @@ def test_monitor_flag_default_choices_and_bad_value(capsys):
     parser = train_classifier.build_parser()
     assert train_classifier.settings_from(parser.parse_args([])).monitor == "val_accuracy"
     for monitor in ("val_macro_f1", "val_loss"):
-        assert train_classifier.settings_from(parser.parse_args(["--monitor", monitor])).monitor == monitor
+        assert (
+            train_classifier.settings_from(parser.parse_args(["--monitor", monitor])).monitor
+            == monitor
+        )
     with pytest.raises(SystemExit) as raised:
         parser.parse_args(["--monitor", "accuracy"])
     assert raised.value.code == 2
     assert "--monitor: invalid choice: 'accuracy'" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="`monitor` must be one of val_accuracy, val_macro_f1, val_loss"):
+    with pytest.raises(
+        ValueError, match="`monitor` must be one of val_accuracy, val_macro_f1, val_loss"
+    ):
         ClassifierSettings(monitor="val_f1").validate()
 
 
 def test_a_run_on_macro_f1_keeps_and_records_its_best_epoch(tmp_path, capsys):
     csv_path = write_keyword_csv(tmp_path / "keywords.csv")
     run_dir = tmp_path / "run"
-    status = train_classifier.main(["--data", f"csv:{csv_path}", *TRAIN_FLAGS, "--monitor", "val_macro_f1", "--verbose", "2",
-                                    "--run-dir", str(run_dir), "--no-export"])
+    status = train_classifier.main(
+        [
+            "--data",
+            f"csv:{csv_path}",
+            *TRAIN_FLAGS,
+            "--monitor",
+            "val_macro_f1",
+            "--verbose",
+            "2",
+            "--run-dir",
+            str(run_dir),
+            "--no-export",
+        ]
+    )
     assert status == 0
     folder = RunFolder(run_dir)
     history = folder.read_history()
@@ -170,7 +202,8 @@ def test_a_run_on_macro_f1_keeps_and_records_its_best_epoch(tmp_path, capsys):
     best_index = min(ties, key=lambda index: history["val_loss"][index])
     assert kept["epoch"] == best_index + 1
     assert kept["value"] == pytest.approx(best_value) and kept["val_loss"] == pytest.approx(
-        history["val_loss"][best_index])
+        history["val_loss"][best_index]
+    )
     assert f"Kept epoch {kept['epoch']} (val_macro_f1 " in capsys.readouterr().out
     assert os.path.isfile(run_dir / "checkpoints" / "best.keras")
 
@@ -199,13 +232,25 @@ def test_a_fit_cut_short_by_the_time_budget_ends_on_the_best_epoch(tmp_path):
     x = rng.normal(size=(64, 3)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, activation="softmax")])
-    model.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy",
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.5),
+        loss="sparse_categorical_crossentropy",
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+    )
     folder = RunFolder(tmp_path / "run")
     folder.start_fresh()
-    model.fit(x, y, validation_data=(x, 1 - y), epochs=10, batch_size=8, verbose=0,
-              callbacks=[StopInEpoch(epoch=4, batch=2),
-                         *folder.callbacks(monitor="val_accuracy", patience=0, verbose=0)])
+    model.fit(
+        x,
+        y,
+        validation_data=(x, 1 - y),
+        epochs=10,
+        batch_size=8,
+        verbose=0,
+        callbacks=[
+            StopInEpoch(epoch=4, batch=2),
+            *folder.callbacks(monitor="val_accuracy", patience=0, verbose=0),
+        ],
+    )
     history = folder.read_history()
     assert len(history["loss"]) == 5
     kept = folder.read_best_epoch()
@@ -222,7 +267,8 @@ def test_a_fit_cut_short_by_the_time_budget_ends_on_the_best_epoch(tmp_path):
 def test_warmup_cosine_follows_keras_cosine_decay():
     schedule = WarmupCosine(peak=1e-3, total_steps=200, warmup_fraction=0.1)
     reference = keras.optimizers.schedules.CosineDecay(
-        initial_learning_rate=0.0, decay_steps=180, warmup_target=1e-3, warmup_steps=20, alpha=0.0)
+        initial_learning_rate=0.0, decay_steps=180, warmup_target=1e-3, warmup_steps=20, alpha=0.0
+    )
     for step in (0, 5, 19, 20, 21, 100, 199, 200, 250):
         assert float(schedule(step)) == pytest.approx(float(reference(step)), abs=1e-9), step
 
@@ -259,7 +305,9 @@ def test_a_classifier_run_cut_short_by_its_budget_shortens_its_schedule(tmp_path
     from keras_transformer.training.classifier import train_classifier as train
 
     csv_path = write_keyword_csv(tmp_path / "keywords.csv")
-    settings = train_classifier.settings_from(train_classifier.build_parser().parse_args(TRAIN_FLAGS))
+    settings = train_classifier.settings_from(
+        train_classifier.build_parser().parse_args(TRAIN_FLAGS)
+    )
     data = load_classification_data(f"csv:{csv_path}")
     # A budget spent by the first step: training stops after it.
     run = train(data, settings, tmp_path / "run", time_budget_minutes=1e-6, verbose=0)

@@ -32,9 +32,19 @@ VOCABULARY_SIZE = 500
 RESERVED = len(RESERVED_TOKENS)
 MASK_ID = RESERVED_TOKENS.index(MASK)
 CLS_ID = RESERVED_TOKENS.index(CLS)
-TINY = ClassifierSettings(sequence_length=24, vocabulary_size=VOCABULARY_SIZE, num_layers=1, d_model=16,
-                          num_heads=2, intermediate_dim=32, dropout=0.0, batch_size=16, learning_rate=5e-3,
-                          warmup_fraction=0.1, pretrain_epochs=2)
+TINY = ClassifierSettings(
+    sequence_length=24,
+    vocabulary_size=VOCABULARY_SIZE,
+    num_layers=1,
+    d_model=16,
+    num_heads=2,
+    intermediate_dim=32,
+    dropout=0.0,
+    batch_size=16,
+    learning_rate=5e-3,
+    warmup_fraction=0.1,
+    pretrain_epochs=2,
+)
 
 
 def numpy(tensor):
@@ -56,8 +66,10 @@ def word_batch(rows=400, length=60, seed=0):
 
 def test_masking_follows_berts_rates_and_labels_only_the_chosen_positions():
     ids = word_batch()
-    inputs, labels = (numpy(t) for t in pretraining.mask_tokens(tf.constant(ids), tf.constant([3, 4]),
-                                                                 VOCABULARY_SIZE))
+    inputs, labels = (
+        numpy(t)
+        for t in pretraining.mask_tokens(tf.constant(ids), tf.constant([3, 4]), VOCABULARY_SIZE)
+    )
     words = ids >= RESERVED
     chosen = labels != 0
     assert words.sum() > 10_000
@@ -115,12 +127,16 @@ def test_the_output_projection_is_the_token_embedding():
     table = model.embedding.token_embedding.embeddings
     assert model.output_kernel is table
     # No other [V, d] weight: the head has no projection of its own.
-    assert [w.path for w in model.weights if tuple(w.shape) == (VOCABULARY_SIZE, TINY.d_model)] == [table.path]
+    assert [w.path for w in model.weights if tuple(w.shape) == (VOCABULARY_SIZE, TINY.d_model)] == [
+        table.path
+    ]
     # With a zero embedding table, every position's logits are the output bias alone.
     model.output_bias.assign(np.arange(VOCABULARY_SIZE, dtype="float32"))
     table.assign(np.zeros(table.shape, "float32"))
     logits = numpy(model(word_batch(rows=2, length=TINY.sequence_length)))
-    np.testing.assert_allclose(logits, np.broadcast_to(np.arange(VOCABULARY_SIZE), logits.shape), atol=1e-5)
+    np.testing.assert_allclose(
+        logits, np.broadcast_to(np.arange(VOCABULARY_SIZE), logits.shape), atol=1e-5
+    )
 
 
 def test_pretraining_lowers_the_masked_token_loss_on_a_repetitive_corpus():
@@ -134,8 +150,12 @@ def test_pretraining_lowers_the_masked_token_loss_on_a_repetitive_corpus():
     model = pretraining.build_masked_lm(settings, VOCABULARY_SIZE, steps_per_epoch=len(ids) // 16)
     validation = pretraining.masked_batches(ids, 16, VOCABULARY_SIZE, seed=1, training=False)
     before = model.evaluate(validation, verbose=0, return_dict=True)
-    model.fit(pretraining.masked_batches(ids, 16, VOCABULARY_SIZE, seed=2, training=True), epochs=epochs,
-              shuffle=False, verbose=0)
+    model.fit(
+        pretraining.masked_batches(ids, 16, VOCABULARY_SIZE, seed=2, training=True),
+        epochs=epochs,
+        shuffle=False,
+        verbose=0,
+    )
     after = model.evaluate(validation, verbose=0, return_dict=True)
     assert before["loss"] > np.log(VOCABULARY_SIZE) - 1.0  # a fresh model knows nothing
     # Below what knowing only which 36 words occur gives: the context is used.
@@ -145,8 +165,15 @@ def test_pretraining_lowers_the_masked_token_loss_on_a_repetitive_corpus():
 
 def test_copy_encoder_to_refuses_a_classifier_of_another_depth():
     model = tiny_masked_lm()
-    classifier = TransformerClassifier(VOCABULARY_SIZE, 3, sequence_length=TINY.sequence_length, num_layers=2,
-                                       d_model=TINY.d_model, num_heads=2, intermediate_dim=32)
+    classifier = TransformerClassifier(
+        VOCABULARY_SIZE,
+        3,
+        sequence_length=TINY.sequence_length,
+        num_layers=2,
+        d_model=TINY.d_model,
+        num_heads=2,
+        intermediate_dim=32,
+    )
     classifier.build((None, TINY.sequence_length))
     with pytest.raises(ValueError, match="encoder_block_1"):
         model.copy_encoder_to(classifier)
@@ -157,15 +184,19 @@ def test_copy_encoder_to_refuses_a_classifier_of_another_depth():
 
 @pytest.fixture(scope="module")
 def keyword_csv(tmp_path_factory):
-    return write_keyword_csv(tmp_path_factory.mktemp("pretraining_data") / "keywords.csv", num_examples=60)
+    return write_keyword_csv(
+        tmp_path_factory.mktemp("pretraining_data") / "keywords.csv", num_examples=60
+    )
 
 
 def write_unlabeled(path, lines=40):
     """Lines with two words the labelled texts never use, often enough to enter the vocabulary."""
     rng = random.Random(0)
     fillers = "the a of and to in is was on for".split()
-    path.write_text("".join(f"zephyr quokka {' '.join(rng.sample(fillers, 4))}\n\n" for _ in range(lines)),
-                    encoding="utf-8")
+    path.write_text(
+        "".join(f"zephyr quokka {' '.join(rng.sample(fillers, 4))}\n\n" for _ in range(lines)),
+        encoding="utf-8",
+    )
     return str(path)
 
 
@@ -179,23 +210,44 @@ def write_unlabeled(path, lines=40):
     ],
     ids=["missing", "empty", "blank", "latin-1"],
 )
-def test_bad_unlabeled_files_are_usage_errors_naming_the_file(tmp_path, keyword_csv, capsys, content, expected):
+def test_bad_unlabeled_files_are_usage_errors_naming_the_file(
+    tmp_path, keyword_csv, capsys, content, expected
+):
     path = tmp_path / "unlabeled.txt"
     if content is not None:
         path.write_bytes(content)
     line = expect_usage_error(
         train_classifier.main,
-        ["--data", f"csv:{keyword_csv}", *TRAIN_FLAGS, "--pretrain-epochs", "1", "--unlabeled", str(path),
-         "--run-dir", str(tmp_path / "run"), "--no-export"],
+        [
+            "--data",
+            f"csv:{keyword_csv}",
+            *TRAIN_FLAGS,
+            "--pretrain-epochs",
+            "1",
+            "--unlabeled",
+            str(path),
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--no-export",
+        ],
         capsys,
     )
     assert str(path) in line and expected in line
     assert not os.path.exists(tmp_path / "run")
 
 
-def test_unlabeled_without_pretraining_and_negative_epochs_are_usage_errors(tmp_path, keyword_csv, capsys):
+def test_unlabeled_without_pretraining_and_negative_epochs_are_usage_errors(
+    tmp_path, keyword_csv, capsys
+):
     unlabeled = write_unlabeled(tmp_path / "unlabeled.txt")
-    common = ["--data", f"csv:{keyword_csv}", *TRAIN_FLAGS, "--run-dir", str(tmp_path / "run"), "--no-export"]
+    common = [
+        "--data",
+        f"csv:{keyword_csv}",
+        *TRAIN_FLAGS,
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--no-export",
+    ]
     line = expect_usage_error(train_classifier.main, [*common, "--unlabeled", unlabeled], capsys)
     assert "--pretrain-epochs" in line
     line = expect_usage_error(train_classifier.main, [*common, "--pretrain-epochs", "-1"], capsys)
@@ -227,16 +279,26 @@ def test_pretraining_and_fine_tuning_share_one_time_budget(tmp_path, keyword_csv
         def fit_in_folder(*args, time_budget_minutes=None, **kwargs):
             budgets[name] = time_budget_minutes
             return fit(*args, time_budget_minutes=time_budget_minutes, **kwargs)
+
         return fit_in_folder
 
-    monkeypatch.setattr(pretraining, "fit_in_folder", recording("pretraining", pretraining.fit_in_folder))
-    monkeypatch.setattr(classifier_training, "fit_in_folder",
-                        recording("fine-tuning", classifier_training.fit_in_folder))
+    monkeypatch.setattr(
+        pretraining, "fit_in_folder", recording("pretraining", pretraining.fit_in_folder)
+    )
+    monkeypatch.setattr(
+        classifier_training,
+        "fit_in_folder",
+        recording("fine-tuning", classifier_training.fit_in_folder),
+    )
     settings = dataclasses.replace(TINY, pretrain_epochs=20, epochs=20)
     budget = 1e-6  # spent by the first step of each phase
     run = classifier_training.train_classifier(
-        load_classification_data(f"csv:{keyword_csv}"), settings, tmp_path / "run", time_budget_minutes=budget,
-        verbose=0)
+        load_classification_data(f"csv:{keyword_csv}"),
+        settings,
+        tmp_path / "run",
+        time_budget_minutes=budget,
+        verbose=0,
+    )
     assert budgets["pretraining"] == pytest.approx(budget * pretraining.PRETRAINING_BUDGET_SHARE)
     assert 0 < budgets["fine-tuning"] <= budget
     # Each phase stopped early, after one epoch of its twenty.
@@ -252,10 +314,16 @@ def test_a_new_run_pretrains_again_whatever_an_earlier_run_left(tmp_path, keywor
     stale.write_bytes(b"not the weights of this run")
     fits = []
     fit = pretraining.fit_in_folder
-    monkeypatch.setattr(pretraining, "fit_in_folder", lambda *args, **kwargs: fits.append(1) or fit(*args, **kwargs))
+    monkeypatch.setattr(
+        pretraining, "fit_in_folder", lambda *args, **kwargs: fits.append(1) or fit(*args, **kwargs)
+    )
     classifier_training.train_classifier(
-        load_classification_data(f"csv:{keyword_csv}"), dataclasses.replace(TINY, pretrain_epochs=1, epochs=1),
-        tmp_path / "run", time_budget_minutes=1e-6, verbose=0)
+        load_classification_data(f"csv:{keyword_csv}"),
+        dataclasses.replace(TINY, pretrain_epochs=1, epochs=1),
+        tmp_path / "run",
+        time_budget_minutes=1e-6,
+        verbose=0,
+    )
     assert fits == [1]
     assert stale.read_bytes() != b"not the weights of this run"
 
@@ -299,7 +367,12 @@ def run_app(argv, kill_after=None):
             status = train_classifier.main(argv)
         except Killed:
             status = "killed"
-    return {"status": status, "epochs": epochs, "start_weights": start_weights, "stdout": printed.getvalue()}
+    return {
+        "status": status,
+        "epochs": epochs,
+        "start_weights": start_weights,
+        "stdout": printed.getvalue(),
+    }
 
 
 def folder_state(run_dir):
@@ -316,8 +389,20 @@ def killed_twice(tmp_path_factory, keyword_csv):
     first fine-tuning epoch, resumed again to the end; two epochs in each phase."""
     folder = tmp_path_factory.mktemp("pretraining_resume")
     run_dir = str(folder / "run")
-    argv = ["--data", f"csv:{keyword_csv}", *TRAIN_FLAGS, "--epochs", "2", "--pretrain-epochs", "2",
-            "--unlabeled", write_unlabeled(folder / "unlabeled.txt"), "--run-dir", run_dir, "--no-export"]
+    argv = [
+        "--data",
+        f"csv:{keyword_csv}",
+        *TRAIN_FLAGS,
+        "--epochs",
+        "2",
+        "--pretrain-epochs",
+        "2",
+        "--unlabeled",
+        write_unlabeled(folder / "unlabeled.txt"),
+        "--run-dir",
+        run_dir,
+        "--no-export",
+    ]
     keras.utils.set_random_seed(0)
     runs = [run_app(argv, kill_after=("MaskedLanguageModel", 0))]
     runs[0].update(folder_state(run_dir))
@@ -352,18 +437,26 @@ def test_a_run_killed_in_fine_tuning_resumes_without_pretraining_again(killed_tw
 
 def test_fine_tuning_starts_from_the_pretrained_encoder(killed_twice):
     run_dir, (_, second, _) = killed_twice
-    settings = ClassifierSettings(**json.load(open(os.path.join(run_dir, "settings.json")))["settings"])
+    settings = ClassifierSettings(
+        **json.load(open(os.path.join(run_dir, "settings.json")))["settings"]
+    )
     assert settings.pretrain_epochs == 2
     vocabulary_size = len(second["vocabulary"].splitlines())
     pretrained = pretraining.build_masked_lm(settings, vocabulary_size, steps_per_epoch=1)
-    pretrained.load_weights(os.path.join(run_dir, "pretraining", pretraining.PRETRAINED_WEIGHTS_FILE))
+    pretrained.load_weights(
+        os.path.join(run_dir, "pretraining", pretraining.PRETRAINED_WEIGHTS_FILE)
+    )
     fresh = pretraining.build_masked_lm(settings, vocabulary_size, steps_per_epoch=1)
     started_with = second["start_weights"]
-    np.testing.assert_array_equal(started_with["token_embedding"],
-                                  numpy(pretrained.embedding.token_embedding.embeddings))
-    assert not np.allclose(started_with["token_embedding"], numpy(fresh.embedding.token_embedding.embeddings))
-    for started, saved in zip(started_with["encoder_block_0"], pretrained.encoder_blocks[0].get_weights(),
-                              strict=True):
+    np.testing.assert_array_equal(
+        started_with["token_embedding"], numpy(pretrained.embedding.token_embedding.embeddings)
+    )
+    assert not np.allclose(
+        started_with["token_embedding"], numpy(fresh.embedding.token_embedding.embeddings)
+    )
+    for started, saved in zip(
+        started_with["encoder_block_0"], pretrained.encoder_blocks[0].get_weights(), strict=True
+    ):
         np.testing.assert_array_equal(started, saved)
 
 

@@ -59,11 +59,23 @@ def test_classifier_fit_traces_its_train_step_once(tmp_path, monkeypatch):
     def split(count, seed):
         return TextSplit(long_texts(count, seed), np.arange(count) % 2)
 
-    data = ClassificationData("synthetic", split(4 * BATCH_SIZE, 0), split(BATCH_SIZE, 1),
-                              split(BATCH_SIZE, 2), ["even", "odd"])
+    data = ClassificationData(
+        "synthetic",
+        split(4 * BATCH_SIZE, 0),
+        split(BATCH_SIZE, 1),
+        split(BATCH_SIZE, 2),
+        ["even", "odd"],
+    )
     settings = ClassifierSettings(
-        epochs=EPOCHS, batch_size=BATCH_SIZE, sequence_length=SEQUENCE_LENGTH, vocabulary_size=100,
-        num_layers=1, d_model=16, num_heads=2, intermediate_dim=32, patience=0,
+        epochs=EPOCHS,
+        batch_size=BATCH_SIZE,
+        sequence_length=SEQUENCE_LENGTH,
+        vocabulary_size=100,
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        intermediate_dim=32,
+        patience=0,
     )
     run = train_classifier(data, settings, tmp_path / "run", verbose=0)
 
@@ -77,11 +89,27 @@ def test_translator_fit_traces_its_train_step_once(tmp_path, monkeypatch):
     def split(count, seed):
         return PairSplit(long_texts(count, seed), long_texts(count, seed + 100))
 
-    data = TranslationData("synthetic", split(4 * BATCH_SIZE, 0), split(BATCH_SIZE, 1),
-                           split(BATCH_SIZE, 2), "source", "target", 0, 0)
+    data = TranslationData(
+        "synthetic",
+        split(4 * BATCH_SIZE, 0),
+        split(BATCH_SIZE, 1),
+        split(BATCH_SIZE, 2),
+        "source",
+        "target",
+        0,
+        0,
+    )
     settings = TranslatorSettings(
-        epochs=EPOCHS, batch_size=BATCH_SIZE, sequence_length=SEQUENCE_LENGTH, vocabulary_size=100,
-        num_layers=1, d_model=16, num_heads=2, intermediate_dim=32, warmup_steps=4, patience=0,
+        epochs=EPOCHS,
+        batch_size=BATCH_SIZE,
+        sequence_length=SEQUENCE_LENGTH,
+        vocabulary_size=100,
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        intermediate_dim=32,
+        warmup_steps=4,
+        patience=0,
     )
     run = train_translator(data, settings, tmp_path / "run", verbose=0, num_samples=1)
 

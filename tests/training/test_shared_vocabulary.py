@@ -34,10 +34,26 @@ TEXTS = ["uno dos tres", "seis cinco", "", "cuatro cuatro uno dos"]
 def shared_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("shared")
     data = write_pairs(folder / "pairs.tsv")
-    status = train_translator.main(["--data", f"tsv:{data}", *FLAGS, "--epochs", "2", "--shared-vocabulary",
-                                    "--run-dir", str(folder / "run"), "--export-dir", str(folder / "export")])
+    status = train_translator.main(
+        [
+            "--data",
+            f"tsv:{data}",
+            *FLAGS,
+            "--epochs",
+            "2",
+            "--shared-vocabulary",
+            "--run-dir",
+            str(folder / "run"),
+            "--export-dir",
+            str(folder / "export"),
+        ]
+    )
     assert status == 0
-    return {"run_dir": str(folder / "run"), "version_dir": str(folder / "export" / "1"), "folder": folder}
+    return {
+        "run_dir": str(folder / "run"),
+        "version_dir": str(folder / "export" / "1"),
+        "folder": folder,
+    }
 
 
 def test_one_cased_vocabulary_holds_both_languages(shared_run, outside_process):
@@ -59,7 +75,8 @@ def test_one_token_table_embeds_both_sides_and_projects_the_output(shared_run):
     assert model.source_embedding is model.target_embedding and model.output_projection is None
     vocabulary_size = model.source_vocabulary_size
     assert [tuple(weight.shape) for weight in model.weights if vocabulary_size in weight.shape] == [
-        (vocabulary_size, model.d_model)]
+        (vocabulary_size, model.d_model)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +91,18 @@ def test_the_export_translates_as_the_trained_model(shared_run, exported):
     model = keras.models.load_model(os.path.join(run_dir, "model.keras"))
     tokenizer = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt"), lower_case=False)
     source_ids = tokenizer.encode(tf.constant(TEXTS), model.sequence_length)
-    token_ids = greedy_decode(model, source_ids, model.sequence_length - 1, tokenizer.token_id("[START]"),
-                              tokenizer.token_id("[END]"))
+    token_ids = greedy_decode(
+        model,
+        source_ids,
+        model.sequence_length - 1,
+        tokenizer.token_id("[START]"),
+        tokenizer.token_id("[END]"),
+    )
     expected = list(tokenizer.detokenize(token_ids).numpy())
-    assert list(exported.signatures["greedy"](text=tf.constant(TEXTS))["translation"].numpy()) == expected
+    assert (
+        list(exported.signatures["greedy"](text=tf.constant(TEXTS))["translation"].numpy())
+        == expected
+    )
     # One vocabulary file travels with the export, for both sides.
     assets = os.listdir(os.path.join(shared_run["version_dir"], "assets"))
     assert len([name for name in assets if name.endswith(".txt")]) == 1, assets
@@ -91,8 +116,13 @@ def outside_process(shared_run):
     cwd.mkdir()
     texts_path = cwd / "texts.json"
     texts_path.write_text(json.dumps([text.encode().hex() for text in TEXTS]))
-    process = subprocess.Popen([sys.executable, "-c", LOADER, shared_run["version_dir"], str(texts_path)],
-                               cwd=cwd, env=fresh_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-c", LOADER, shared_run["version_dir"], str(texts_path)],
+        cwd=cwd,
+        env=fresh_environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     yield process
     if process.poll() is None:
         process.kill()
@@ -100,13 +130,18 @@ def outside_process(shared_run):
 
 
 def test_the_server_serves_it(shared_run, exported):
-    repository = ModelRepository(model_configs({"translator": os.path.dirname(shared_run["version_dir"])}),
-                                 poll_seconds=0)
+    repository = ModelRepository(
+        model_configs({"translator": os.path.dirname(shared_run["version_dir"])}), poll_seconds=0
+    )
     with TestClient(create_app(repository, ServerSettings())) as client:
         response = client.post("/v1/models/translator:predict", json={"instances": TEXTS})
     assert response.status_code == 200, response.text
-    expected = [text.decode() for text in exported.signatures["serving_default"](text=tf.constant(TEXTS))[
-        "translation"].numpy()]
+    expected = [
+        text.decode()
+        for text in exported.signatures["serving_default"](text=tf.constant(TEXTS))[
+            "translation"
+        ].numpy()
+    ]
     assert response.json()["predictions"] == expected
 
 
@@ -114,7 +149,10 @@ def test_the_export_loads_without_the_project(outside_process, exported):
     stdout, stderr = outside_process.communicate(timeout=300)
     assert outside_process.returncode == 0, stderr.decode(errors="replace")[-3000:]
     [line] = [line for line in stdout.decode().splitlines() if line.startswith("RESULT ")]
-    result = json.loads(line[len("RESULT "):])
+    result = json.loads(line[len("RESULT ") :])
     for name in ("serving_default", "greedy"):
-        expected = [text.hex() for text in exported.signatures[name](text=tf.constant(TEXTS))["translation"].numpy()]
+        expected = [
+            text.hex()
+            for text in exported.signatures[name](text=tf.constant(TEXTS))["translation"].numpy()
+        ]
         assert result[name]["translations"] == expected == result["tf1_" + name]

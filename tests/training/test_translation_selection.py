@@ -30,7 +30,9 @@ from tests.classifier_fixtures import expect_usage_error
 
 
 def test_identical_texts_score_100_and_disjoint_ones_0():
-    assert corpus_chrf(["The blue dog.", "a cat"], ["The blue dog.", "a cat"]) == pytest.approx(100.0)
+    assert corpus_chrf(["The blue dog.", "a cat"], ["The blue dog.", "a cat"]) == pytest.approx(
+        100.0
+    )
     assert corpus_chrf(["abc"], ["xyz"]) == 0.0
     assert corpus_chrf([""], ["a reference"]) == 0.0
 
@@ -78,14 +80,24 @@ def test_an_order_the_reference_lacks_drops_that_sentences_hypothesis_ngrams():
 
 
 def test_a_reference_per_hypothesis_is_required():
-    with pytest.raises(ValueError, match="one reference per hypothesis: got 2 hypotheses and 1 references"):
+    with pytest.raises(
+        ValueError, match="one reference per hypothesis: got 2 hypotheses and 1 references"
+    ):
         corpus_chrf(["a", "b"], ["a"])
 
 
 def test_agrees_with_sacrebleu():
-    sacrebleu = pytest.importorskip("sacrebleu", reason="sacrebleu (requirements-bench.txt) is not installed")
+    sacrebleu = pytest.importorskip(
+        "sacrebleu", reason="sacrebleu (requirements-bench.txt) is not installed"
+    )
     hypotheses = ["The blue dog sleeps.", "A cat", "", "And God said, Let there be light.", "x"]
-    references = ["The dog is blue.", "The cat sat.", "Nothing here", "And God said: let there be light!", "xy"]
+    references = [
+        "The dog is blue.",
+        "The cat sat.",
+        "Nothing here",
+        "And God said: let there be light!",
+        "xy",
+    ]
     expected = sacrebleu.corpus_chrf(hypotheses, [references]).score
     assert corpus_chrf(hypotheses, references) == pytest.approx(expected, abs=1e-9)
 
@@ -121,7 +133,9 @@ class CopyingDecoder:
 
     def decode_step(self, token_ids, index, self_cache, step_constants):
         source_id = step_constants["source_ids"][:, index]
-        garbled = tf.where(source_id > 6, (source_id - 7 + self.garble) % (self.vocabulary_size - 7) + 7, 0)
+        garbled = tf.where(
+            source_id > 6, (source_id - 7 + self.garble) % (self.vocabulary_size - 7) + 7, 0
+        )
         next_id = tf.where(source_id > 0, garbled, self.end_id)
         return tf.one_hot(next_id, self.vocabulary_size) * 10.0, self_cache
 
@@ -138,8 +152,9 @@ def chrf_callback(tokenizer, sources, references, **options):
     """`ValidationChrF` on the pairs encoded as the translator encodes them (16 source tokens)."""
     source_ids = tokenizer.encode(tf.constant(sources), 16).numpy()
     reference_ids = tokenizer.encode(tf.constant(references), 17, add_start_end=True).numpy()
-    return ValidationChrF(source_ids, reference_ids, references, tokenizer.vocabulary, max_output_length=16,
-                          **options)
+    return ValidationChrF(
+        source_ids, reference_ids, references, tokenizer.vocabulary, max_output_length=16, **options
+    )
 
 
 def test_validation_chrf_scores_the_detokenized_greedy_output(shared_tokenizer):
@@ -172,8 +187,16 @@ def test_validation_chrf_cuts_outputs_at_twice_the_longest_reference(shared_toke
 
 # --- tiny training runs ------------------------------------------------------------------
 
-SETTINGS = dict(batch_size=16, sequence_length=12, vocabulary_size=120, num_layers=1, d_model=32, num_heads=2,
-                intermediate_dim=64, warmup_steps=10)
+SETTINGS = dict(
+    batch_size=16,
+    sequence_length=12,
+    vocabulary_size=120,
+    num_layers=1,
+    d_model=32,
+    num_heads=2,
+    intermediate_dim=64,
+    warmup_steps=10,
+)
 
 
 @pytest.fixture(scope="module")
@@ -203,12 +226,22 @@ def resumed_run(numbers_data, tmp_path_factory):
     """Three epochs of the numbers translator, interrupted after the second and resumed."""
     run_dir = tmp_path_factory.mktemp("resumed") / "run"
     with pytest.raises(Crash):
-        train_translator(numbers_data, TranslatorSettings(epochs=3, **SETTINGS), run_dir, verbose=0,
-                         callbacks=[CrashAfterEpoch(1)])
+        train_translator(
+            numbers_data,
+            TranslatorSettings(epochs=3, **SETTINGS),
+            run_dir,
+            verbose=0,
+            callbacks=[CrashAfterEpoch(1)],
+        )
     history_before = RunFolder(run_dir).read_history()
     # Settings given on resume are ignored for the saved ones (val_chrf on 200 pairs).
-    run = train_translator(numbers_data, TranslatorSettings(epochs=3, monitor="val_loss", chrf_pairs=0, **SETTINGS),
-                           run_dir, resume=True, verbose=0)
+    run = train_translator(
+        numbers_data,
+        TranslatorSettings(epochs=3, monitor="val_loss", chrf_pairs=0, **SETTINGS),
+        run_dir,
+        resume=True,
+        verbose=0,
+    )
     return run, history_before
 
 
@@ -232,27 +265,40 @@ def test_the_kept_epoch_is_the_best_val_chrf_of_the_whole_run(resumed_run):
     assert kept["value"] == pytest.approx(best)
 
 
-def test_val_chrf_is_the_chrf_of_the_exported_greedy_translations(resumed_run, numbers_data, tmp_path):
+def test_val_chrf_is_the_chrf_of_the_exported_greedy_translations(
+    resumed_run, numbers_data, tmp_path
+):
     # The run ends on the kept epoch's weights: the export's `greedy`
     # signature on the same validation pairs scores what that epoch logged.
     from keras_transformer.export import export_translator
 
     run, _ = resumed_run
     kept = RunFolder(run.run_dir).read_best_epoch()
-    version_dir = export_translator(run.model, run.source_tokenizer, run.target_tokenizer, str(tmp_path / "export"),
-                                    max_output_length=SETTINGS["sequence_length"])
+    version_dir = export_translator(
+        run.model,
+        run.source_tokenizer,
+        run.target_tokenizer,
+        str(tmp_path / "export"),
+        max_output_length=SETTINGS["sequence_length"],
+    )
     greedy = tf.saved_model.load(version_dir).signatures["greedy"]
     subset = chrf_subset(len(numbers_data.validation), 200, TranslatorSettings().seed)
     sources = [numbers_data.validation.sources[index] for index in subset]
     references = [numbers_data.validation.targets[index] for index in subset]
-    translations = [text.decode("utf-8") for text in greedy(text=tf.constant(sources))["translation"].numpy()]
+    translations = [
+        text.decode("utf-8") for text in greedy(text=tf.constant(sources))["translation"].numpy()
+    ]
     assert corpus_chrf(translations, references) == pytest.approx(kept["value"], abs=1e-9)
 
 
-def test_a_time_budget_spent_by_the_decode_ends_training_with_that_epoch(numbers_data, tmp_path, monkeypatch):
+def test_a_time_budget_spent_by_the_decode_ends_training_with_that_epoch(
+    numbers_data, tmp_path, monkeypatch
+):
     # A clock for the callbacks module only, which the decode moves an hour on.
     clock = {"now": 0.0}
-    monkeypatch.setattr(training_callbacks, "time", type("Clock", (), {"monotonic": lambda: clock["now"]}))
+    monkeypatch.setattr(
+        training_callbacks, "time", type("Clock", (), {"monotonic": lambda: clock["now"]})
+    )
     decode = ValidationChrF.on_epoch_end
 
     def slow_decode(self, epoch, logs=None):
@@ -260,8 +306,13 @@ def test_a_time_budget_spent_by_the_decode_ends_training_with_that_epoch(numbers
         clock["now"] += 3600.0
 
     monkeypatch.setattr(ValidationChrF, "on_epoch_end", slow_decode)
-    run = train_translator(numbers_data, TranslatorSettings(epochs=3, **SETTINGS), tmp_path / "run",
-                           time_budget_minutes=30, verbose=0)
+    run = train_translator(
+        numbers_data,
+        TranslatorSettings(epochs=3, **SETTINGS),
+        tmp_path / "run",
+        time_budget_minutes=30,
+        verbose=0,
+    )
     history = RunFolder(run.run_dir).read_history()
     assert run.stopped_by_time_budget
     assert len(history["loss"]) == 1 and len(history["val_chrf"]) == 1
@@ -279,12 +330,14 @@ def test_monitor_flag_defaults_to_val_chrf_and_checks_its_pairs(tmp_path, capsys
     assert "--monitor: invalid choice: 'val_accuracy'" in capsys.readouterr().err
     message = expect_usage_error(
         train_translator_app.main,
-        ["--data", "bible:es-en", *FLAGS, "--chrf-pairs", "0", "--run-dir", str(tmp_path / "run")], capsys,
+        ["--data", "bible:es-en", *FLAGS, "--chrf-pairs", "0", "--run-dir", str(tmp_path / "run")],
+        capsys,
     )
     assert "val_chrf" in message and "chrf_pairs" in message
     message = expect_usage_error(
         train_translator_app.main,
-        ["--data", "bible:es-en", *FLAGS, "--chrf-pairs", "-1", "--run-dir", str(tmp_path / "run")], capsys,
+        ["--data", "bible:es-en", *FLAGS, "--chrf-pairs", "-1", "--run-dir", str(tmp_path / "run")],
+        capsys,
     )
     assert "chrf_pairs" in message and "-1" in message
     assert not os.path.exists(tmp_path / "run")
@@ -300,12 +353,19 @@ def test_a_run_saved_before_val_chrf_resumes_without_it():
     settings = saved_translator_settings({"settings": old, "data": "tsv:pairs.tsv"})
     assert settings.chrf_pairs == 0 and settings.monitor == "val_masked_accuracy"
     assert settings.shared_vocabulary is False
-    assert saved_translator_settings({"settings": dataclasses.asdict(TranslatorSettings())}).chrf_pairs == 200
+    assert (
+        saved_translator_settings({"settings": dataclasses.asdict(TranslatorSettings())}).chrf_pairs
+        == 200
+    )
 
 
 def test_chrf_pairs_zero_with_another_monitor_logs_no_val_chrf(numbers_data, tmp_path):
-    run = train_translator(numbers_data, TranslatorSettings(epochs=1, monitor="val_masked_accuracy", chrf_pairs=0,
-                                                            **SETTINGS), tmp_path / "run", verbose=0)
+    run = train_translator(
+        numbers_data,
+        TranslatorSettings(epochs=1, monitor="val_masked_accuracy", chrf_pairs=0, **SETTINGS),
+        tmp_path / "run",
+        verbose=0,
+    )
     folder = RunFolder(run.run_dir)
     assert "val_chrf" not in folder.read_history()
     assert folder.read_best_epoch()["monitor"] == "val_masked_accuracy"
@@ -320,7 +380,9 @@ def test_the_cosine_schedule_warms_up_to_the_inverse_sqrt_peak_and_ends_at_0():
     from keras_transformer.training.losses import TransformerSchedule
     from keras_transformer.training.translator import learning_rate_schedule_of
 
-    settings = TranslatorSettings(d_model=256, warmup_steps=100, learning_rate_scale=0.75, schedule="cosine")
+    settings = TranslatorSettings(
+        d_model=256, warmup_steps=100, learning_rate_scale=0.75, schedule="cosine"
+    )
     cosine = learning_rate_schedule_of(settings, total_steps=1000)
     inverse_sqrt = TransformerSchedule(256, 100, 0.75)
     peak = max(float(inverse_sqrt(step)) for step in range(300))
@@ -332,7 +394,9 @@ def test_the_cosine_schedule_warms_up_to_the_inverse_sqrt_peak_and_ends_at_0():
     assert float(cosine(900)) < float(inverse_sqrt(900)) / 5
     with pytest.raises(ValueError, match="total_steps"):
         learning_rate_schedule_of(settings)
-    inverse_sqrt_settings = TranslatorSettings(d_model=256, warmup_steps=100, schedule="inverse_sqrt")
+    inverse_sqrt_settings = TranslatorSettings(
+        d_model=256, warmup_steps=100, schedule="inverse_sqrt"
+    )
     assert isinstance(learning_rate_schedule_of(inverse_sqrt_settings), TransformerSchedule)
     with pytest.raises(ValueError, match="leaves schedule to be chosen"):
         learning_rate_schedule_of(TranslatorSettings(d_model=256, warmup_steps=100))
@@ -344,12 +408,17 @@ def test_a_cosine_run_cut_short_by_its_budget_shortens_its_schedule(numbers_data
 
     settings = TranslatorSettings(epochs=50, schedule="cosine", **SETTINGS)
     # A budget spent by the first step: training stops after it.
-    run = train_translator(numbers_data, settings, tmp_path / "run", time_budget_minutes=1e-6, verbose=0)
+    run = train_translator(
+        numbers_data, settings, tmp_path / "run", time_budget_minutes=1e-6, verbose=0
+    )
     schedule = learning_rate_schedule(run.model)
     assert run.stopped_by_time_budget and isinstance(schedule, WarmupCosine)
     planned = 50 * -(-len(numbers_data.train) // settings.batch_size)
     assert float(schedule.total_steps.numpy()) < planned
-    assert json.load(open(os.path.join(run.run_dir, "settings.json")))["settings"]["schedule"] == "cosine"
+    assert (
+        json.load(open(os.path.join(run.run_dir, "settings.json")))["settings"]["schedule"]
+        == "cosine"
+    )
 
 
 def test_the_schedule_flag_is_checked():

@@ -14,7 +14,9 @@ import pytest
 from tests.no_tensorflow import run_without_tensorflow
 
 # Less XLA optimization: the runs are compiled once and train a few steps.
-FAST_COMPILE = {"XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"}
+FAST_COMPILE = {
+    "XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+}
 
 RUNS = """
 import json, os, sys
@@ -63,8 +65,13 @@ def test_runs_leave_their_folder(runs, kind):
     root, out, _ = runs
     for name in ("whole", "cut"):
         folder = root / f"{kind}_{name}"
-        for file in ("history.csv", "learning_curves.png", "model.keras", "checkpoints/best.keras",
-                     "checkpoints/best_epoch.json"):
+        for file in (
+            "history.csv",
+            "learning_curves.png",
+            "model.keras",
+            "checkpoints/best.keras",
+            "checkpoints/best_epoch.json",
+        ):
             assert (folder / file).is_file(), (folder, file)
         assert not (folder / "backup").exists()  # a finished run drops its backup
     assert len(out[f"{kind}_whole"]["loss"]) == 2

@@ -14,7 +14,11 @@ from keras_transformer.text.vocabulary import RESERVED_TOKENS
 from keras_transformer.text.vocabulary import START
 from keras_transformer.text.vocabulary import detokenize
 
-VOCABULARY = [*RESERVED_TOKENS, *(f"w{index}" for index in range(33)), *(f"##s{index}" for index in range(4))]
+VOCABULARY = [
+    *RESERVED_TOKENS,
+    *(f"w{index}" for index in range(33)),
+    *(f"##s{index}" for index in range(4)),
+]
 NUM_CLASSES = 3
 
 
@@ -61,9 +65,20 @@ def run_classifier(run_dir, epochs=2, crash_after=None, time_budget_minutes=None
     from keras_transformer.training.runs import fit_in_folder
     from keras_transformer.training.runs import save_model_and_curves
 
-    settings = ClassifierSettings(epochs=epochs, batch_size=16, sequence_length=16, vocabulary_size=len(VOCABULARY),
-                                  num_layers=1, d_model=16, num_heads=2, intermediate_dim=32, dropout=0.0,
-                                  warmup_fraction=0.1, ngram_l2=1e-4, monitor="val_accuracy").validate()
+    settings = ClassifierSettings(
+        epochs=epochs,
+        batch_size=16,
+        sequence_length=16,
+        vocabulary_size=len(VOCABULARY),
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
+        warmup_fraction=0.1,
+        ngram_l2=1e-4,
+        monitor="val_accuracy",
+    ).validate()
     keras.utils.set_random_seed(settings.seed)
     folder = RunFolder(run_dir)
     if not folder.has_backup():
@@ -73,12 +88,18 @@ def run_classifier(run_dir, epochs=2, crash_after=None, time_budget_minutes=None
     model = build_classifier_model(settings, len(VOCABULARY), NUM_CLASSES, steps_per_epoch=6)
     try:
         fitted = fit_in_folder(
-            model, None, folder, settings,
+            model,
+            None,
+            folder,
+            settings,
             _batches(train_ids, train_labels, settings.batch_size, shuffle_seed=settings.seed),
             _batches(validation_ids, validation_labels, settings.batch_size),
-            time_budget_minutes=time_budget_minutes, verbose=0,
-            callbacks=[FitScheduleToBudget(learning_rate_schedule(model), time_budget_minutes),
-                       *([crash_after_epoch(crash_after)] if crash_after is not None else [])],
+            time_budget_minutes=time_budget_minutes,
+            verbose=0,
+            callbacks=[
+                FitScheduleToBudget(learning_rate_schedule(model), time_budget_minutes),
+                *([crash_after_epoch(crash_after)] if crash_after is not None else []),
+            ],
         )
     except Crash:
         return None, folder
@@ -112,10 +133,23 @@ def run_translator(run_dir, epochs=2, crash_after=None):
     from keras_transformer.training.translator import build_compiled_translator
     from keras_transformer.training.translator import translate_ids
 
-    settings = TranslatorSettings(epochs=epochs, batch_size=16, sequence_length=10, vocabulary_size=len(VOCABULARY),
-                                  target_vocabulary_size=len(VOCABULARY), num_layers=1, d_model=16, num_heads=2,
-                                  intermediate_dim=32, dropout=0.0, label_smoothing=0.0, warmup_steps=10, schedule="inverse_sqrt",
-                                  chrf_pairs=8, monitor="val_chrf").validate()
+    settings = TranslatorSettings(
+        epochs=epochs,
+        batch_size=16,
+        sequence_length=10,
+        vocabulary_size=len(VOCABULARY),
+        target_vocabulary_size=len(VOCABULARY),
+        num_layers=1,
+        d_model=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
+        label_smoothing=0.0,
+        warmup_steps=10,
+        schedule="inverse_sqrt",
+        chrf_pairs=8,
+        monitor="val_chrf",
+    ).validate()
     keras.utils.set_random_seed(settings.seed)
     folder = RunFolder(run_dir)
     if not folder.has_backup():
@@ -126,11 +160,17 @@ def run_translator(run_dir, epochs=2, crash_after=None):
     model = build_compiled_translator(settings, len(VOCABULARY), len(VOCABULARY))
     try:
         fitted = fit_in_folder(
-            model, None, folder, settings,
+            model,
+            None,
+            folder,
+            settings,
             _translation_batches(train_sources, train_targets, settings, shuffle=True),
             _translation_batches(validation_sources, validation_targets, settings, shuffle=False),
-            verbose=0, callbacks=[crash_after_epoch(crash_after)] if crash_after is not None else [],
-            epoch_metrics=_validation_chrf(validation_sources, validation_targets, references, settings, VOCABULARY),
+            verbose=0,
+            callbacks=[crash_after_epoch(crash_after)] if crash_after is not None else [],
+            epoch_metrics=_validation_chrf(
+                validation_sources, validation_targets, references, settings, VOCABULARY
+            ),
         )
     except Crash:
         return None, folder, None

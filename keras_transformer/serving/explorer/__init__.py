@@ -38,7 +38,9 @@ def explorer_routes(service):
     """The page's routes over `service` (a `PredictionService`)."""
 
     async def page(request):
-        return Response(_read("index.html"), media_type="text/html; charset=utf-8", headers=_HEADERS)
+        return Response(
+            _read("index.html"), media_type="text/html; charset=utf-8", headers=_HEADERS
+        )
 
     async def asset(request):
         name = request.path_params["name"]
@@ -47,8 +49,14 @@ def explorer_routes(service):
         return Response(_read(name), media_type=_ASSETS[name], headers=_HEADERS)
 
     async def models(request):
-        return JSONResponse({"models": [model_summary(model) for _, model in sorted(service.repository.models.items())]},
-                            headers={"Cache-Control": "no-store"})
+        return JSONResponse(
+            {
+                "models": [
+                    model_summary(model) for _, model in sorted(service.repository.models.items())
+                ]
+            },
+            headers={"Cache-Control": "no-store"},
+        )
 
     return [
         Route("/", page, methods=["GET"]),
@@ -63,7 +71,13 @@ def model_summary(model):
     page cannot draw), whether its `attention` signature is served, and a
     classifier's class names (index = column of `probabilities`)."""
     served = model.current
-    summary = {"name": model.name, "version": None, "kind": None, "attention": False, "class_names": None}
+    summary = {
+        "name": model.name,
+        "version": None,
+        "kind": None,
+        "attention": False,
+        "class_names": None,
+    }
     if served is None:
         return summary
     outputs = set(served.outputs.get("serving_default", {}))
@@ -73,7 +87,9 @@ def model_summary(model):
         kind = "translator"
     else:
         kind = "other"
-    summary.update(version=served.version, kind=kind, attention=ATTENTION_SIGNATURE in served.signatures)
+    summary.update(
+        version=served.version, kind=kind, attention=ATTENTION_SIGNATURE in served.signatures
+    )
     if kind == "classifier":
         summary["class_names"] = _class_names(served.path)
     return summary
@@ -82,7 +98,9 @@ def model_summary(model):
 def _class_names(version_dir):
     """The names `export_classifier` writes beside the SavedModel, or None."""
     try:
-        with open(os.path.join(version_dir, "assets.extra", "class_names.txt"), encoding="utf-8") as names_file:
+        with open(
+            os.path.join(version_dir, "assets.extra", "class_names.txt"), encoding="utf-8"
+        ) as names_file:
             return names_file.read().splitlines()
     except (OSError, UnicodeDecodeError):
         return None
