@@ -5,7 +5,7 @@ VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: venv bench-venv bench-corpora demo test test-tensorflow test-jax bench bench-translation \
+.PHONY: venv bench-venv bench-corpora demo lint format test test-tensorflow test-jax bench bench-translation \
 	bench-classifier-suite bench-translation-suite crosscheck clean
 
 # The pinned set (requirements.txt), then the project itself, editable and with
@@ -80,7 +80,18 @@ crosscheck: venv
 TEST_WORKERS ?= 2
 PYTEST := $(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
-test: test-tensorflow test-jax
+test: lint test-tensorflow test-jax
+
+# One formatter and one linter over the whole tree (settings in pyproject.toml):
+# `make lint` fails on any file that `make format` would change or that ruff's rules flag.
+RUFF := $(VENV)/bin/ruff
+lint: venv
+	$(RUFF) format --check .
+	$(RUFF) check .
+
+format: venv
+	$(RUFF) format .
+	$(RUFF) check --fix .
 
 # The browser tests (tests/browser/) run Debian's Chromium through Playwright
 # (pinned in requirements.txt), which downloads no browser of its own.

@@ -59,8 +59,7 @@ def export_run_and_say(run_dir, export_dir, **options):
     if keras.backend.backend() != "tensorflow":
         _export_in_tensorflow_process(run_dir, export_dir, **options)
         return None
-    from keras_transformer.training.run_export import CLASSIFIER
-    from keras_transformer.training.run_export import export_run
+    from keras_transformer.training.run_export import CLASSIFIER, export_run
 
     exported = export_run(run_dir, export_dir, **options)
     print(f"Exported SavedModel: {exported.version_dir}")
@@ -149,8 +148,7 @@ def main(argv=None):
     except ValueError as error:
         parser.exit(2, f"error: {error}\n")
     # Imported late so that `--help` and bad flags answer without loading TensorFlow.
-    from keras_transformer.training.run_export import RunFolderError
-    from keras_transformer.training.run_export import read_run
+    from keras_transformer.training.run_export import RunFolderError, read_run
 
     try:
         export_dir = args.export_dir or os.path.join("exported_models", read_run(args.run_dir).task)

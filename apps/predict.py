@@ -14,10 +14,7 @@ import json
 import os
 import sys
 
-from apps.common import inference_parser
-from apps.common import layer_index
-from apps.common import load_export
-from apps.common import run_inference_app
+from apps.common import inference_parser, layer_index, load_export, run_inference_app
 
 
 def build_parser():

@@ -176,10 +176,12 @@ def served_models(args):
     """The `ModelConfig`s that --model or --model-config-file and --signatures
     ask for; exits with a message naming what is wrong."""
     from keras_transformer.serving.explorer import ATTENTION_SIGNATURE
-    from keras_transformer.serving.model_config import ModelConfigError
-    from keras_transformer.serving.model_config import model_configs
-    from keras_transformer.serving.model_config import read_model_config_file
-    from keras_transformer.serving.model_config import with_signatures
+    from keras_transformer.serving.model_config import (
+        ModelConfigError,
+        model_configs,
+        read_model_config_file,
+        with_signatures,
+    )
 
     try:
         if args.model_config_file:
@@ -242,14 +244,9 @@ def main(argv=None):
     if args.max_response_bytes < 1:
         sys.exit(f"error: --max-response-bytes must be at least 1, got {args.max_response_bytes}")
 
-    from keras_transformer.serving import ModelRepository
-    from keras_transformer.serving import ServerSettings
-    from keras_transformer.serving import create_app
-    from keras_transformer.serving.explorer import ATTENTION_MAX_INSTANCES
-    from keras_transformer.serving.explorer import ATTENTION_SIGNATURE
-    from keras_transformer.serving.http_server import ConnectionSettings
-    from keras_transformer.serving.http_server import build_server
-    from keras_transformer.serving.http_server import run_server
+    from keras_transformer.serving import ModelRepository, ServerSettings, create_app
+    from keras_transformer.serving.explorer import ATTENTION_MAX_INSTANCES, ATTENTION_SIGNATURE
+    from keras_transformer.serving.http_server import ConnectionSettings, build_server, run_server
 
     repository = ModelRepository(configs, poll_seconds=args.poll_seconds)
     settings = ServerSettings(

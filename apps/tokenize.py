@@ -17,22 +17,24 @@ any other non-empty folder is refused.
 import argparse
 import sys
 
-from apps.training_flags import add_classifier_token_flags
-from apps.training_flags import add_seed_flag
-from apps.training_flags import add_translator_token_flags
-from apps.training_flags import classification_data_from_flags
-from apps.training_flags import translation_data_from_flags
+from apps.training_flags import (
+    add_classifier_token_flags,
+    add_seed_flag,
+    add_translator_token_flags,
+    classification_data_from_flags,
+    translation_data_from_flags,
+)
 from keras_transformer.data import DataError
-from keras_transformer.data.tokens import SPLITS
-from keras_transformer.data.tokens import folder_size
-from keras_transformer.data.tokens import read_token_folder
-from keras_transformer.data.tokens import save_tokenized
-from keras_transformer.data.tokens import token_folder_writer
-from keras_transformer.training.classifier import ClassifierSettings
-from keras_transformer.training.classifier import tokenize_classification_data
+from keras_transformer.data.tokens import (
+    SPLITS,
+    folder_size,
+    read_token_folder,
+    save_tokenized,
+    token_folder_writer,
+)
+from keras_transformer.training.classifier import ClassifierSettings, tokenize_classification_data
 from keras_transformer.training.data_defaults import choices_from_record
-from keras_transformer.training.translator import TranslatorSettings
-from keras_transformer.training.translator import tokenize_translation_data
+from keras_transformer.training.translator import TranslatorSettings, tokenize_translation_data
 
 
 def build_parser():

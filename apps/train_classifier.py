@@ -24,21 +24,21 @@ import functools
 import sys
 
 from apps.export import export_run_and_say
-from apps.training_flags import CLASSIFIER_RAW_DATA_FLAGS
-from apps.training_flags import add_classifier_token_flags
-from apps.training_flags import add_hardware_flags
-from apps.training_flags import add_model_size_flags
-from apps.training_flags import add_monitor_flag
-from apps.training_flags import add_run_flags
-from apps.training_flags import classification_data_from_flags
-from apps.training_flags import default_help
-from apps.training_flags import flags_given
-from apps.training_flags import strategy_and_data
-from apps.training_flags import token_data_and_settings
-from apps.training_flags import train_on_chief
-from keras_transformer.training.classifier import MONITORS
-from keras_transformer.training.classifier import NGRAM_UNITS
-from keras_transformer.training.classifier import ClassifierSettings
+from apps.training_flags import (
+    CLASSIFIER_RAW_DATA_FLAGS,
+    add_classifier_token_flags,
+    add_hardware_flags,
+    add_model_size_flags,
+    add_monitor_flag,
+    add_run_flags,
+    classification_data_from_flags,
+    default_help,
+    flags_given,
+    strategy_and_data,
+    token_data_and_settings,
+    train_on_chief,
+)
+from keras_transformer.training.classifier import MONITORS, NGRAM_UNITS, ClassifierSettings
 from keras_transformer.training.pretraining import read_unlabeled_texts
 
 DEFAULTS = ClassifierSettings()
@@ -223,8 +223,7 @@ def main(argv=None):
     )
     train = functools.partial(train_classifier, unlabeled_texts=unlabeled_texts)
     if args.search:
-        from keras_transformer.training.search import SEARCH_SPACE
-        from keras_transformer.training.search import search_classifier
+        from keras_transformer.training.search import SEARCH_SPACE, search_classifier
 
         fixed = given & {*SEARCH_SPACE, "intermediate_dim"}
         train = functools.partial(search_classifier, trials=args.search, fixed=fixed)

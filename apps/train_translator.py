@@ -18,24 +18,26 @@ plus samples.json: a few test sources translated greedily after training.
 import argparse
 import sys
 
-from apps.export import add_translator_export_flags
-from apps.export import check_translator_export_flags
-from apps.export import export_run_and_say
-from apps.training_flags import TRANSLATOR_RAW_DATA_FLAGS
-from apps.training_flags import add_hardware_flags
-from apps.training_flags import add_model_size_flags
-from apps.training_flags import add_monitor_flag
-from apps.training_flags import add_run_flags
-from apps.training_flags import add_translator_token_flags
-from apps.training_flags import default_help
-from apps.training_flags import flags_given
-from apps.training_flags import strategy_and_data
-from apps.training_flags import token_data_and_settings
-from apps.training_flags import train_on_chief
-from apps.training_flags import translation_data_from_flags
-from keras_transformer.training.translator import MONITORS
-from keras_transformer.training.translator import SCHEDULES
-from keras_transformer.training.translator import TranslatorSettings
+from apps.export import (
+    add_translator_export_flags,
+    check_translator_export_flags,
+    export_run_and_say,
+)
+from apps.training_flags import (
+    TRANSLATOR_RAW_DATA_FLAGS,
+    add_hardware_flags,
+    add_model_size_flags,
+    add_monitor_flag,
+    add_run_flags,
+    add_translator_token_flags,
+    default_help,
+    flags_given,
+    strategy_and_data,
+    token_data_and_settings,
+    train_on_chief,
+    translation_data_from_flags,
+)
+from keras_transformer.training.translator import MONITORS, SCHEDULES, TranslatorSettings
 
 DEFAULTS = TranslatorSettings()
 

@@ -6,21 +6,19 @@ status 2 and one `error:` line)."""
 import argparse
 import sys
 
-from keras_transformer.data import DataError
-from keras_transformer.data import load_classification_data
-from keras_transformer.data import load_translation_data
-from keras_transformer.data.registry import TOKEN_SOURCE
-from keras_transformer.data.registry import token_folder_path
-from keras_transformer.data.tokens import read_token_folder
-from keras_transformer.data.tokens import settings_from_tokens
-from keras_transformer.training.distribute import DISTRIBUTE_CHOICES
-from keras_transformer.training.distribute import MIXED_PRECISION_POLICIES
-from keras_transformer.training.distribute import check_batch_size
-from keras_transformer.training.distribute import check_jit_compile
-from keras_transformer.training.distribute import describe_strategy
-from keras_transformer.training.distribute import is_chief
-from keras_transformer.training.distribute import make_strategy
-from keras_transformer.training.distribute import worker_name
+from keras_transformer.data import DataError, load_classification_data, load_translation_data
+from keras_transformer.data.registry import TOKEN_SOURCE, token_folder_path
+from keras_transformer.data.tokens import read_token_folder, settings_from_tokens
+from keras_transformer.training.distribute import (
+    DISTRIBUTE_CHOICES,
+    MIXED_PRECISION_POLICIES,
+    check_batch_size,
+    check_jit_compile,
+    describe_strategy,
+    is_chief,
+    make_strategy,
+    worker_name,
+)
 
 
 def default_help(default, text=None):

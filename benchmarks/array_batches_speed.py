@@ -21,9 +21,11 @@ import tensorflow as tf
 
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.training.batching import as_tf_dataset
-from keras_transformer.training.translator import TranslatorSettings
-from keras_transformer.training.translator import _translation_batches
-from keras_transformer.training.translator import build_compiled_translator
+from keras_transformer.training.translator import (
+    TranslatorSettings,
+    _translation_batches,
+    build_compiled_translator,
+)
 
 
 def tf_data_batches(sources, targets, settings):

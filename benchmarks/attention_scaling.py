@@ -46,14 +46,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 if os.environ.setdefault("KERAS_BACKEND", "tensorflow") != "tensorflow":
     sys.exit("benchmarks/attention_scaling.py needs KERAS_BACKEND=tensorflow.")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
+from bench_common import (
+    set_tensorflow_threads,
+    time_interleaved,
+    write_json,
+)
 
-from bench_common import set_tensorflow_threads  # noqa: E402
-from bench_common import time_interleaved  # noqa: E402
-from bench_common import write_json  # noqa: E402
-from keras_transformer.layers import MultiHeadAttention  # noqa: E402
+from keras_transformer.layers import MultiHeadAttention
 
 RESULTS = os.path.join("benchmarks", "results", "attention_scaling.json")
 PLOT = os.path.join("benchmarks", "results", "attention_scaling.png")

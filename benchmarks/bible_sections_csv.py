@@ -15,7 +15,6 @@ import os
 import sqlite3
 
 import numpy as np
-
 from bench_common import write_labelled_csv
 
 # Book numbers (1 = Genesis ... 66 = Revelation) of each section.

@@ -65,12 +65,14 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import bible_sections_csv  # noqa: E402
-import fortunes_csv  # noqa: E402
-import rotten_tomatoes_csv  # noqa: E402
-from bench_common import saved_run_settings  # noqa: E402
-from bench_common import write_json  # noqa: E402
-from bench_common import written_once  # noqa: E402
+import bible_sections_csv
+import fortunes_csv
+import rotten_tomatoes_csv
+from bench_common import (
+    saved_run_settings,
+    write_json,
+    written_once,
+)
 
 RESULTS_DIR = os.path.join("benchmarks", "results", "classifier_quality")
 DEFAULT_SEED = 1337  # its results lie in RESULTS_DIR itself, another seed's in RESULTS_DIR/seed-N
@@ -168,8 +170,7 @@ def run_tfidf(data, args):
 
 
 def run_ours(data, args, corpus_name):
-    from keras_transformer.training.classifier import ClassifierSettings
-    from keras_transformer.training.classifier import train_classifier
+    from keras_transformer.training.classifier import ClassifierSettings, train_classifier
 
     settings = ClassifierSettings(seed=args.seed, **json.loads(args.settings))
     arm_name = saved_arm_name(args, "ours")
@@ -179,8 +180,7 @@ def run_ours(data, args, corpus_name):
         os.path.basename(result_path(corpus_name, arm_name))[: -len(".json")],
     )
     if args.search:
-        from keras_transformer.training.search import SEARCH_SPACE
-        from keras_transformer.training.search import search_classifier
+        from keras_transformer.training.search import SEARCH_SPACE, search_classifier
 
         # The budget covers the tokenization and every trial's evaluation too.
         run = search_classifier(

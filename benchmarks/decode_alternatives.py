@@ -33,17 +33,14 @@ import statistics
 
 import numpy as np
 import tensorflow as tf
+from bench_common import set_tensorflow_threads, time_interleaved
+from decode_speed import _model_and_tokenizers, _never_end
 
-from bench_common import set_tensorflow_threads
-from bench_common import time_interleaved
-from decode_speed import _model_and_tokenizers
-from decode_speed import _never_end
 from keras_transformer.data import load_translation_data
 from keras_transformer.decoding import greedy_decode
 from keras_transformer.models import Seq2SeqTransformer
-from keras_transformer.text.wordpiece import END
-from keras_transformer.text.wordpiece import START
 from keras_transformer.text import trim_shared_padding
+from keras_transformer.text.wordpiece import END, START
 
 
 def main():

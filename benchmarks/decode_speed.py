@@ -43,23 +43,20 @@ import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the ops the exports need)
+from bench_common import paired_ratio, set_tensorflow_threads, time_interleaved, write_json
 
-from bench_common import paired_ratio
-from bench_common import set_tensorflow_threads
-from bench_common import time_interleaved
-from bench_common import write_json
 from keras_transformer.data import load_translation_data
 from keras_transformer.export.translator import export_translator
 from keras_transformer.export.versions import write_new_version
-from keras_transformer.text import WordPieceTokenizer
-from keras_transformer.text import build_vocabulary
-from keras_transformer.text import save_vocabulary
-from keras_transformer.text.wordpiece import END
-from keras_transformer.text.wordpiece import START
-from keras_transformer.text import trim_shared_padding
+from keras_transformer.text import (
+    WordPieceTokenizer,
+    build_vocabulary,
+    save_vocabulary,
+    trim_shared_padding,
+)
+from keras_transformer.text.wordpiece import END, START
 from keras_transformer.training.data_defaults import large_corpus_settings
-from keras_transformer.training.translator import TranslatorSettings
-from keras_transformer.training.translator import build_translator_model
+from keras_transformer.training.translator import TranslatorSettings, build_translator_model
 
 RESULTS = os.path.join("benchmarks", "results", "decode_speed.json")
 

@@ -29,13 +29,17 @@ import statistics
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+import keras
+import numpy as np
+from bench_common import (
+    paired_ratio,
+    time_interleaved,
+)
 
-from bench_common import paired_ratio  # noqa: E402
-from bench_common import time_interleaved  # noqa: E402
-from keras_transformer.layers import MultiHeadAttention  # noqa: E402
-from keras_transformer.layers import TransformerDecoderBlock  # noqa: E402
+from keras_transformer.layers import (
+    MultiHeadAttention,
+    TransformerDecoderBlock,
+)
 
 BACKEND = keras.backend.backend()
 PATHS = {"explicit": False, "fused": True}

@@ -81,22 +81,26 @@ import traceback
 if os.environ.setdefault("KERAS_BACKEND", "jax") != "jax":
     sys.exit("benchmarks/gpu_speed_jax.py needs KERAS_BACKEND=jax.")
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import keras  # noqa: E402
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+from bench_common import (
+    paired_ratio,
+    time_interleaved,
+    write_json,
+)
+from reference_block import (
+    LAYER_NORM_EPSILON,
+    KerasReferenceEncoderBlock,
+    copy_block_weights,
+    matching_encoder_block,
+    perturb_biases_and_norms,
+)
 
-from bench_common import paired_ratio  # noqa: E402
-from bench_common import time_interleaved  # noqa: E402
-from bench_common import write_json  # noqa: E402
-from keras_transformer.models.seq2seq import Seq2SeqTransformer  # noqa: E402
-from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
-from keras_transformer.layers import TransformerDecoderBlock  # noqa: E402
-from reference_block import LAYER_NORM_EPSILON  # noqa: E402
-from reference_block import KerasReferenceEncoderBlock  # noqa: E402
-from reference_block import copy_block_weights  # noqa: E402
-from reference_block import matching_encoder_block  # noqa: E402
-from reference_block import perturb_biases_and_norms  # noqa: E402
+from keras_transformer.layers import TransformerDecoderBlock
+from keras_transformer.models.seq2seq import Seq2SeqTransformer
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 COMPUTE_DTYPE = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}

@@ -45,18 +45,22 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 if os.environ.setdefault("KERAS_BACKEND", "tensorflow") != "tensorflow":
     sys.exit("benchmarks/layer_speed.py needs KERAS_BACKEND=tensorflow.")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import keras  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
+from bench_common import (
+    paired_ratio,
+    time_interleaved,
+    write_json,
+)
+from reference_block import (
+    KerasReferenceEncoderBlock,
+    copy_block_weights,
+    matching_encoder_block,
+    perturb_biases_and_norms,
+)
 
-from bench_common import paired_ratio  # noqa: E402
-from bench_common import time_interleaved  # noqa: E402
-from bench_common import write_json  # noqa: E402
-from keras_transformer.layers import padding_mask as make_padding_mask  # noqa: E402
-from reference_block import KerasReferenceEncoderBlock  # noqa: E402
-from reference_block import copy_block_weights  # noqa: E402
-from reference_block import matching_encoder_block  # noqa: E402
-from reference_block import perturb_biases_and_norms  # noqa: E402
+from keras_transformer.layers import padding_mask as make_padding_mask
 
 OUTPUT_TOLERANCE = 1e-4  # max |ours - keras| on outputs at real tokens
 # Per gradient, ||ours - keras|| / max(1, ||keras||) (the key bias gradient is 0

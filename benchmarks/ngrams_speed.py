@@ -24,13 +24,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 if os.environ.setdefault("KERAS_BACKEND", "tensorflow") != "tensorflow":
     sys.exit("benchmarks/ngrams_speed.py needs KERAS_BACKEND=tensorflow.")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from keras import ops  # noqa: E402
+import numpy as np
+import tensorflow as tf
+from bench_common import (
+    paired_ratio,
+    time_interleaved,
+)
+from keras import ops
 
-from bench_common import paired_ratio  # noqa: E402
-from bench_common import time_interleaved  # noqa: E402
-from keras_transformer.layers import BagOfNgrams  # noqa: E402
+from keras_transformer.layers import BagOfNgrams
 
 
 class PairwiseBagOfNgrams(BagOfNgrams):

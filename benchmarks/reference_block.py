@@ -7,8 +7,8 @@ and gpu_speed_jax.py (JAX, on machines without TensorFlow), so it imports
 only Keras and our layers.
 """
 
-import numpy as np
 import keras
+import numpy as np
 from keras import ops
 
 from keras_transformer.layers import TransformerEncoderBlock

@@ -51,18 +51,19 @@ import tempfile
 import time
 
 import numpy as np
-
 from bench_common import write_json
-from serve_load import MODELS
-from serve_load import Server
-from serve_load import _commit
-from serve_load import _free_port
-from serve_load import _ms
-from serve_load import build_export
-from serve_load import cell_summary
-from serve_load import load_texts
-from serve_load import run_clients
-from serve_load import throughput_ratios
+from serve_load import (
+    MODELS,
+    Server,
+    _commit,
+    _free_port,
+    _ms,
+    build_export,
+    cell_summary,
+    load_texts,
+    run_clients,
+    throughput_ratios,
+)
 
 RESULTS = os.path.join("benchmarks", "results", "serve_grpc.json")
 APIS = ("rest", "grpc")
@@ -197,10 +198,8 @@ def run_grpc_clients(target, name, texts, count, seconds, offset):
 
 async def _run_grpc_clients(target, name, texts, count, seconds, offset):
     import grpc
-    from tensorflow.core.framework import tensor_pb2
-    from tensorflow.core.framework import types_pb2
-    from tensorflow_serving.apis import predict_pb2
-    from tensorflow_serving.apis import prediction_service_pb2_grpc
+    from tensorflow.core.framework import tensor_pb2, types_pb2
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
     channels = [grpc.aio.insecure_channel(target) for _ in range(count)]
     for channel in channels:

@@ -232,8 +232,7 @@ def _commit():
 
 def load_texts(models, classifier_texts="articles"):
     """Request texts per model: BBC test articles (or their headlines), Spanish test verses."""
-    from keras_transformer.data import load_classification_data
-    from keras_transformer.data import load_translation_data
+    from keras_transformer.data import load_classification_data, load_translation_data
 
     texts = {}
     if "classifier" in models:
@@ -252,9 +251,7 @@ def build_export(name, base_dir):
     """Writes a random-weight export of the application's default sizes; returns `base_dir`."""
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
-    from keras_transformer.text import WordPieceTokenizer
-    from keras_transformer.text import build_vocabulary
-    from keras_transformer.text import save_vocabulary
+    from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
 
     os.makedirs(base_dir)
     vocabulary_dir = tempfile.mkdtemp(dir=os.path.dirname(base_dir))
@@ -290,8 +287,7 @@ def build_export(name, base_dir):
         from keras_transformer.data import load_translation_data
         from keras_transformer.export.translator import export_translator
         from keras_transformer.training.data_defaults import large_corpus_settings
-        from keras_transformer.training.translator import TranslatorSettings
-        from keras_transformer.training.translator import build_translator_model
+        from keras_transformer.training.translator import TranslatorSettings, build_translator_model
 
         settings = large_corpus_settings(TranslatorSettings())
         data = load_translation_data("bible:es-en", seed=1337, max_examples=2000)

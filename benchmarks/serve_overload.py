@@ -45,13 +45,15 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from serve_load import Server  # noqa: E402
-from serve_load import _commit  # noqa: E402
-from serve_load import _read_response  # noqa: E402
-from serve_load import build_export  # noqa: E402
-from serve_load import load_texts  # noqa: E402
-from serve_load import run_clients  # noqa: E402
-from serve_load import warm_up  # noqa: E402
+from serve_load import (
+    Server,
+    _commit,
+    _read_response,
+    build_export,
+    load_texts,
+    run_clients,
+    warm_up,
+)
 
 RESULTS = os.path.join("benchmarks", "results", "serve_overload.json")
 CAPACITY_CLIENTS = 16

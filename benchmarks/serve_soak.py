@@ -43,10 +43,7 @@ import time
 
 import httpx
 import numpy as np
-
-from serve_load import Server
-from serve_load import _commit
-from serve_load import build_export
+from serve_load import Server, _commit, build_export
 
 RESULTS = os.path.join("benchmarks", "results", "serve_soak.json")
 TEXTS = [
@@ -96,8 +93,7 @@ def main():
         parser.error("reads the server's memory from /proc: Linux only.")
     load_before = os.getloadavg()
 
-    from keras_transformer.export.versions import latest_version_dir
-    from keras_transformer.export.versions import write_new_version
+    from keras_transformer.export.versions import latest_version_dir, write_new_version
 
     with tempfile.TemporaryDirectory(prefix="serve_soak_") as folder:
         base = os.path.join(folder, "classifier")

@@ -32,7 +32,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import classifier_quality  # noqa: E402
+import classifier_quality
 
 
 def main(argv=None):

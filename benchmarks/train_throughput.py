@@ -81,23 +81,31 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 if os.environ.setdefault("KERAS_BACKEND", "tensorflow") != "tensorflow":
     sys.exit("benchmarks/train_throughput.py needs KERAS_BACKEND=tensorflow.")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from keras import ops  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
+from bench_common import (
+    paired_ratio,
+    set_tensorflow_threads,
+    time_interleaved,
+    write_json,
+)
+from keras import ops
+from reference_block import (
+    LAYER_NORM_EPSILON,
+    KerasReferenceEncoderBlock,
+)
 
-from bench_common import paired_ratio  # noqa: E402
-from bench_common import set_tensorflow_threads  # noqa: E402
-from bench_common import time_interleaved  # noqa: E402
-from bench_common import write_json  # noqa: E402
-from keras_transformer.models import Seq2SeqTransformer  # noqa: E402
-from keras_transformer.models import TransformerClassifier  # noqa: E402
-from keras_transformer.training.fitting import build_optimizer  # noqa: E402
-from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
-from keras_transformer.training.translator import TranslatorSettings  # noqa: E402
-from keras_transformer.training.translator import build_translator_model  # noqa: E402
-from reference_block import LAYER_NORM_EPSILON  # noqa: E402
-from reference_block import KerasReferenceEncoderBlock  # noqa: E402
+from keras_transformer.models import (
+    Seq2SeqTransformer,
+    TransformerClassifier,
+)
+from keras_transformer.training.fitting import build_optimizer
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.translator import (
+    TranslatorSettings,
+    build_translator_model,
+)
 
 RESULTS = os.path.join("benchmarks", "results", "train_throughput.json")
 HEAD_SIZE = 32  # classifier heads: d_model // HEAD_SIZE of them

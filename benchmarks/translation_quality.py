@@ -58,11 +58,9 @@ import re
 import sys
 import time
 
-import keras
-
 import ding_pairs_tsv
-from bench_common import set_tensorflow_threads
-from bench_common import written_once
+import keras
+from bench_common import set_tensorflow_threads, written_once
 
 RESULTS_DIR = os.path.join("benchmarks", "results", "translation_quality")
 BEAM_WIDTH = 4
@@ -241,10 +239,8 @@ def _evaluate_snapshots(model, snapshot_paths, evaluate):
 def run_ours(data, args, snapshots):
     import tensorflow as tf
 
-    from keras_transformer.decoding import beam_search
-    from keras_transformer.decoding import greedy_decode
-    from keras_transformer.training.translator import TranslatorSettings
-    from keras_transformer.training.translator import train_translator
+    from keras_transformer.decoding import beam_search, greedy_decode
+    from keras_transformer.training.translator import TranslatorSettings, train_translator
 
     settings = TranslatorSettings(**{"epochs": 10_000, "seed": args.seed, **args.settings})
     if args.layers:
@@ -339,9 +335,8 @@ def run_peer(data, args, snapshots):
 
     from keras_transformer.text.wordpiece import join_punctuation
     from keras_transformer.training.callbacks import TimeBudget
+    from keras_transformer.training.data_defaults import large_corpus_settings, vocabulary_size_for
     from keras_transformer.training.fitting import build_optimizer
-    from keras_transformer.training.data_defaults import large_corpus_settings
-    from keras_transformer.training.data_defaults import vocabulary_size_for
     from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
     from keras_transformer.training.translator import TranslatorSettings
 

@@ -25,9 +25,9 @@ os.environ["XLA_FLAGS"] = " ".join(
     + [f"{flag}={value}" for flag, value in _XLA_TEST_FLAGS.items() if flag not in _xla_flags]
 ).strip()
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import keras
+import numpy as np
+import pytest
 
 SEED = 1234
 

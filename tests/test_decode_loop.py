@@ -6,18 +6,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.decoding import greedy_decode
-from keras_transformer.decoding import greedy_decode_loop
+from keras_transformer.decoding import greedy_decode, greedy_decode_loop
 from keras_transformer.models.seq2seq import Seq2SeqTransformer
-from keras_transformer.text import WordPieceTokenizer
-from keras_transformer.text import save_vocabulary
+from keras_transformer.text import WordPieceTokenizer, save_vocabulary
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.text.vocabulary import detokenize
-from keras_transformer.training.translation_metrics import ValidationChrF
-from keras_transformer.training.translation_metrics import corpus_chrf
-from tests.training.tiny_runs import VOCABULARY
-from tests.training.tiny_runs import run_translator
-from tests.training.tiny_runs import translator_arrays
+from keras_transformer.training.translation_metrics import ValidationChrF, corpus_chrf
+from tests.training.tiny_runs import VOCABULARY, run_translator, translator_arrays
 
 START, END = 4, 5
 

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.decoding import beam_search
-from keras_transformer.decoding import greedy_decode
+from keras_transformer.decoding import beam_search, greedy_decode
 from keras_transformer.models.seq2seq import Seq2SeqTransformer
 
 START, END = 4, 5

@@ -1,8 +1,6 @@
 """The pytest-xdist groups of tests/scheduling.py."""
 
-from tests.scheduling import SHARED_FIXTURES
-from tests.scheduling import SHARED_GROUPS
-from tests.scheduling import scheduling_group
+from tests.scheduling import SHARED_FIXTURES, SHARED_GROUPS, scheduling_group
 
 
 def test_files_sharing_a_session_artifact_are_in_its_group(request):

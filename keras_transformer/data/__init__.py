@@ -3,15 +3,19 @@
 Nothing here downloads anything unless the source named is online (`tfds:`).
 """
 
-from keras_transformer.data.classification import CLASSIFICATION_SOURCES
-from keras_transformer.data.classification import ClassificationData
-from keras_transformer.data.classification import TextSplit
-from keras_transformer.data.classification import load_classification_data
+from keras_transformer.data.classification import (
+    CLASSIFICATION_SOURCES,
+    ClassificationData,
+    TextSplit,
+    load_classification_data,
+)
 from keras_transformer.data.errors import DataError
-from keras_transformer.data.translation import TRANSLATION_SOURCES
-from keras_transformer.data.translation import PairSplit
-from keras_transformer.data.translation import TranslationData
-from keras_transformer.data.translation import load_translation_data
+from keras_transformer.data.translation import (
+    TRANSLATION_SOURCES,
+    PairSplit,
+    TranslationData,
+    load_translation_data,
+)
 
 __all__ = [
     "CLASSIFICATION_SOURCES",

@@ -19,14 +19,15 @@ import numpy as np
 
 from keras_transformer.data.errors import DataError
 from keras_transformer.data.registry import find_loader
-from keras_transformer.data.sources import existing_file
-from keras_transformer.data.sources import installed_package_path
-from keras_transformer.data.sources import is_string_feature
-from keras_transformer.data.sources import load_tfds
-from keras_transformer.data.sources import one_line
-from keras_transformer.data.sources import text_file_errors
-from keras_transformer.data.splits import ExampleSplit
-from keras_transformer.data.splits import stratified_subset
+from keras_transformer.data.sources import (
+    existing_file,
+    installed_package_path,
+    is_string_feature,
+    load_tfds,
+    one_line,
+    text_file_errors,
+)
+from keras_transformer.data.splits import ExampleSplit, stratified_subset
 
 DEFAULT_SOURCE = "bible:es-en"
 

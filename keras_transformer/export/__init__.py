@@ -2,9 +2,11 @@
 
 from keras_transformer.export.classifier import export_classifier
 from keras_transformer.export.translator import export_translator
-from keras_transformer.export.versions import existing_versions
-from keras_transformer.export.versions import latest_version_dir
-from keras_transformer.export.versions import write_new_version
+from keras_transformer.export.versions import (
+    existing_versions,
+    latest_version_dir,
+    write_new_version,
+)
 
 __all__ = [
     "existing_versions",

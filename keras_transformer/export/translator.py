@@ -6,12 +6,10 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_transformer.decoding import beam_search
-from keras_transformer.decoding import greedy_decode
+from keras_transformer.decoding import beam_search, greedy_decode
 from keras_transformer.export.versions import write_new_version
 from keras_transformer.text.padding import trim_shared_padding
-from keras_transformer.text.wordpiece import END
-from keras_transformer.text.wordpiece import START
+from keras_transformer.text.wordpiece import END, START
 
 CONFIG_FILE = "translator.json"
 

@@ -1,18 +1,16 @@
 """Transformer layers written with `keras.ops` only (TensorFlow and JAX backends)."""
 
-from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.attention import scaled_dot_product_attention
+from keras_transformer.layers.attention import MultiHeadAttention, scaled_dot_product_attention
 from keras_transformer.layers.decoder import TransformerDecoderBlock
 from keras_transformer.layers.encoder import TransformerEncoderBlock
 from keras_transformer.layers.feed_forward import FeedForward
-from keras_transformer.layers.masks import MASKED_LOGIT
-from keras_transformer.layers.masks import causal_mask
-from keras_transformer.layers.masks import merge_masks
-from keras_transformer.layers.masks import padding_mask
+from keras_transformer.layers.masks import MASKED_LOGIT, causal_mask, merge_masks, padding_mask
 from keras_transformer.layers.ngrams import BagOfNgrams
-from keras_transformer.layers.position import PositionEmbedding
-from keras_transformer.layers.position import SinusoidalPositionEncoding
-from keras_transformer.layers.position import TokenAndPositionEmbedding
+from keras_transformer.layers.position import (
+    PositionEmbedding,
+    SinusoidalPositionEncoding,
+    TokenAndPositionEmbedding,
+)
 
 __all__ = [
     "MASKED_LOGIT",

@@ -6,10 +6,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.initializers import clone_initializer
-from keras_transformer.layers.masks import MASKED_LOGIT
-from keras_transformer.layers.masks import attention_bias
-from keras_transformer.layers.masks import masked_value
-from keras_transformer.layers.masks import merge_masks
+from keras_transformer.layers.masks import MASKED_LOGIT, attention_bias, masked_value, merge_masks
 
 # The pieces every attention computation of the project is made of: the
 # default scoring of `MultiHeadAttention.compute_attention_logits`, its

@@ -2,9 +2,11 @@
 
 import keras
 
-from keras_transformer.layers.attention import MultiHeadAttention
-from keras_transformer.layers.attention import get_attention_class
-from keras_transformer.layers.attention import serialize_attention_class
+from keras_transformer.layers.attention import (
+    MultiHeadAttention,
+    get_attention_class,
+    serialize_attention_class,
+)
 from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.initializers import clone_initializer
 

@@ -4,8 +4,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers.block import TransformerBlock
-from keras_transformer.layers.masks import attention_bias
-from keras_transformer.layers.masks import merge_masks
+from keras_transformer.layers.masks import attention_bias, merge_masks
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

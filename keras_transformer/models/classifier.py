@@ -5,8 +5,7 @@ import numbers
 import keras
 from keras import ops
 
-from keras_transformer.layers import BagOfNgrams
-from keras_transformer.layers import MultiHeadAttention
+from keras_transformer.layers import BagOfNgrams, MultiHeadAttention
 from keras_transformer.layers.masks import masked_value
 from keras_transformer.models.encoder_stack import EncoderStack
 

@@ -4,11 +4,9 @@ import numbers
 
 import keras
 
-from keras_transformer.layers import TokenAndPositionEmbedding
-from keras_transformer.layers import TransformerEncoderBlock
+from keras_transformer.layers import TokenAndPositionEmbedding, TransformerEncoderBlock
 from keras_transformer.layers import padding_mask as make_padding_mask
-from keras_transformer.layers.attention import get_attention_class
-from keras_transformer.layers.attention import serialize_attention_class
+from keras_transformer.layers.attention import get_attention_class, serialize_attention_class
 
 
 class EncoderStack:

@@ -3,13 +3,14 @@
 import keras
 from keras import ops
 
-from keras_transformer.layers import MultiHeadAttention
-from keras_transformer.layers import TokenAndPositionEmbedding
-from keras_transformer.layers import TransformerDecoderBlock
-from keras_transformer.layers import TransformerEncoderBlock
+from keras_transformer.layers import (
+    MultiHeadAttention,
+    TokenAndPositionEmbedding,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
 from keras_transformer.layers import padding_mask as make_padding_mask
-from keras_transformer.layers.attention import get_attention_class
-from keras_transformer.layers.attention import serialize_attention_class
+from keras_transformer.layers.attention import get_attention_class, serialize_attention_class
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

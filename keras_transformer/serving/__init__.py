@@ -6,5 +6,6 @@ also serves the gRPC API (`grpc_api`) on the same event loop and service.
 
 from keras_transformer.serving.app import create_app
 from keras_transformer.serving.repository import ModelRepository
-from keras_transformer.serving.service import PredictionService
-from keras_transformer.serving.service import ServerSettings
+from keras_transformer.serving.service import PredictionService, ServerSettings
+
+__all__ = ["ModelRepository", "PredictionService", "ServerSettings", "create_app"]

@@ -27,20 +27,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
-from starlette.responses import JSONResponse
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from keras_transformer.serving.http_server import SERVER_ANSWER
 from keras_transformer.serving.metrics import RequestMetrics
-from keras_transformer.serving.protocol import RequestError
-from keras_transformer.serving.protocol import ResponseTooLarge
-from keras_transformer.serving.protocol import encode_predict_response
-from keras_transformer.serving.protocol import parse_body
-from keras_transformer.serving.protocol import parse_predict_request
-from keras_transformer.serving.protocol import shorten
-from keras_transformer.serving.service import DEFAULT_SIGNATURE
-from keras_transformer.serving.service import PredictionService
+from keras_transformer.serving.protocol import (
+    RequestError,
+    ResponseTooLarge,
+    encode_predict_response,
+    parse_body,
+    parse_predict_request,
+    shorten,
+)
+from keras_transformer.serving.service import DEFAULT_SIGNATURE, PredictionService
 
 logger = logging.getLogger("keras_transformer.serving")
 

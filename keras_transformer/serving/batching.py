@@ -158,7 +158,7 @@ class Batcher:
             # wait_for cancels the future on a timeout and when this call is
             # cancelled; the serving loop then skips the request.
             return await asyncio.wait_for(request.future, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise DeadlineExceeded() from None
         finally:
             if request.state is _QUEUED:
@@ -221,7 +221,7 @@ class Batcher:
                 queue.arrived.clear()
                 try:
                     await asyncio.wait_for(queue.arrived.wait(), timeout=deadline - loop.time())
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
                 continue
             if size + following.size > self.max_batch_size:

@@ -21,14 +21,15 @@ import time
 
 import grpc
 import numpy as np
-from tensorflow_serving.apis import get_model_metadata_pb2
-from tensorflow_serving.apis import get_model_status_pb2
-from tensorflow_serving.apis import model_service_pb2_grpc
-from tensorflow_serving.apis import predict_pb2
-from tensorflow_serving.apis import prediction_service_pb2_grpc
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
 
-from keras_transformer.serving.protocol import RequestError
-from keras_transformer.serving.protocol import _check_count
+from keras_transformer.serving.protocol import RequestError, _check_count
 from keras_transformer.serving.service import DEFAULT_SIGNATURE
 
 logger = logging.getLogger("keras_transformer.serving")

@@ -12,11 +12,8 @@ Each `ServingMetrics` has its own registry: one process may hold many apps
 
 import time
 
-from prometheus_client import CollectorRegistry
-from prometheus_client import Gauge
-from prometheus_client import Histogram
-from prometheus_client.core import CounterMetricFamily
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from starlette.responses import Response
 

@@ -73,18 +73,17 @@ def parse_body(raw_body):
         raise RequestError(
             400,
             f'The body is not valid UTF-8 (byte {error.start}); send binary strings as {{"b64": ...}}.',
-        )
+        ) from None
     try:
         body = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as error:
         raise RequestError(
             400, f"JSON parse error: {error.msg} at line {error.lineno} column {error.colno}."
-        )
+        ) from None
     except RecursionError:
-        raise RequestError(400, "JSON parse error: the body is nested too deeply.")
-    except (
-        ValueError
-    ):  # JSONDecodeError is caught above; this is Python's int-string conversion limit
+        raise RequestError(400, "JSON parse error: the body is nested too deeply.") from None
+    # JSONDecodeError is caught above; this is Python's int-string conversion limit.
+    except ValueError:
         raise RequestError(
             400,
             f"JSON parse error: an integer has more than the {sys.get_int_max_str_digits()} digits this server reads.",
@@ -211,9 +210,9 @@ def _to_array(values, spec, what):
         with np.errstate(over="raise", invalid="raise"):
             return np.array(converted, dtype=dtype)
     except FloatingPointError:
-        raise RequestError(400, f"{what}: a number is out of range for {spec.dtype}.")
+        raise RequestError(400, f"{what}: a number is out of range for {spec.dtype}.") from None
     except (OverflowError, ValueError) as error:
-        raise RequestError(400, f"{what}: {shorten(error)}.")
+        raise RequestError(400, f"{what}: {shorten(error)}.") from None
 
 
 def _convert(value, shape, dtype, where):
@@ -237,7 +236,7 @@ def _convert(value, shape, dtype, where):
             try:
                 return base64.b64decode(value["b64"], validate=True)
             except (binascii.Error, ValueError):
-                raise RequestError(400, f"{where}: 'b64' is not valid base64.")
+                raise RequestError(400, f"{where}: 'b64' is not valid base64.") from None
         raise RequestError(
             400, f'{where}: expected a string or {{"b64": ...}}, got {_json_type(value)}.'
         )

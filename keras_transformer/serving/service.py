@@ -11,9 +11,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from keras_transformer.serving.batching import Batcher
-from keras_transformer.serving.batching import DeadlineExceeded
-from keras_transformer.serving.batching import QueueFull
+from keras_transformer.serving.batching import Batcher, DeadlineExceeded, QueueFull
 from keras_transformer.serving.metrics import ServingMetrics
 from keras_transformer.serving.protocol import RequestError
 
@@ -186,7 +184,7 @@ class PredictionService:
                 f"(the server's --request-timeout is {self.settings.request_timeout:g} s).",
             ) from None
         except Exception as error:
-            raise model_error(error)
+            raise model_error(error) from error
 
     def version_states(self, name, version=None, label=None):
         """[(version, state, error message)], newest first: every version seen,

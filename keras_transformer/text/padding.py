@@ -1,7 +1,5 @@
 """Padding of encoded batches: NumPy for training batches, TensorFlow for the exports."""
 
-import numpy as np
-
 
 def trim_shared_padding(token_ids, min_length=1):
     """Drops the trailing padding columns (id 0) every row of the batch has.

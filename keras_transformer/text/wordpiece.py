@@ -16,15 +16,15 @@ import tensorflow_text as tf_text
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
-from keras_transformer.text.vocabulary import CLS
-from keras_transformer.text.vocabulary import END
-from keras_transformer.text.vocabulary import MASK
-from keras_transformer.text.vocabulary import PAD
-from keras_transformer.text.vocabulary import PUNCTUATION_SPACING
-from keras_transformer.text.vocabulary import RESERVED_TOKENS
-from keras_transformer.text.vocabulary import SEP
-from keras_transformer.text.vocabulary import START
-from keras_transformer.text.vocabulary import UNK
+from keras_transformer.text.vocabulary import (
+    CLS,
+    END,
+    PAD,
+    PUNCTUATION_SPACING,
+    RESERVED_TOKENS,
+    START,
+    UNK,
+)
 
 # Bytes kept per text before tokenizing: enough for every token of a full
 # sequence (WordPiece tokens average well under 16 bytes), and it keeps a

@@ -16,45 +16,53 @@ import os
 import keras
 import numpy as np
 
-from keras_transformer.data.tokens import CLASSIFIER_TOKEN_SETTINGS
-from keras_transformer.data.tokens import CLASSIFIER_VOCABULARY
-from keras_transformer.data.tokens import ClassificationTokens
-from keras_transformer.data.tokens import TokenizedClassificationData
-from keras_transformer.data.tokens import classifier_input_length
-from keras_transformer.data.tokens import copy_vocabularies
-from keras_transformer.data.tokens import settings_from_tokens
+from keras_transformer.data.tokens import (
+    CLASSIFIER_TOKEN_SETTINGS,
+    CLASSIFIER_VOCABULARY,
+    ClassificationTokens,
+    TokenizedClassificationData,
+    classifier_input_length,
+    copy_vocabularies,
+    settings_from_tokens,
+)
 from keras_transformer.models import TransformerClassifier
 from keras_transformer.text.vocabulary import read_vocabulary
 from keras_transformer.training.batching import ArrayBatches
-from keras_transformer.training.callbacks import FitScheduleToBudget
-from keras_transformer.training.callbacks import MacroF1
-from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.data_defaults import check_chosen
-from keras_transformer.training.data_defaults import choices_record
-from keras_transformer.training.data_defaults import choices_from_record
-from keras_transformer.training.data_defaults import classifier_settings_from_counts
-from keras_transformer.training.data_defaults import classifier_tokenization_from_data
-from keras_transformer.training.distribute import compile_with_xla
-from keras_transformer.training.distribute import dtype_policy
-from keras_transformer.training.distribute import strategy_scope
-from keras_transformer.training.distribute import worker_run_dir
-from keras_transformer.training.evaluation import classification_report
-from keras_transformer.training.evaluation import format_classification_report
-from keras_transformer.training.fitting import build_optimizer
-from keras_transformer.training.fitting import learning_rate_schedule
+from keras_transformer.training.callbacks import FitScheduleToBudget, MacroF1, RunFolder
+from keras_transformer.training.data_defaults import (
+    check_chosen,
+    choices_from_record,
+    choices_record,
+    classifier_settings_from_counts,
+    classifier_tokenization_from_data,
+)
+from keras_transformer.training.distribute import (
+    compile_with_xla,
+    dtype_policy,
+    strategy_scope,
+    worker_run_dir,
+)
+from keras_transformer.training.evaluation import (
+    classification_report,
+    format_classification_report,
+)
+from keras_transformer.training.fitting import build_optimizer, learning_rate_schedule
 from keras_transformer.training.linear import fit_logistic_regression
 from keras_transformer.training.losses import WarmupCosine
-from keras_transformer.training.pretraining import clear_pretraining
-from keras_transformer.training.pretraining import pretrain_encoder
-from keras_transformer.training.pretraining import pretraining_started
-from keras_transformer.training.runs import draw_plot
-from keras_transformer.training.runs import fit_in_folder
-from keras_transformer.training.runs import save_model_and_curves
-from keras_transformer.training.runs import save_settings
-from keras_transformer.training.runs import saved_run_or_fresh_start
-from keras_transformer.training.runs import say
+from keras_transformer.training.pretraining import (
+    clear_pretraining,
+    pretrain_encoder,
+    pretraining_started,
+)
+from keras_transformer.training.runs import (
+    draw_plot,
+    fit_in_folder,
+    save_model_and_curves,
+    save_settings,
+    saved_run_or_fresh_start,
+    say,
+)
 from keras_transformer.training.settings import check_settings
-
 
 METRICS_FILE = "metrics.json"  # written once a run finished
 TRANSFORMER_WEIGHTS = (
@@ -248,9 +256,11 @@ def tokenize_classification_data(data, settings, vocabulary_dir, verbose=1, unla
     Returns:
         A `TokenizedClassificationData` named as `data`.
     """
-    from keras_transformer.text.wordpiece import WordPieceTokenizer
-    from keras_transformer.text.wordpiece import build_vocabulary
-    from keras_transformer.text.wordpiece import save_vocabulary
+    from keras_transformer.text.wordpiece import (
+        WordPieceTokenizer,
+        build_vocabulary,
+        save_vocabulary,
+    )
 
     unlabeled_texts = list(unlabeled_texts)
     vocabulary_path = os.path.join(vocabulary_dir, CLASSIFIER_VOCABULARY)

@@ -34,8 +34,7 @@ def fit_logistic_regression(layer, token_ids, labels, l2, max_iterations=1000):
     Returns:
         A `LinearFit`.
     """
-    from scipy import optimize
-    from scipy import sparse
+    from scipy import optimize, sparse
 
     labels = np.asarray(labels, np.int64)
     if layer.bias is None:

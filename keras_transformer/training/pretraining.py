@@ -22,15 +22,11 @@ import keras
 from keras_transformer.data.errors import DataError
 from keras_transformer.models import MaskedLanguageModel
 from keras_transformer.text.padding import trim_shared_padding
-from keras_transformer.text.vocabulary import MASK
-from keras_transformer.text.vocabulary import RESERVED_TOKENS
+from keras_transformer.text.vocabulary import MASK, RESERVED_TOKENS
+from keras_transformer.training.callbacks import FitScheduleToBudget, RunFolder
 from keras_transformer.training.fitting import learning_rate_schedule
-from keras_transformer.training.callbacks import FitScheduleToBudget
-from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
-from keras_transformer.training.losses import masked_accuracy
-from keras_transformer.training.runs import fit_in_folder
-from keras_transformer.training.runs import say
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy, masked_accuracy
+from keras_transformer.training.runs import fit_in_folder, say
 
 PRETRAINING_DIR = "pretraining"  # inside the run folder
 PRETRAINED_WEIGHTS_FILE = (

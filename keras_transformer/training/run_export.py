@@ -16,12 +16,13 @@ import zipfile
 
 from keras_transformer.data.sources import one_line
 from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.classifier import ClassifierSettings
-from keras_transformer.training.classifier import saved_classifier_settings
+from keras_transformer.training.classifier import ClassifierSettings, saved_classifier_settings
 from keras_transformer.training.runs import SETTINGS_FILE
-from keras_transformer.training.translator import TranslatorSettings
-from keras_transformer.training.translator import run_tokenizers
-from keras_transformer.training.translator import saved_translator_settings
+from keras_transformer.training.translator import (
+    TranslatorSettings,
+    run_tokenizers,
+    saved_translator_settings,
+)
 
 CLASSIFIER = "classifier"
 TRANSLATOR = "translator"

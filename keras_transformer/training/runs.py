@@ -7,11 +7,9 @@ import json
 import os
 import time
 
-from keras_transformer.training.batching import ArrayBatches
-from keras_transformer.training.batching import FollowEpochs
+from keras_transformer.training.batching import ArrayBatches, FollowEpochs
 from keras_transformer.training.callbacks import TimeBudget
-from keras_transformer.training.distribute import fit
-from keras_transformer.training.distribute import is_chief
+from keras_transformer.training.distribute import fit, is_chief
 
 SETTINGS_FILE = "settings.json"
 

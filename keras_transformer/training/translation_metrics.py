@@ -19,13 +19,9 @@ from collections import Counter
 import keras
 import numpy as np
 
-from keras_transformer.decoding import greedy_decode
-from keras_transformer.decoding import greedy_decode_loop
-from keras_transformer.text.padding import trim_shared_padding
-from keras_transformer.text.padding import trim_shared_padding_array
-from keras_transformer.text.vocabulary import END
-from keras_transformer.text.vocabulary import START
-from keras_transformer.text.vocabulary import detokenize
+from keras_transformer.decoding import greedy_decode, greedy_decode_loop
+from keras_transformer.text.padding import trim_shared_padding, trim_shared_padding_array
+from keras_transformer.text.vocabulary import END, START, detokenize
 
 CHAR_ORDER = 6
 BETA = 2

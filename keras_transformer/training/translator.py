@@ -15,51 +15,52 @@ import os
 import keras
 import numpy as np
 
-from keras_transformer.data.tokens import SHARED_VOCABULARY
-from keras_transformer.data.tokens import SOURCE_VOCABULARY
-from keras_transformer.data.tokens import TARGET_VOCABULARY
-from keras_transformer.data.tokens import TRANSLATOR_TOKEN_SETTINGS
-from keras_transformer.data.tokens import TokenizedTranslationData
-from keras_transformer.data.tokens import TranslationTokens
-from keras_transformer.data.tokens import copy_vocabularies
-from keras_transformer.data.tokens import settings_from_tokens
-from keras_transformer.decoding import greedy_decode
-from keras_transformer.decoding import greedy_decode_loop
+from keras_transformer.data.tokens import (
+    SHARED_VOCABULARY,
+    SOURCE_VOCABULARY,
+    TARGET_VOCABULARY,
+    TRANSLATOR_TOKEN_SETTINGS,
+    TokenizedTranslationData,
+    TranslationTokens,
+    copy_vocabularies,
+    settings_from_tokens,
+)
+from keras_transformer.decoding import greedy_decode, greedy_decode_loop
 from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text.padding import trim_shared_padding_array
-from keras_transformer.text.vocabulary import END
-from keras_transformer.text.vocabulary import START
-from keras_transformer.text.vocabulary import detokenize
-from keras_transformer.text.vocabulary import read_vocabulary
-from keras_transformer.training.batching import ArrayBatches
-from keras_transformer.training.batching import batch_width_multiple
-from keras_transformer.training.callbacks import FitScheduleToBudget
-from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.data_defaults import check_chosen
-from keras_transformer.training.data_defaults import choices_record
-from keras_transformer.training.data_defaults import choices_from_record
-from keras_transformer.training.data_defaults import target_word_count
-from keras_transformer.training.data_defaults import translator_settings_from_counts
-from keras_transformer.training.data_defaults import translator_tokenization_from_data
-from keras_transformer.training.distribute import compile_with_xla
-from keras_transformer.training.distribute import dtype_policy
-from keras_transformer.training.distribute import strategy_scope
-from keras_transformer.training.distribute import worker_run_dir
-from keras_transformer.training.fitting import build_optimizer
-from keras_transformer.training.fitting import learning_rate_schedule
-from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
-from keras_transformer.training.losses import TransformerSchedule
-from keras_transformer.training.losses import WarmupCosine
-from keras_transformer.training.losses import masked_accuracy
-from keras_transformer.training.runs import fit_in_folder
-from keras_transformer.training.runs import save_model_and_curves
-from keras_transformer.training.runs import save_settings
-from keras_transformer.training.runs import saved_run_or_fresh_start
-from keras_transformer.training.runs import say
+from keras_transformer.text.vocabulary import END, START, detokenize, read_vocabulary
+from keras_transformer.training.batching import ArrayBatches, batch_width_multiple
+from keras_transformer.training.callbacks import FitScheduleToBudget, RunFolder
+from keras_transformer.training.data_defaults import (
+    check_chosen,
+    choices_from_record,
+    choices_record,
+    target_word_count,
+    translator_settings_from_counts,
+    translator_tokenization_from_data,
+)
+from keras_transformer.training.distribute import (
+    compile_with_xla,
+    dtype_policy,
+    strategy_scope,
+    worker_run_dir,
+)
+from keras_transformer.training.fitting import build_optimizer, learning_rate_schedule
+from keras_transformer.training.losses import (
+    MaskedSparseCategoricalCrossentropy,
+    TransformerSchedule,
+    WarmupCosine,
+    masked_accuracy,
+)
+from keras_transformer.training.runs import (
+    fit_in_folder,
+    save_model_and_curves,
+    save_settings,
+    saved_run_or_fresh_start,
+    say,
+)
 from keras_transformer.training.settings import check_settings
-from keras_transformer.training.translation_metrics import ValidationChrF
-from keras_transformer.training.translation_metrics import chrf_subset
-
+from keras_transformer.training.translation_metrics import ValidationChrF, chrf_subset
 
 SAMPLES_FILE = "samples.json"  # written once a run finished
 MONITORS = ("val_chrf", "val_masked_accuracy", "val_loss")  # what `--monitor` selects the epoch on
@@ -416,8 +417,7 @@ def saved_translator_settings(saved):
 
 def build_run_vocabularies(folder, data, settings):
     """Learns the run's vocabularies from the training pairs into `folder` (read by `run_tokenizers`)."""
-    from keras_transformer.text.wordpiece import build_vocabulary
-    from keras_transformer.text.wordpiece import save_vocabulary
+    from keras_transformer.text.wordpiece import build_vocabulary, save_vocabulary
 
     if settings.shared_vocabulary:
         # Cased, since its tokens are also the output.

@@ -16,8 +16,7 @@ from apps import export as export_app
 from apps import train_translator
 from tests.apps.test_train_translator import FLAGS as TRANSLATOR_FLAGS
 from tests.apps.test_train_translator import write_pairs
-from tests.classifier_fixtures import expect_usage_error
-from tests.classifier_fixtures import snapshot
+from tests.classifier_fixtures import expect_usage_error, snapshot
 
 TEXTS = [
     "the team scored a goal",

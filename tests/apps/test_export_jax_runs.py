@@ -28,9 +28,8 @@ from keras_transformer.text.wordpiece import WordPieceTokenizer
 from keras_transformer.training.runs import PLOTS_NOTICE
 from tests.apps.test_train_translator import FLAGS as TRANSLATOR_FLAGS
 from tests.apps.test_train_translator import write_pairs
-from tests.classifier_fixtures import CLASS_NAMES
+from tests.classifier_fixtures import CLASS_NAMES, write_keyword_csv
 from tests.classifier_fixtures import MODEL_FLAGS as CLASSIFIER_FLAGS
-from tests.classifier_fixtures import write_keyword_csv
 from tests.export.fresh_loader import LOADER_HEADER
 from tests.export.test_translator_export import fresh_environment
 from tests.no_tensorflow import run_without_tensorflow

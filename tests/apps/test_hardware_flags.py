@@ -12,14 +12,11 @@ import keras
 import numpy as np
 import pytest
 
-from apps import train_classifier
-from apps import train_translator
+from apps import train_classifier, train_translator
 from keras_transformer.training import classifier as classifier_training
 from tests.apps.test_train_translator import FLAGS as TRANSLATOR_FLAGS
 from tests.apps.test_train_translator import write_pairs
-from tests.classifier_fixtures import TRAIN_FLAGS
-from tests.classifier_fixtures import expect_usage_error
-from tests.classifier_fixtures import write_keyword_csv
+from tests.classifier_fixtures import TRAIN_FLAGS, expect_usage_error, write_keyword_csv
 
 
 def losses(run_dir):
@@ -114,8 +111,7 @@ def test_bfloat16_xla_mirrored_classifier_trains_and_exports_float32(
 def test_float16_classifier_is_wired_for_loss_scaling():
     """The wiring only: the layers' float16 training steps on CPU are in
     tests/layers/test_mixed_precision.py, and a whole run is bfloat16's above."""
-    from keras_transformer.training.classifier import ClassifierSettings
-    from keras_transformer.training.classifier import build_classifier_model
+    from keras_transformer.training.classifier import ClassifierSettings, build_classifier_model
 
     settings = ClassifierSettings(
         sequence_length=16,

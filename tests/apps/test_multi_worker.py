@@ -14,8 +14,7 @@ import pytest
 
 from apps import train_classifier
 from tests.apps.unclipped_classifier import unclipped
-from tests.classifier_fixtures import MODEL_FLAGS
-from tests.classifier_fixtures import write_keyword_csv
+from tests.classifier_fixtures import MODEL_FLAGS, write_keyword_csv
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -8,9 +8,7 @@ import sys
 import pytest
 
 from apps import predict
-from tests.classifier_fixtures import CLASS_NAMES
-from tests.classifier_fixtures import expect_usage_error
-from tests.classifier_fixtures import is_png
+from tests.classifier_fixtures import CLASS_NAMES, expect_usage_error, is_png
 
 TEXTS = ["goal match team", "stocks market shares", "film music actor"]
 

@@ -10,13 +10,13 @@ import pytest
 
 from apps import train_classifier
 from keras_transformer.training.classifier import ClassifierSettings
-from keras_transformer.training.search import SEARCH_SPACE
-from keras_transformer.training.search import SearchTrial
-from keras_transformer.training.search import format_search
-from keras_transformer.training.search import trial_settings
-from tests.classifier_fixtures import TRAIN_FLAGS
-from tests.classifier_fixtures import expect_usage_error
-from tests.classifier_fixtures import write_keyword_csv
+from keras_transformer.training.search import (
+    SEARCH_SPACE,
+    SearchTrial,
+    format_search,
+    trial_settings,
+)
+from tests.classifier_fixtures import TRAIN_FLAGS, expect_usage_error, write_keyword_csv
 
 
 def test_the_first_trial_is_the_settings_and_later_ones_vary_only_what_is_not_fixed():

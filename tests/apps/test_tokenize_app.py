@@ -13,14 +13,11 @@ import keras
 import numpy as np
 import pytest
 
-from apps import tokenize
-from apps import train_classifier
-from apps import train_translator
+from apps import tokenize, train_classifier, train_translator
 from keras_transformer.data.tokens import read_token_folder
 from keras_transformer.training.callbacks import RunFolder
 from tests.apps.test_train_translator import write_pairs
-from tests.classifier_fixtures import expect_usage_error
-from tests.classifier_fixtures import write_keyword_csv
+from tests.classifier_fixtures import expect_usage_error, write_keyword_csv
 
 CLASSIFIER_TOKEN_FLAGS = ["--vocab-size", "200", "--pooling", "cls", "--max-examples", "90"]
 CLASSIFIER_TRAIN_FLAGS = [

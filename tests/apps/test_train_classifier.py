@@ -19,13 +19,15 @@ import pytest
 
 from apps import train_classifier
 from keras_transformer.training import callbacks as training_callbacks
-from tests.classifier_fixtures import CLASS_NAMES
-from tests.classifier_fixtures import MODEL_FLAGS
-from tests.classifier_fixtures import TRAIN_FLAGS
-from tests.classifier_fixtures import expect_usage_error
-from tests.classifier_fixtures import is_png
-from tests.classifier_fixtures import snapshot
-from tests.classifier_fixtures import write_keyword_csv
+from tests.classifier_fixtures import (
+    CLASS_NAMES,
+    MODEL_FLAGS,
+    TRAIN_FLAGS,
+    expect_usage_error,
+    is_png,
+    snapshot,
+    write_keyword_csv,
+)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -572,8 +574,7 @@ def test_ngram_units_flag_and_what_it_builds():
 
 
 def test_a_run_saved_before_the_word_units_resumes_with_pieces_alone():
-    from keras_transformer.training.classifier import ClassifierSettings
-    from keras_transformer.training.classifier import saved_classifier_settings
+    from keras_transformer.training.classifier import ClassifierSettings, saved_classifier_settings
 
     fields = dataclasses.asdict(ClassifierSettings())
     older = {name: value for name, value in fields.items() if name != "ngram_units"}
@@ -582,8 +583,7 @@ def test_a_run_saved_before_the_word_units_resumes_with_pieces_alone():
 
 
 def test_a_run_saved_before_the_bag_of_ngrams_resumes_and_exports_without_it():
-    from keras_transformer.training.classifier import ClassifierSettings
-    from keras_transformer.training.classifier import saved_classifier_settings
+    from keras_transformer.training.classifier import ClassifierSettings, saved_classifier_settings
 
     fields = dataclasses.asdict(ClassifierSettings())
     older = {

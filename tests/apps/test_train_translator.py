@@ -158,8 +158,7 @@ def test_heads_that_do_not_divide_the_width_are_a_usage_error(tmp_path, capsys):
 
 
 def test_decoder_depth_can_differ_from_the_encoder_depth():
-    from keras_transformer.training.translator import TranslatorSettings
-    from keras_transformer.training.translator import build_translator_model
+    from keras_transformer.training.translator import TranslatorSettings, build_translator_model
 
     settings = TranslatorSettings(
         sequence_length=8,

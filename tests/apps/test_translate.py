@@ -10,10 +10,8 @@ import sys
 import pytest
 
 from apps import translate
-from tests.classifier_fixtures import expect_usage_error
-from tests.classifier_fixtures import is_png
-from tests.export.test_translator_export import PAIRS
-from tests.export.test_translator_export import build_translator
+from tests.classifier_fixtures import expect_usage_error, is_png
+from tests.export.test_translator_export import PAIRS, build_translator
 
 TEXTS = [source for source, _ in PAIRS[:3]]
 WANTED = [target for _, target in PAIRS[:3]]

@@ -4,11 +4,7 @@ import itertools
 import statistics
 
 import pytest
-
-from bench_common import interleaved_orders
-from bench_common import paired_ratio
-from bench_common import seconds_per_call
-from bench_common import time_interleaved
+from bench_common import interleaved_orders, paired_ratio, seconds_per_call, time_interleaved
 
 
 class FakeClock:

@@ -5,11 +5,10 @@ recipe model."""
 import json
 import os
 
-import pytest
-
 import classifier_quality
 import ding_pairs_tsv
 import fortunes_csv
+import pytest
 import rotten_tomatoes_csv
 
 # --- ding_pairs_tsv ------------------------------------------------------------------
@@ -188,7 +187,7 @@ def test_report_gives_a_variant_of_ours_its_own_marked_column_next_to_ours():
 def test_results_of_a_variant_are_found_beside_the_defaults(tmp_path, monkeypatch):
     monkeypatch.setattr(classifier_quality, "RESULTS_DIR", str(tmp_path))
     for arm in ("ours", "ours-pretrain", "tfidf"):
-        (tmp_path / f"fortunes-{arm}.json").write_text('{"arm": "%s"}' % arm)
+        (tmp_path / f"fortunes-{arm}.json").write_text(json.dumps({"arm": arm}))
     (tmp_path / "bbc-ours-other.json").write_text("{}")
     assert list(classifier_quality.load_results(["fortunes"])["fortunes"]) == [
         "ours",

@@ -10,11 +10,12 @@ Any backend: the JAX benchmark uses it without TensorFlow.
 import keras
 import numpy as np
 import pytest
-
-from reference_block import KerasReferenceEncoderBlock
-from reference_block import copy_block_weights
-from reference_block import matching_encoder_block
-from reference_block import perturb_biases_and_norms
+from reference_block import (
+    KerasReferenceEncoderBlock,
+    copy_block_weights,
+    matching_encoder_block,
+    perturb_biases_and_norms,
+)
 
 BATCH, LENGTH, WIDTH, HEADS, INTERMEDIATE = 2, 5, 16, 2, 32
 SHAPE = (BATCH, LENGTH, WIDTH)

@@ -16,7 +16,7 @@ import pytest
 if keras.backend.backend() != "tensorflow":
     pytest.skip("the benchmark runs on the TensorFlow backend", allow_module_level=True)
 
-import train_throughput as bench  # noqa: E402
+import train_throughput as bench
 
 TINY_CLASSIFIER = dict(
     name="tiny", num_layers=2, d_model=16, num_heads=2, intermediate_dim=32, length=8, batch=3

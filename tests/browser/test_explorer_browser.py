@@ -21,8 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.serving.serving_helpers import CLASS_NAMES
-from tests.serving.serving_helpers import ServerProcess
+from tests.serving.serving_helpers import CLASS_NAMES, ServerProcess
 
 CHROMIUM = "/usr/bin/chromium"
 WIDTHS = [390, 1280]

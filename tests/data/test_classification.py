@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.data import CLASSIFICATION_SOURCES
-from keras_transformer.data import ClassificationData
-from keras_transformer.data import DataError
-from keras_transformer.data import TextSplit
-from keras_transformer.data import load_classification_data
-from keras_transformer.data.splits import stratified_split
-from keras_transformer.data.splits import stratified_subset
+from keras_transformer.data import (
+    CLASSIFICATION_SOURCES,
+    ClassificationData,
+    DataError,
+    TextSplit,
+    load_classification_data,
+)
+from keras_transformer.data.splits import stratified_split, stratified_subset
 
 BBC_TOPICS = ["business", "entertainment", "politics", "sports", "tech"]
 

@@ -13,14 +13,16 @@ import pytest
 
 from keras_transformer.data import DataError
 from keras_transformer.data import tokens as token_module
-from keras_transformer.data.tokens import ClassificationTokens
-from keras_transformer.data.tokens import TokenizedClassificationData
-from keras_transformer.data.tokens import TokenizedTranslationData
-from keras_transformer.data.tokens import TranslationTokens
-from keras_transformer.data.tokens import read_token_folder
-from keras_transformer.data.tokens import save_tokenized
-from keras_transformer.data.tokens import settings_from_tokens
-from keras_transformer.data.tokens import token_folder_writer
+from keras_transformer.data.tokens import (
+    ClassificationTokens,
+    TokenizedClassificationData,
+    TokenizedTranslationData,
+    TranslationTokens,
+    read_token_folder,
+    save_tokenized,
+    settings_from_tokens,
+    token_folder_writer,
+)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VOCABULARY_SIZE = 10
@@ -219,7 +221,7 @@ def test_reading_needs_no_tensorflow(classifier_folder):
         [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["12", f"(12,", f"{LENGTH})"]
+    assert result.stdout.split() == ["12", "(12,", f"{LENGTH})"]
 
 
 # --- bad folders -------------------------------------------------------------------

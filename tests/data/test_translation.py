@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from keras_transformer.data import TRANSLATION_SOURCES
-from keras_transformer.data import DataError
-from keras_transformer.data import PairSplit
-from keras_transformer.data import TranslationData
-from keras_transformer.data import load_translation_data
+from keras_transformer.data import (
+    TRANSLATION_SOURCES,
+    DataError,
+    PairSplit,
+    TranslationData,
+    load_translation_data,
+)
 
 VERSES = 31102
 MAX_WORDS = 30

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.export import export_classifier
-from tests.classifier_fixtures import CLASS_NAMES
-from tests.classifier_fixtures import snapshot
+from tests.classifier_fixtures import CLASS_NAMES, snapshot
 from tests.export.fresh_loader import LOADER_HEADER
 
 # Edge cases first, then one keyword text per class in CLASS_NAMES order

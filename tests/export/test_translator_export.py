@@ -20,8 +20,8 @@ import time
 import numpy as np
 import pytest
 
-from tests.export.fresh_loader import LOADER_HEADER
 from keras_transformer.training.fitting import build_optimizer
+from tests.export.fresh_loader import LOADER_HEADER
 
 # --- the shared tiny translator --------------------------------------------------
 
@@ -84,9 +84,7 @@ def _train_and_export(folder):
 
     from keras_transformer.export import export_translator
     from keras_transformer.models import Seq2SeqTransformer
-    from keras_transformer.text import WordPieceTokenizer
-    from keras_transformer.text import build_vocabulary
-    from keras_transformer.text import save_vocabulary
+    from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
 
     sources, targets = [s for s, _ in PAIRS], [t for _, t in PAIRS]
     # Repeated so every word clears the learner's count threshold and is one token.
@@ -284,8 +282,7 @@ def expected(in_process):
     """The library's own decoders, eagerly in this process, on the same texts."""
     import tensorflow as tf
 
-    from keras_transformer.decoding import beam_search
-    from keras_transformer.decoding import greedy_decode
+    from keras_transformer.decoding import beam_search, greedy_decode
 
     model, source, target = (
         in_process.model,
@@ -417,9 +414,7 @@ def test_a_second_export_is_version_2_and_leaves_1_alone(tiny_translator, in_pro
 
 def test_mismatched_tokenizers_are_refused(in_process, tmp_path):
     from keras_transformer.export import export_translator
-    from keras_transformer.text import RESERVED_TOKENS
-    from keras_transformer.text import WordPieceTokenizer
-    from keras_transformer.text import save_vocabulary
+    from keras_transformer.text import RESERVED_TOKENS, WordPieceTokenizer, save_vocabulary
 
     small = WordPieceTokenizer(
         save_vocabulary([*RESERVED_TOKENS, "a", "b"], tmp_path / "small.txt")

@@ -6,9 +6,11 @@ import stat
 import pytest
 
 from keras_transformer.export import versions
-from keras_transformer.export.versions import existing_versions
-from keras_transformer.export.versions import latest_version_dir
-from keras_transformer.export.versions import write_new_version
+from keras_transformer.export.versions import (
+    existing_versions,
+    latest_version_dir,
+    write_new_version,
+)
 from tests.classifier_fixtures import snapshot
 
 

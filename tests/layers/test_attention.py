@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.layers import MultiHeadAttention
-from keras_transformer.layers import scaled_dot_product_attention
+from keras_transformer.layers import MultiHeadAttention, scaled_dot_product_attention
 
 
 def numpy_attention(query, key, value, mask=None):

@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.layers import MultiHeadAttention
-from keras_transformer.layers import TransformerDecoderBlock
-from keras_transformer.layers import TransformerEncoderBlock
+from keras_transformer.layers import (
+    MultiHeadAttention,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
 from tests.layers.readme_snippet import readme_cosine_attention
 
 D_MODEL, HEADS, FF = 16, 4, 32

@@ -6,10 +6,12 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.crosscheck import GRADIENT_TOLERANCE
-from keras_transformer.crosscheck import OUTPUT_TOLERANCE
-from keras_transformer.crosscheck import check_configuration
-from keras_transformer.crosscheck import random_configurations
+from keras_transformer.crosscheck import (
+    GRADIENT_TOLERANCE,
+    OUTPUT_TOLERANCE,
+    check_configuration,
+    random_configurations,
+)
 from keras_transformer.layers import MultiHeadAttention
 
 CONFIGURATIONS = random_configurations(count=60, seed=0)

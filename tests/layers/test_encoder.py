@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.layers import TokenAndPositionEmbedding
-from keras_transformer.layers import TransformerEncoderBlock
+from keras_transformer.layers import TokenAndPositionEmbedding, TransformerEncoderBlock
 
 D_MODEL, HEADS, FF = 8, 2, 16
 VOCAB = 30

@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.layers import MultiHeadAttention
-from keras_transformer.layers import TransformerDecoderBlock
-from keras_transformer.layers import TransformerEncoderBlock
+from keras_transformer.layers import (
+    MultiHeadAttention,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
 
 D_MODEL, HEADS, FF = 8, 2, 16
 B, T, S = 2, 5, 4

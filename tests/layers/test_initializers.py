@@ -5,11 +5,13 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.layers import FeedForward
-from keras_transformer.layers import MultiHeadAttention
-from keras_transformer.layers import TokenAndPositionEmbedding
-from keras_transformer.layers import TransformerDecoderBlock
-from keras_transformer.layers import TransformerEncoderBlock
+from keras_transformer.layers import (
+    FeedForward,
+    MultiHeadAttention,
+    TokenAndPositionEmbedding,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
 from keras_transformer.layers.initializers import clone_initializer
 
 D_MODEL = 8

@@ -6,9 +6,7 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.layers import causal_mask
-from keras_transformer.layers import merge_masks
-from keras_transformer.layers import padding_mask
+from keras_transformer.layers import causal_mask, merge_masks, padding_mask
 
 
 def np_causal(query_length, key_length, offset=0):

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.layers import TokenAndPositionEmbedding
-from keras_transformer.layers import TransformerDecoderBlock
-from keras_transformer.layers import TransformerEncoderBlock
+from keras_transformer.layers import (
+    TokenAndPositionEmbedding,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
 
 D_MODEL, HEADS, FF, VOCAB, LENGTH = 8, 2, 16, 30, 16
 

@@ -266,9 +266,11 @@ def spelled_words(row):
 
 def reference_word_rows(row, layer):
     """Word unigram and bigram rows of one row of ids, hashed in plain Python as documented in the layer."""
-    from keras_transformer.layers.ngrams import WORD_BIGRAM_MULTIPLIER
-    from keras_transformer.layers.ngrams import WORD_HASH_MODULUS
-    from keras_transformer.layers.ngrams import WORD_PIECE_MULTIPLIERS
+    from keras_transformer.layers.ngrams import (
+        WORD_BIGRAM_MULTIPLIER,
+        WORD_HASH_MODULUS,
+        WORD_PIECE_MULTIPLIERS,
+    )
 
     hashes = []
     for _, pieces in spelled_words(row):

@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.layers import PositionEmbedding
-from keras_transformer.layers import SinusoidalPositionEncoding
-from keras_transformer.layers import TokenAndPositionEmbedding
+from keras_transformer.layers import (
+    PositionEmbedding,
+    SinusoidalPositionEncoding,
+    TokenAndPositionEmbedding,
+)
 
 
 def np_sinusoids(length, depth, start=0, max_wavelength=10000.0):

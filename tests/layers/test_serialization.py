@@ -7,13 +7,15 @@ import numpy as np
 import pytest
 from keras import ops
 
-from keras_transformer.layers import FeedForward
-from keras_transformer.layers import MultiHeadAttention
-from keras_transformer.layers import PositionEmbedding
-from keras_transformer.layers import SinusoidalPositionEncoding
-from keras_transformer.layers import TokenAndPositionEmbedding
-from keras_transformer.layers import TransformerDecoderBlock
-from keras_transformer.layers import TransformerEncoderBlock
+from keras_transformer.layers import (
+    FeedForward,
+    MultiHeadAttention,
+    PositionEmbedding,
+    SinusoidalPositionEncoding,
+    TokenAndPositionEmbedding,
+    TransformerDecoderBlock,
+    TransformerEncoderBlock,
+)
 
 D_MODEL, VOCAB, LENGTH = 8, 30, 12
 

@@ -7,12 +7,13 @@ import tensorflow as tf
 
 from keras_transformer.decoding import greedy_decode
 from keras_transformer.layers import MultiHeadAttention
-from keras_transformer.models import Seq2SeqTransformer
-from keras_transformer.models import TransformerClassifier
+from keras_transformer.models import Seq2SeqTransformer, TransformerClassifier
 from tests.layers.readme_snippet import readme_cosine_attention
-from tests.test_decoding import END
-from tests.test_decoding import START
-from tests.test_decoding import uncached_greedy  # re-runs the whole decoder on the prefix each step
+from tests.test_decoding import (
+    END,
+    START,
+    uncached_greedy,  # re-runs the whole decoder on the prefix each step
+)
 
 SOURCE = np.array([[5, 6, 7, 8, 9, 10], [9, 3, 0, 0, 0, 0], [7, 7, 7, 7, 0, 0]], np.int32)
 TARGET = np.array([[4, 10, 11, 7, 8], [4, 9, 3, 0, 0], [4, 6, 6, 6, 6]], np.int32)

@@ -11,11 +11,13 @@ the same SavedModel answers when called directly, never with fixed texts.
 import pytest
 
 from keras_transformer.serving.repository import load_saved_model
-from tests.serving.serving_helpers import TEXT_POOL
-from tests.serving.serving_helpers import ServerProcess
-from tests.serving.serving_helpers import build_exports
-from tests.serving.serving_helpers import call_direct
-from tests.serving.serving_helpers import load_direct
+from tests.serving.serving_helpers import (
+    TEXT_POOL,
+    ServerProcess,
+    build_exports,
+    call_direct,
+    load_direct,
+)
 
 
 @pytest.fixture(scope="session")

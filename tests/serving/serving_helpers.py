@@ -115,11 +115,8 @@ def build_exports(tmp_path_factory, randomize):
     from keras_transformer.export.classifier import export_classifier
     from keras_transformer.export.translator import export_translator
     from keras_transformer.export.versions import write_new_version
-    from keras_transformer.models import Seq2SeqTransformer
-    from keras_transformer.models import TransformerClassifier
-    from keras_transformer.text import WordPieceTokenizer
-    from keras_transformer.text import build_vocabulary
-    from keras_transformer.text import save_vocabulary
+    from keras_transformer.models import Seq2SeqTransformer, TransformerClassifier
+    from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
 
     keras.utils.set_random_seed(7)
     root = str(tmp_path_factory.mktemp("serving_exports"))

@@ -16,21 +16,20 @@ import pytest
 import tensorflow as tf
 from starlette.testclient import TestClient
 
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import ServerSettings
-from keras_transformer.serving import create_app
+from keras_transformer.serving import ModelRepository, ServerSettings, create_app
 from keras_transformer.serving.model_config import model_configs
-from keras_transformer.serving.repository import ServedVersion
-from keras_transformer.serving.repository import load_saved_model
-from tests.serving.serving_helpers import NON_UTF8_TEXT
-from tests.serving.serving_helpers import TEXT_POOL
-from tests.serving.serving_helpers import assert_classifier_answer
-from tests.serving.serving_helpers import call_direct
-from tests.serving.serving_helpers import fail_on_marked_texts
-from tests.serving.serving_helpers import join_threads
-from tests.serving.serving_helpers import publish_copy
-from tests.serving.serving_helpers import start_threads
-from tests.serving.serving_helpers import text_json
+from keras_transformer.serving.repository import ServedVersion, load_saved_model
+from tests.serving.serving_helpers import (
+    NON_UTF8_TEXT,
+    TEXT_POOL,
+    assert_classifier_answer,
+    call_direct,
+    fail_on_marked_texts,
+    join_threads,
+    publish_copy,
+    start_threads,
+    text_json,
+)
 
 SOME_TEXTS = [
     "the cat sat on the mat",

@@ -8,9 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from keras_transformer.serving.batching import Batcher
-from keras_transformer.serving.batching import DeadlineExceeded
-from keras_transformer.serving.batching import QueueFull
+from keras_transformer.serving.batching import Batcher, DeadlineExceeded, QueueFull
 
 LONG_WAIT = 30.0  # seconds: far longer than any test may take, so a wait that happens shows
 

@@ -15,11 +15,13 @@ import time
 import httpx
 import pytest
 
-from tests.serving.serving_helpers import CLASS_NAMES
-from tests.serving.serving_helpers import REPO_ROOT
-from tests.serving.serving_helpers import ServerProcess
-from tests.serving.serving_helpers import join_threads
-from tests.serving.serving_helpers import start_threads
+from tests.serving.serving_helpers import (
+    CLASS_NAMES,
+    REPO_ROOT,
+    ServerProcess,
+    join_threads,
+    start_threads,
+)
 
 HEADER_TIMEOUT = 3.0
 BODY_TIMEOUT = 3.0
@@ -100,7 +102,7 @@ def seconds_until_closed(sock, timeout):
     try:
         while sock.recv(65536):
             pass
-    except socket.timeout:
+    except TimeoutError:
         return None
     except ConnectionResetError:
         pass
@@ -251,7 +253,7 @@ def test_the_next_requests_headers_are_due_a_header_timeout_after_the_previous_r
                 if sock.recv(1) == b"":
                     closed = time.monotonic() - answered
                     break
-            except socket.timeout:
+            except TimeoutError:
                 pass
             except ConnectionResetError:
                 closed = time.monotonic() - answered

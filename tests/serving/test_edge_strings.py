@@ -16,13 +16,10 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import ServerSettings
-from keras_transformer.serving import create_app
+from keras_transformer.serving import ModelRepository, ServerSettings, create_app
 from keras_transformer.serving.model_config import model_configs
 from keras_transformer.serving.repository import load_saved_model
-from tests.serving.serving_helpers import CLASS_NAMES
-from tests.serving.serving_helpers import call_direct
+from tests.serving.serving_helpers import CLASS_NAMES, call_direct
 
 CLASSIFIER_URL = "/v1/models/classifier:predict"
 TRANSLATOR_URL = "/v1/models/translator:predict"

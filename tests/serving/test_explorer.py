@@ -10,12 +10,9 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import ServerSettings
-from keras_transformer.serving import create_app
+from keras_transformer.serving import ModelRepository, ServerSettings, create_app
 from keras_transformer.serving.model_config import model_configs
-from tests.serving.serving_helpers import CLASS_NAMES
-from tests.serving.serving_helpers import call_direct
+from tests.serving.serving_helpers import CLASS_NAMES, call_direct
 
 PAGE_ROUTES = [
     "/",

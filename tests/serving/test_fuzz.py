@@ -9,17 +9,11 @@ import json
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from hypothesis import HealthCheck
-from hypothesis import given
-from hypothesis import settings
+from hypothesis import HealthCheck, given, settings
 from starlette.testclient import TestClient
 
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import ServerSettings
-from keras_transformer.serving import create_app
-from tests.serving.serving_helpers import CLASS_NAMES
-from tests.serving.serving_helpers import assert_classifier_answer
-from tests.serving.serving_helpers import call_direct
+from keras_transformer.serving import ModelRepository, ServerSettings, create_app
+from tests.serving.serving_helpers import CLASS_NAMES, assert_classifier_answer, call_direct
 
 # Mostly the classifier (cheap model calls), a few other routes.
 ROUTES = ["/v1/models/classifier:predict"] * 10 + [

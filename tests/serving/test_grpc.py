@@ -19,31 +19,31 @@ import pytest
 import tensorflow as tf
 from starlette.testclient import TestClient
 from tensorflow.core.framework import types_pb2
-from tensorflow_serving.apis import classification_pb2
-from tensorflow_serving.apis import get_model_metadata_pb2
-from tensorflow_serving.apis import get_model_status_pb2
-from tensorflow_serving.apis import model_service_pb2_grpc
-from tensorflow_serving.apis import predict_pb2
-from tensorflow_serving.apis import prediction_service_pb2_grpc
+from tensorflow_serving.apis import (
+    classification_pb2,
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
 
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import ServerSettings
-from keras_transformer.serving import create_app
-from keras_transformer.serving.grpc_api import tensor_inputs
-from keras_transformer.serving.grpc_api import write_tensor
+from keras_transformer.serving import ModelRepository, ServerSettings, create_app
+from keras_transformer.serving.grpc_api import tensor_inputs, write_tensor
 from keras_transformer.serving.model_config import ModelConfig
-from keras_transformer.serving.protocol import RequestError
-from keras_transformer.serving.protocol import TensorSpec
+from keras_transformer.serving.protocol import RequestError, TensorSpec
 from keras_transformer.serving.repository import ServedVersion
-from tests.serving.serving_helpers import NON_UTF8_TEXT
-from tests.serving.serving_helpers import TEXT_POOL
-from tests.serving.serving_helpers import assert_classifier_answer
-from tests.serving.serving_helpers import fail_on_marked_texts
-from tests.serving.serving_helpers import free_port
-from tests.serving.serving_helpers import join_threads
-from tests.serving.serving_helpers import start_threads
-from tests.serving.serving_helpers import text_bytes
-from tests.serving.serving_helpers import text_json
+from tests.serving.serving_helpers import (
+    NON_UTF8_TEXT,
+    TEXT_POOL,
+    assert_classifier_answer,
+    fail_on_marked_texts,
+    free_port,
+    join_threads,
+    start_threads,
+    text_bytes,
+    text_json,
+)
 from tests.serving.test_app import shared_loader  # noqa: F401  its loader: one load per SavedModel and module
 
 SOME_TEXTS = [
@@ -280,7 +280,7 @@ def test_refusals_over_a_real_server(server):
 
 
 @pytest.fixture(scope="module")
-def serve(exports, shared_loader):
+def serve(exports, shared_loader):  # noqa: F811  the fixture imported above
     """`with serve(**settings) as (client, stubs):` the app serving the classifier and the translator
     over REST (a TestClient) and gRPC (stubs on a free port)."""
 
@@ -400,8 +400,7 @@ def test_a_version_label_resolves_to_its_version(app):
 
 
 def test_grpc_calls_are_counted_in_the_metrics(app):
-    from tests.serving.test_metrics import request_count
-    from tests.serving.test_metrics import scrape
+    from tests.serving.test_metrics import request_count, scrape
 
     client, stubs = app
     before = scrape(client)

@@ -13,12 +13,14 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.serving.serving_helpers import TEXT_POOL
-from tests.serving.serving_helpers import ServerProcess
-from tests.serving.serving_helpers import join_threads
-from tests.serving.serving_helpers import publish_copy
-from tests.serving.serving_helpers import start_threads
-from tests.serving.serving_helpers import text_json
+from tests.serving.serving_helpers import (
+    TEXT_POOL,
+    ServerProcess,
+    join_threads,
+    publish_copy,
+    start_threads,
+    text_json,
+)
 
 CLIENTS = 16
 REQUESTS = 2000
@@ -199,7 +201,7 @@ def test_load_with_a_version_switch(server, exports, direct_answers):
     )
 
     classifier_answers = 0
-    for model, texts, answers, sent, answered in records:
+    for model, texts, answers, sent, _answered in records:
         assert len(answers) == len(texts)
         for text, answer in zip(texts, answers):
             if model == "classifier":

@@ -15,15 +15,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import ServerSettings
-from keras_transformer.serving import create_app
+from keras_transformer.serving import ModelRepository, ServerSettings, create_app
 from keras_transformer.serving.repository import ServedVersion
-from tests.serving.serving_helpers import join_threads
-from tests.serving.serving_helpers import start_threads
-from tests.serving.test_app import predict
-from tests.serving.test_app import serve  # noqa: F401  the app fixture, shared
-from tests.serving.test_app import shared_loader  # noqa: F401  its loader, one load per SavedModel
+from tests.serving.serving_helpers import join_threads, start_threads
+from tests.serving.test_app import (
+    predict,
+    serve,  # noqa: F401  the app fixture, shared
+    shared_loader,  # noqa: F401  its loader, one load per SavedModel
+)
 
 METRICS_PATH = "/monitoring/prometheus/metrics"
 PREFIX = "keras_transformer_serving_"

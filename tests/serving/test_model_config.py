@@ -12,12 +12,13 @@ import textwrap
 import pytest
 from starlette.testclient import TestClient
 
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import create_app
-from keras_transformer.serving.model_config import ModelConfigError
-from keras_transformer.serving.model_config import VersionPolicy
-from keras_transformer.serving.model_config import read_model_config_file
-from keras_transformer.serving.model_config import with_signatures
+from keras_transformer.serving import ModelRepository, create_app
+from keras_transformer.serving.model_config import (
+    ModelConfigError,
+    VersionPolicy,
+    read_model_config_file,
+    with_signatures,
+)
 from tests.serving.serving_helpers import REPO_ROOT
 from tests.serving.version_models import write_version_model
 

@@ -20,17 +20,11 @@ import httpx
 import numpy as np
 import pytest
 
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import ServerSettings
-from keras_transformer.serving import create_app
+from keras_transformer.serving import ModelRepository, ServerSettings, create_app
 from keras_transformer.serving.http_server import build_server
-from keras_transformer.serving.protocol import ResponseTooLarge
-from keras_transformer.serving.protocol import encode_predict_response
+from keras_transformer.serving.protocol import ResponseTooLarge, encode_predict_response
 from keras_transformer.serving.repository import load_saved_model
-from tests.serving.serving_helpers import REPO_ROOT
-from tests.serving.serving_helpers import free_port
-from tests.serving.serving_helpers import join_threads
-from tests.serving.serving_helpers import start_threads
+from tests.serving.serving_helpers import REPO_ROOT, free_port, join_threads, start_threads
 
 WARM_UP = b"warm up"  # the text the repository runs each signature with once it has loaded
 WIDE_COLUMNS = 20000  # floats per example of the "wide" model's answer
@@ -394,7 +388,7 @@ def _plain_json(request_format, outputs):
 @pytest.mark.parametrize(
     "outputs",
     [
-        {"translation": np.array(["hello".encode(), "ñandú 日本".encode(), b""], dtype=object)},
+        {"translation": np.array([b"hello", "ñandú 日本".encode(), b""], dtype=object)},
         {
             "probabilities": np.random.default_rng(0).random((5, 3), dtype=np.float32),
             "label": np.array([b"a", b"b", b"c", b"d", b"e"], dtype=object),

@@ -7,11 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from keras_transformer.serving.protocol import RequestError
-from keras_transformer.serving.protocol import TensorSpec
-from keras_transformer.serving.protocol import format_predict_response
-from keras_transformer.serving.protocol import parse_body
-from keras_transformer.serving.protocol import parse_predict_request
+from keras_transformer.serving.protocol import (
+    RequestError,
+    TensorSpec,
+    format_predict_response,
+    parse_body,
+    parse_predict_request,
+)
 
 TEXT = {"text": TensorSpec("text", "DT_STRING", [None])}
 # A signature with two inputs of other dtypes and shapes.
@@ -84,7 +86,7 @@ def test_row_bare_strings():
     assert request_format == "row" and batch_size == 3
     assert list(arrays) == ["text"]
     assert arrays["text"].dtype == object
-    assert arrays["text"].tolist() == [b"a", b"", "été".encode("utf-8")]
+    assert arrays["text"].tolist() == [b"a", b"", "été".encode()]
 
 
 @pytest.mark.parametrize(
@@ -222,7 +224,7 @@ def test_several_inputs_row_and_columnar_agree():
     columnar = parse_predict_request(
         {"inputs": {"ids": [[1, 2], [3, 4]], "weight": [0.5, 2]}}, PAIR, 8
     )
-    for request_format, arrays, batch_size in (row, columnar):
+    for _request_format, arrays, batch_size in (row, columnar):
         assert batch_size == 2
         assert arrays["ids"].dtype == np.int32 and arrays["ids"].tolist() == [[1, 2], [3, 4]]
         assert arrays["weight"].dtype == np.float32 and arrays["weight"].tolist() == [0.5, 2.0]

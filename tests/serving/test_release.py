@@ -12,11 +12,8 @@ import weakref
 import pytest
 from starlette.testclient import TestClient
 
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import ServerSettings
-from keras_transformer.serving import create_app
-from keras_transformer.serving.model_config import ModelConfig
-from keras_transformer.serving.model_config import VersionPolicy
+from keras_transformer.serving import ModelRepository, ServerSettings, create_app
+from keras_transformer.serving.model_config import ModelConfig, VersionPolicy
 from tests.serving.serving_helpers import publish_copy
 from tests.serving.version_models import write_version_model
 

@@ -12,14 +12,14 @@ import sys
 import textwrap
 import time
 
-from tests.serving.serving_helpers import CLASS_NAMES
-from tests.serving.serving_helpers import REPO_ROOT
-from tests.serving.serving_helpers import free_port
-from tests.serving.test_connections import connect
-from tests.serving.test_connections import predict_request
-from tests.serving.test_connections import read_response
-from tests.serving.test_connections import request_head
-from tests.serving.test_connections import seconds_until_closed
+from tests.serving.serving_helpers import CLASS_NAMES, REPO_ROOT, free_port
+from tests.serving.test_connections import (
+    connect,
+    predict_request,
+    read_response,
+    request_head,
+    seconds_until_closed,
+)
 
 GRACE = 3.0
 # The client deadlines are far beyond the grace: what closes the slow clients here is the stop.
@@ -184,8 +184,7 @@ def test_a_stop_that_hangs_is_ended_by_the_watchdog_at_the_grace(tmp_path):
 
 def test_sigterm_stops_the_grpc_api_taking_calls_while_http_requests_drain(exports, start_server):
     import grpc
-    from tensorflow_serving.apis import get_model_status_pb2
-    from tensorflow_serving.apis import model_service_pb2_grpc
+    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
     grpc_port = free_port()
     server = start_server(

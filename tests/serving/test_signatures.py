@@ -11,11 +11,8 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import create_app
-from keras_transformer.serving.model_config import model_configs
-from keras_transformer.serving.model_config import with_signatures
-from keras_transformer.serving.repository import load_saved_model
+from keras_transformer.serving import ModelRepository, create_app
+from keras_transformer.serving.model_config import model_configs, with_signatures
 from tests.serving.serving_helpers import call_direct
 
 

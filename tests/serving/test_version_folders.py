@@ -14,8 +14,7 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import create_app
+from keras_transformer.serving import ModelRepository, create_app
 
 COMPLETE = b"complete"
 

@@ -10,12 +10,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.data import load_translation_data
-from keras_transformer.text import WordPieceTokenizer
-from keras_transformer.text import build_vocabulary
-from keras_transformer.text import save_vocabulary
-from keras_transformer.text.vocabulary import detokenize
-from keras_transformer.text.vocabulary import join_punctuation_text
-from keras_transformer.text.vocabulary import read_vocabulary
+from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
+from keras_transformer.text.vocabulary import detokenize, join_punctuation_text, read_vocabulary
 
 SENTENCES = 300
 

@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.text import RESERVED_TOKENS
-from keras_transformer.text import WordPieceTokenizer
-from keras_transformer.text import build_vocabulary
-from keras_transformer.text import save_vocabulary
+from keras_transformer.text import (
+    RESERVED_TOKENS,
+    WordPieceTokenizer,
+    build_vocabulary,
+    save_vocabulary,
+)
 
 # Topic words repeated well past the learner's frequency threshold (10), and a
 # few rare words that can only be spelled with pieces.

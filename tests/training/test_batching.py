@@ -4,10 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.text.padding import trim_shared_padding
-from keras_transformer.text.padding import trim_shared_padding_array
-from keras_transformer.training.batching import ArrayBatches
-from keras_transformer.training.batching import as_tf_dataset
+from keras_transformer.text.padding import trim_shared_padding, trim_shared_padding_array
+from keras_transformer.training.batching import ArrayBatches, as_tf_dataset
 
 
 def padded_rows(lengths, width):

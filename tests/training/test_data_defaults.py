@@ -9,15 +9,15 @@ import string
 import keras
 import pytest
 
-from keras_transformer.text import WordPieceTokenizer
-from keras_transformer.text import build_vocabulary
-from keras_transformer.text import save_vocabulary
+from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
 from keras_transformer.training.classifier import ClassifierSettings
-from keras_transformer.training.data_defaults import check_chosen
-from keras_transformer.training.data_defaults import classifier_settings_from_data
-from keras_transformer.training.data_defaults import large_corpus_settings
-from keras_transformer.training.data_defaults import translator_settings_from_data
-from keras_transformer.training.data_defaults import vocabulary_size_for
+from keras_transformer.training.data_defaults import (
+    check_chosen,
+    classifier_settings_from_data,
+    large_corpus_settings,
+    translator_settings_from_data,
+    vocabulary_size_for,
+)
 from keras_transformer.training.translator import TranslatorSettings
 
 # Twenty lower-case words, each a whole WordPiece once a corpus repeats them:

@@ -14,11 +14,9 @@ import keras
 import numpy as np
 import pytest
 
-from apps import train_classifier
-from apps import train_translator
+from apps import train_classifier, train_translator
 from keras_transformer.training.distribute import SplittableBatches
-from tests.classifier_fixtures import expect_usage_error
-from tests.classifier_fixtures import write_keyword_csv
+from tests.classifier_fixtures import expect_usage_error, write_keyword_csv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

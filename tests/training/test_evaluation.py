@@ -4,13 +4,9 @@ import json
 
 import numpy as np
 import pytest
-from sklearn.metrics import accuracy_score
-from sklearn.metrics import f1_score
-from sklearn.metrics import precision_score
-from sklearn.metrics import recall_score
+from sklearn.metrics import accuracy_score, f1_score, precision_score, recall_score
 
-from keras_transformer.training import classification_report
-from keras_transformer.training import format_classification_report
+from keras_transformer.training import classification_report, format_classification_report
 
 NAMES = ["business", "sport", "tech"]
 # Hand-worked example (3 classes, 8 labels).

@@ -11,15 +11,10 @@ import pytest
 from sklearn.metrics import f1_score
 
 from apps import train_classifier
-from keras_transformer.training.callbacks import BestEpoch
-from keras_transformer.training.callbacks import FitScheduleToBudget
-from keras_transformer.training.callbacks import MacroF1
-from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.callbacks import BestEpoch, FitScheduleToBudget, MacroF1, RunFolder
 from keras_transformer.training.classifier import ClassifierSettings
 from keras_transformer.training.losses import WarmupCosine
-from tests.classifier_fixtures import TRAIN_FLAGS
-from tests.classifier_fixtures import expect_usage_error
-from tests.classifier_fixtures import write_keyword_csv
+from tests.classifier_fixtures import TRAIN_FLAGS, write_keyword_csv
 
 
 def tiny_model():
@@ -301,8 +296,8 @@ def test_the_schedule_ends_when_the_time_budget_does(monkeypatch):
 
 def test_a_classifier_run_cut_short_by_its_budget_shortens_its_schedule(tmp_path):
     from keras_transformer.data import load_classification_data
-    from keras_transformer.training.fitting import learning_rate_schedule
     from keras_transformer.training.classifier import train_classifier as train
+    from keras_transformer.training.fitting import learning_rate_schedule
 
     csv_path = write_keyword_csv(tmp_path / "keywords.csv")
     settings = train_classifier.settings_from(

@@ -15,18 +15,13 @@ import pytest
 import tensorflow as tf
 
 from apps import train_classifier
-from keras_transformer.models import MaskedLanguageModel
 from keras_transformer.models import TransformerClassifier
-from keras_transformer.text.wordpiece import CLS
-from keras_transformer.text.wordpiece import MASK
-from keras_transformer.text.wordpiece import RESERVED_TOKENS
+from keras_transformer.text.vocabulary import CLS, MASK, RESERVED_TOKENS
 from keras_transformer.training import classifier as classifier_training
 from keras_transformer.training import pretraining
 from keras_transformer.training.callbacks import RunFolder
 from keras_transformer.training.classifier import ClassifierSettings
-from tests.classifier_fixtures import TRAIN_FLAGS
-from tests.classifier_fixtures import expect_usage_error
-from tests.classifier_fixtures import write_keyword_csv
+from tests.classifier_fixtures import TRAIN_FLAGS, expect_usage_error, write_keyword_csv
 
 VOCABULARY_SIZE = 500
 RESERVED = len(RESERVED_TOKENS)

@@ -15,16 +15,11 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.data.classification import ClassificationData
-from keras_transformer.data.classification import TextSplit
-from keras_transformer.data.translation import PairSplit
-from keras_transformer.data.translation import TranslationData
-from keras_transformer.models import Seq2SeqTransformer
-from keras_transformer.models import TransformerClassifier
-from keras_transformer.training.classifier import ClassifierSettings
-from keras_transformer.training.classifier import train_classifier
-from keras_transformer.training.translator import TranslatorSettings
-from keras_transformer.training.translator import train_translator
+from keras_transformer.data.classification import ClassificationData, TextSplit
+from keras_transformer.data.translation import PairSplit, TranslationData
+from keras_transformer.models import Seq2SeqTransformer, TransformerClassifier
+from keras_transformer.training.classifier import ClassifierSettings, train_classifier
+from keras_transformer.training.translator import TranslatorSettings, train_translator
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 SEQUENCE_LENGTH = 8

@@ -15,17 +15,11 @@ from starlette.testclient import TestClient
 
 from apps import train_translator
 from keras_transformer.decoding import greedy_decode
-from keras_transformer.serving import ModelRepository
-from keras_transformer.serving import ServerSettings
-from keras_transformer.serving import create_app
+from keras_transformer.serving import ModelRepository, ServerSettings, create_app
 from keras_transformer.serving.model_config import model_configs
 from keras_transformer.text import WordPieceTokenizer
-from tests.apps.test_train_translator import ENGLISH
-from tests.apps.test_train_translator import FLAGS
-from tests.apps.test_train_translator import NUMBERS
-from tests.apps.test_train_translator import write_pairs
-from tests.export.test_translator_export import LOADER
-from tests.export.test_translator_export import fresh_environment
+from tests.apps.test_train_translator import ENGLISH, FLAGS, NUMBERS, write_pairs
+from tests.export.test_translator_export import LOADER, fresh_environment
 
 TEXTS = ["uno dos tres", "seis cinco", "", "cuatro cuatro uno dos"]
 

@@ -12,18 +12,12 @@ import tensorflow as tf
 
 from apps import train_translator as train_translator_app
 from keras_transformer.data import load_translation_data
-from keras_transformer.text import WordPieceTokenizer
-from keras_transformer.text import build_vocabulary
-from keras_transformer.text import save_vocabulary
+from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
 from keras_transformer.training import callbacks as training_callbacks
 from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.translation_metrics import ValidationChrF
-from keras_transformer.training.translation_metrics import chrf_subset
-from keras_transformer.training.translation_metrics import corpus_chrf
-from keras_transformer.training.translator import TranslatorSettings
-from keras_transformer.training.translator import train_translator
-from tests.apps.test_train_translator import FLAGS
-from tests.apps.test_train_translator import write_pairs
+from keras_transformer.training.translation_metrics import ValidationChrF, chrf_subset, corpus_chrf
+from keras_transformer.training.translator import TranslatorSettings, train_translator
+from tests.apps.test_train_translator import FLAGS, write_pairs
 from tests.classifier_fixtures import expect_usage_error
 
 # --- chrF, by hand ------------------------------------------------------------------

@@ -9,10 +9,7 @@ runs them in a subprocess where TensorFlow cannot be imported.
 
 import numpy as np
 
-from keras_transformer.text.vocabulary import END
-from keras_transformer.text.vocabulary import RESERVED_TOKENS
-from keras_transformer.text.vocabulary import START
-from keras_transformer.text.vocabulary import detokenize
+from keras_transformer.text.vocabulary import END, RESERVED_TOKENS, START, detokenize
 
 VOCABULARY = [
     *RESERVED_TOKENS,
@@ -56,14 +53,14 @@ def run_classifier(run_dir, epochs=2, crash_after=None, time_budget_minutes=None
     """Fits a tiny classifier in `run_dir` (resuming its backup); returns `(FitResult or None, folder)`."""
     import keras
 
-    from keras_transformer.training.callbacks import FitScheduleToBudget
-    from keras_transformer.training.callbacks import RunFolder
-    from keras_transformer.training.classifier import ClassifierSettings
-    from keras_transformer.training.classifier import _batches
-    from keras_transformer.training.classifier import build_classifier_model
+    from keras_transformer.training.callbacks import FitScheduleToBudget, RunFolder
+    from keras_transformer.training.classifier import (
+        ClassifierSettings,
+        _batches,
+        build_classifier_model,
+    )
     from keras_transformer.training.fitting import learning_rate_schedule
-    from keras_transformer.training.runs import fit_in_folder
-    from keras_transformer.training.runs import save_model_and_curves
+    from keras_transformer.training.runs import fit_in_folder, save_model_and_curves
 
     settings = ClassifierSettings(
         epochs=epochs,
@@ -125,13 +122,14 @@ def run_translator(run_dir, epochs=2, crash_after=None):
     import keras
 
     from keras_transformer.training.callbacks import RunFolder
-    from keras_transformer.training.runs import fit_in_folder
-    from keras_transformer.training.runs import save_model_and_curves
-    from keras_transformer.training.translator import TranslatorSettings
-    from keras_transformer.training.translator import _translation_batches
-    from keras_transformer.training.translator import _validation_chrf
-    from keras_transformer.training.translator import build_compiled_translator
-    from keras_transformer.training.translator import translate_ids
+    from keras_transformer.training.runs import fit_in_folder, save_model_and_curves
+    from keras_transformer.training.translator import (
+        TranslatorSettings,
+        _translation_batches,
+        _validation_chrf,
+        build_compiled_translator,
+        translate_ids,
+    )
 
     settings = TranslatorSettings(
         epochs=epochs,

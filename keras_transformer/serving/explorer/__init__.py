@@ -9,8 +9,7 @@ works offline.
 
 import os
 
-from starlette.responses import JSONResponse
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from keras_transformer.serving.protocol import RequestError
