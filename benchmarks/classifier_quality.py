@@ -267,9 +267,8 @@ def run_recipe(data, args, longer):
 
     def token_ids(texts):
         ids = vectorize(np.array(texts, dtype=object)).to_list()
-        return keras.utils.pad_sequences(
-            ids, maxlen=sequence_length
-        )  # front padding and truncating, as the recipe
+        # front padding and truncating, as the recipe
+        return keras.utils.pad_sequences(ids, maxlen=sequence_length)
 
     model = build_recipe_model(data.num_classes, sequence_length)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])

@@ -88,9 +88,8 @@ def main():
     one_sentence = encode(data.test.sources[:1])
     reference = decoders["float32 graph (exported)"](one_sentence).numpy()
     for name, decode in decoders.items():
-        same = np.array_equal(
-            decode(one_sentence).numpy(), reference
-        )  # also the warm-up (XLA compiles)
+        # also the warm-up (XLA compiles)
+        same = np.array_equal(decode(one_sentence).numpy(), reference)
         print(f"{name}: same tokens as the float32 graph: {same}", flush=True)
     calls = {name: lambda decode=decode: decode(one_sentence) for name, decode in decoders.items()}
     seconds = time_interleaved(calls, args.repeats, wait=lambda token_ids: token_ids.numpy())

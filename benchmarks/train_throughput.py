@@ -821,9 +821,8 @@ def main(argv=None):
                     same_weights=["tutorial"] if paper_heads else [],
                 )
             results.append(result)
-            ceilings.append(
-                matmul_ceiling(args.matmul_size, repeats=5)
-            )  # the machine's load drifts
+            # the machine's load drifts
+            ceilings.append(matmul_ceiling(args.matmul_size, repeats=5))
             print(
                 ", ".join(
                     f"{kind} {result['kinds'][kind]['tokens_per_second']:,.0f} tok/s"

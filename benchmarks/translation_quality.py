@@ -439,9 +439,8 @@ def run_peer(data, args, snapshots):
         verbose=2,
     )
     training_seconds = time.monotonic() - started
-    model.save_weights(
-        os.path.join(run_dir, "final.weights.h5")
-    )  # an evaluation crash loses no training
+    # an evaluation crash loses no training
+    model.save_weights(os.path.join(run_dir, "final.weights.h5"))
 
     @tf.function(autograph=False)
     def translate_greedy(texts):

@@ -253,9 +253,8 @@ def create_app(repository, settings=None):
     app.state.repository = repository
     app.state.settings = settings
     app.state.service = service
-    app.state.stop_accepting = (
-        stop_accepting  # called by http_server.GracefulServer at a stop signal
-    )
+    # Called by http_server.GracefulServer at a stop signal.
+    app.state.stop_accepting = stop_accepting
     return app
 
 

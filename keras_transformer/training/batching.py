@@ -58,10 +58,11 @@ class ArrayBatches(keras.utils.PyDataset):
         self.seed = seed
         self.bucket_width = bucket_width
         self.epoch = 0
+        # (epoch, its batch rows): one attribute, so a reader never sees half
         self._order = (
             None,
             None,
-        )  # (epoch, its batch rows): one attribute, so a reader never sees half
+        )
 
     def __len__(self):
         return math.ceil(self.num_rows / self.batch_size)

@@ -65,13 +65,14 @@ from keras_transformer.training.runs import (
 from keras_transformer.training.settings import check_settings
 
 METRICS_FILE = "metrics.json"  # written once a run finished
+# beside the bag of n-grams' logits (`add_bag_of_ngrams`)
 TRANSFORMER_WEIGHTS = (
     0.0,
     0.25,
     0.5,
     0.75,
     1.0,
-)  # beside the bag of n-grams' logits (`add_bag_of_ngrams`)
+)
 MONITORS = ("val_accuracy", "val_macro_f1", "val_loss")  # what `--monitor` selects the epoch on
 # `--ngram-units`: the bag of n-grams' feature families (`BagOfNgrams.adapt`), or a choice on validation
 # between both and the words alone: the pieces add rare stems and punctuation, but can dilute the words.
@@ -122,22 +123,19 @@ class ClassifierSettings:
     seed: int = 1337
     mixed_precision: str = "off"  # "off", "float16" or "bfloat16"
     jit_compile: bool = False  # XLA
-    pretrain_epochs: int = (
-        0  # masked-token pretraining of the encoder before fine-tuning (0 = none)
-    )
+    # Masked-token pretraining of the encoder before fine-tuning (0 = none).
+    pretrain_epochs: int = 0
     # A logistic regression on the TF-IDF of WordPiece unigrams and bigrams
     # (`BagOfNgrams`), fit after the Transformer and added to its logits at a
     # weight chosen on validation: True, False, or a dict of `BagOfNgrams`
     # arguments.
     bag_of_ngrams: object = True
     ngram_l2: float = None  # the bag of n-grams' L2 penalty (`BagOfNgrams`' l2)
-    ngram_refit: bool = (
-        True  # fit it again on training + validation once validation chose (`add_bag_of_ngrams`)
-    )
+    # Fit it again on training + validation once validation chose (`add_bag_of_ngrams`).
+    ngram_refit: bool = True
     ngram_units: str = "choose"  # one of NGRAM_UNITS
-    ngram_length: int = (
-        None  # the tokens the bag of n-grams reads, beyond sequence_length for long texts
-    )
+    # The tokens the bag of n-grams reads, beyond sequence_length for long texts.
+    ngram_length: int = None
 
     def validate(self):
         check_settings(self)
@@ -392,9 +390,10 @@ def _train_classifier(
             model.ngrams.set_vocabulary(read_vocabulary(vocabulary_path))
         model.ngrams.adapt(train_ids)
     if settings.pretrain_epochs:
+        # pretraining masks raw texts
         from keras_transformer.text.wordpiece import (
             WordPieceTokenizer,
-        )  # pretraining masks raw texts
+        )
 
         time_budget_minutes = pretrain_encoder(
             model,

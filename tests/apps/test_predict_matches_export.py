@@ -100,9 +100,8 @@ def test_plain_output_equals_the_saved_models_answer(trained_classifier, saved_m
         assert head.split()[0] == labels[index], (text, head)
         assert head.endswith(repr(text)), head
         top = float(head.split()[1].rstrip("%")) / 100
-        assert top == pytest.approx(
-            probabilities[index].max(), abs=5.01e-4
-        )  # printed as a 1-decimal percentage
+        # printed as a 1-decimal percentage
+        assert top == pytest.approx(probabilities[index].max(), abs=5.01e-4)
         fields = detail.split()
         assert fields[0::2] == CLASS_NAMES, detail
         # Printed to 3 decimals, rounded once.

@@ -640,9 +640,8 @@ def test_the_bag_of_ngrams_reads_past_the_transformer_and_so_does_the_export(tmp
     assert status == 0
     with open(os.path.join(run_dir, "settings.json")) as settings_file:
         saved = json.load(settings_file)
-    assert (
-        saved["settings"]["sequence_length"] == 8 and saved["settings"]["ngram_length"] == 24
-    )  # 22 words
+    # 22 words
+    assert saved["settings"]["sequence_length"] == 8 and saved["settings"]["ngram_length"] == 24
     with open(os.path.join(run_dir, "metrics.json")) as metrics_file:
         assert json.load(metrics_file)["accuracy"] >= 0.8  # of 15 test texts; chance is 1 in 3
 

@@ -100,11 +100,12 @@ def test_plot_attention_draws_target_rows_over_source_columns(
     )
     assert drawn["key_tokens"] == TEXTS[0].split()
     assert drawn["query_tokens"] == [*WANTED[0].split(), "[END]"]
+    # [heads, T, S]
     assert drawn["weights"].shape == (
         2,
         len(drawn["query_tokens"]),
         len(drawn["key_tokens"]),
-    )  # [heads, T, S]
+    )
     assert "cross-attention" in drawn["title"]
 
 

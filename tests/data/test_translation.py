@@ -249,9 +249,8 @@ def test_tsv_reads_pairs_with_a_bom_extra_columns_and_blank_lines(tmp_path):
     ]
     lines[3] = '"Go."\t"Va !"\textra'  # quotes are text in Tatoeba files, not CSV quoting
     pairs[3] = ('"Go."', '"Va !"')
-    lines[4] = (
-        "  spaced  \t\ttarget 4\r"  # sides stripped; CRLF endings; an empty side is filtered out
-    )
+    # Sides stripped; CRLF endings; an empty side is filtered out.
+    lines[4] = "  spaced  \t\ttarget 4\r"
     pairs[4] = ("spaced", "")
     content = "\ufeff" + "\n".join(lines[:10]) + "\n\n   \n" + "\r\n".join(lines[10:]) + "\n"
     path = write(tmp_path / "fra.txt", content)

@@ -84,9 +84,8 @@ def test_padding_in_the_middle_does_not_leak(block):
 def test_change_matters_only_where_it_should(block):
     x = random_inputs(2, 6, D_MODEL)
     changed = x.copy()
-    changed[:, 3] += random_inputs(
-        2, D_MODEL, seed=5
-    )  # not a constant shift: layer norm would erase it
+    # not a constant shift: layer norm would erase it
+    changed[:, 3] += random_inputs(2, D_MODEL, seed=5)
     # Bidirectional by default: a later token changes an earlier output...
     difference = np.abs(as_numpy(block(x)) - as_numpy(block(changed)))
     assert difference[:, 0].max() > 1e-3

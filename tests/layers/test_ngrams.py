@@ -126,9 +126,8 @@ def test_learning_rate_multiplier_scales_the_kernel_and_the_penalty():
     )
     layer.build((None, 4))
     outputs = np.asarray(ops.convert_to_numpy(layer(np.array([[5, 0, 0, 0]], "int32"))))
-    np.testing.assert_allclose(
-        outputs, [[10.0, 10.0]], rtol=1e-6
-    )  # one feature of weight 1, kernel 1 * 10
+    # one feature of weight 1, kernel 1 * 10
+    np.testing.assert_allclose(outputs, [[10.0, 10.0]], rtol=1e-6)
     (penalty,) = layer.losses
     np.testing.assert_allclose(
         float(ops.convert_to_numpy(penalty)), 0.5 * 100.0 * VOCABULARY * 2, rtol=1e-6

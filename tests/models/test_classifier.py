@@ -152,9 +152,8 @@ def random_sequence(seed=0, shape=(3, 6, 4)):
     return np.random.default_rng(seed).normal(size=shape).astype("float32")
 
 
-POOL_MASK = np.array(
-    [[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 0, 1, 1, 0, 1]], dtype=bool
-)  # full, trailing padding, padding in the middle
+# full, trailing padding, padding in the middle
+POOL_MASK = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 0, 1, 1, 0, 1]], dtype=bool)
 
 
 def test_mean_pool_is_the_masked_mean():
@@ -446,10 +445,11 @@ def test_a_bag_that_reads_further_sees_the_whole_input_and_the_transformer_its_s
         atol=ATOL,
     )
     _, scores = model(long_ids, return_attention_scores=True)
+    # attention over the Transformer's tokens only
     assert tuple(scores[0].shape)[-2:] == (
         LENGTH,
         LENGTH,
-    )  # attention over the Transformer's tokens only
+    )
     path = str(tmp_path / "reach.keras")
     model.save(path)
     loaded = keras.saving.load_model(path)

@@ -361,9 +361,10 @@ def send_probe(server, data, how):
             except (BrokenPipeError, ConnectionResetError):
                 return  # the server already refused it
         if how == "hang up":
+            # RST
             sock.setsockopt(
                 socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
-            )  # RST
+            )
             return
         if how == "then garbage":
             time.sleep(0.2)  # the answer has been sent
@@ -388,9 +389,8 @@ def test_an_abuse_probe_leaves_the_server_healthy_and_its_log_clean(server):
     log = server.log()
     assert "Traceback" not in log
     assert "Exception" not in log
-    assert (
-        "WebSocket" not in log
-    )  # uvicorn's advice to install a WebSocket library: none is wanted here
+    # uvicorn's advice to install a WebSocket library: none is wanted here
+    assert "WebSocket" not in log
     # splitlines() breaks at every line boundary a log reader might honour
     # ("\r", "\x85", "\u2028", ...), not only at "\n".
     for line in log[logged_before:].splitlines():

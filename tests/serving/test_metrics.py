@@ -104,9 +104,8 @@ def test_requests_are_counted_by_model_version_signature_and_status(serve):  # n
     # Refused before their signature was known (bad JSON) or because it is unknown.
     assert request_count(samples, model="classifier", version="1", status=400) == 2
     assert request_count(samples, status=404) == 1
-    assert (
-        request_count(samples, model="translator") == 1
-    )  # the status request: no version or signature named
+    # the status request: no version or signature named
+    assert request_count(samples, model="translator") == 1
     assert request_count(samples, status=405) == 1
     assert request_series(samples) == {
         tuple(
@@ -178,9 +177,8 @@ def test_unknown_names_from_clients_add_no_series(serve):  # noqa: F811
             response.status_code for response in send_unknown()
         }  # one of each first: their series
         observe_unknown_grpc()
-        scrape(
-            client
-        )  # a scrape is counted once answered: the next one shows the series of scrapes
+        # a scrape is counted once answered: the next one shows the series of scrapes
+        scrape(client)
         before = scrape(client)
         for _ in range(20):  # 100 requests and 40 gRPC reports
             statuses |= {response.status_code for response in send_unknown()}

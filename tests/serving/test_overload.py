@@ -176,9 +176,8 @@ def test_requests_whose_clients_gave_up_are_not_computed_and_the_next_is_answere
     assert response.status_code == 200 and holder.answers[0].status_code == 200
     assert not set(text.encode() for text in abandoned) & set(recorder.texts)
     assert recorder.texts == [b"holder", b"the cat sat on the mat"]
-    assert (
-        waited < 10.0
-    )  # one tiny model call; the 30 abandoned ones would not change that, their absence is above
+    # one tiny model call; the 30 abandoned ones would not change that, their absence is above
+    assert waited < 10.0
 
 
 def test_a_burst_of_translator_requests_abandoned_by_their_clients_leaves_the_server_answering_at_once(

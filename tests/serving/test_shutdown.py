@@ -84,9 +84,8 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_within_the_grace_despi
     in_flight.sendall(predict_request(body)[-10:])
     status, _, answer = read_response(in_flight)
     assert status == 200 and json.loads(answer)["predictions"][0]["label"] in CLASS_NAMES
-    assert (
-        seconds_until_closed(in_flight, timeout=1.0) is not None
-    )  # not kept alive past its answer
+    # not kept alive past its answer
+    assert seconds_until_closed(in_flight, timeout=1.0) is not None
     assert seconds_until_closed(slow_upload, timeout=GRACE + 2) is not None
     slow_upload_closed = time.monotonic() - signalled
 

@@ -58,9 +58,8 @@ def test_detokenize_of_ids_no_tokenizer_writes(bible):
     vocabulary = read_vocabulary(path)
     rng = np.random.default_rng(0)
     size = len(vocabulary)
-    token_ids = rng.integers(
-        0, size + 5, size=(200, 24)
-    )  # reserved ids, [UNK], past the vocabulary
+    # reserved ids, [UNK], past the vocabulary
+    token_ids = rng.integers(0, size + 5, size=(200, 24))
     token_ids[:, 10] = vocabulary.index("[END]")  # more ids after [END]
     token_ids[:50, 0] = [index for index, token in enumerate(vocabulary) if token.startswith("##")][
         :50

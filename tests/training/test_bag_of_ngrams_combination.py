@@ -139,9 +139,8 @@ def words_classifier_and_tokens(named_by, l2=1 / (2 * 10 * 90)):
         train=units_split(90, 1, named_by), validation=units_split(60, 2, named_by)
     )
     model.ngrams.adapt(tokens.train.token_ids)
-    model.head.kernel.assign(
-        np.zeros(model.head.kernel.shape, "float32")
-    )  # a Transformer that knows nothing
+    # a Transformer that knows nothing
+    model.head.kernel.assign(np.zeros(model.head.kernel.shape, "float32"))
     return model, tokens
 
 

@@ -107,10 +107,11 @@ def test_trimmed_widths_round_up_to_a_multiple_within_the_rows():
     assert trim_shared_padding_array(rows, multiple=8).shape == (3, 8)
     np.testing.assert_array_equal(trim_shared_padding_array(rows, multiple=8), rows[:, :8])
     assert trim_shared_padding_array(padded_rows([9], 20), multiple=8).shape == (1, 16)
+    # never past L
     assert trim_shared_padding_array(padded_rows([9], 12), multiple=8).shape == (
         1,
         12,
-    )  # never past L
+    )
     assert trim_shared_padding_array(padded_rows([0], 12), multiple=8).shape == (1, 8)
 
 

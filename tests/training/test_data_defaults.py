@@ -113,9 +113,8 @@ def test_the_bag_of_ngrams_reads_nearly_whole_texts(tmp_path):
     settings, choices = classifier_settings_from_data(
         ClassifierSettings(), texts, tokenizer_builder(tmp_path, texts)
     )
-    assert (
-        settings.sequence_length == 8 and settings.ngram_length == 304
-    )  # 300 WordPieces, rounded up
+    # 300 WordPieces, rounded up
+    assert settings.sequence_length == 8 and settings.ngram_length == 304
     reason = {choice.name: choice.reason for choice in choices}["ngram_length"]
     assert "99th percentile" in reason and "the Transformer the first sequence_length" in reason
     # Short texts alone: the bag reads what the Transformer reads.
@@ -164,9 +163,8 @@ def test_set_values_win_and_are_not_reported_as_chosen(tmp_path):
     ) == (40, 300, 4, 0.05, 0.25, 64)
     assert choices == []
     assert build.asked == [300]  # the vocabulary is built at the size that was set
-    assert (
-        given.sequence_length == 40 and ClassifierSettings().sequence_length is None
-    )  # nothing mutated
+    # nothing mutated
+    assert given.sequence_length == 40 and ClassifierSettings().sequence_length is None
 
 
 def test_vocabulary_size_counts_frequent_word_types_and_the_alphabet():
