@@ -1,6 +1,7 @@
 """Translator training speed on TensorFlow: `ArrayBatches` (NumPy, any backend) against
-the `tf.data` pipeline it replaced (shuffle, repeat, `bucket_by_sequence_length`,
-teacher forcing as a `map`).
+an all-TensorFlow `tf.data` pipeline of the same batches (shuffle, repeat,
+`bucket_by_sequence_length`, teacher forcing as a `map`), the way to feed `fit`
+that needs no Python per batch.
 
 One model (`build_compiled_translator`), one epoch of `fit` per pipeline per
 round, the two interleaved (A B, B A, ...) after one warm-up epoch each (the
@@ -29,7 +30,7 @@ from keras_transformer.training.translator import (
 
 
 def tf_data_batches(sources, targets, settings):
-    """The translator's training pipeline before `ArrayBatches`."""
+    """The translator's training batches as a `tf.data` pipeline: the reference to match."""
     width = settings.sequence_length + 1
     boundaries = list(range(9, width + 1, 8))
 

@@ -283,7 +283,8 @@ def main(argv=None):
     lengths = [int(length) for length in args.lengths.split(",")]
     print(
         f"TensorFlow {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} CPUs, "
-        f"threads {args.threads or 'all'}, batch {args.batch}, d {args.d_model}, {args.heads} heads, "
+        f"threads {args.threads or 'all'}, batch {args.batch}, d {args.d_model}, {args.heads} "
+        "heads, "
         f"{'causal' if args.causal else 'no mask'}, {args.rounds} rounds x {args.steps} steps, "
         f"load average {os.getloadavg()[0]:.2f}",
         flush=True,
@@ -296,14 +297,16 @@ def main(argv=None):
         result = benchmark_length(length, args, args.seed + length)
         results.append(result)
         print(
-            f"fwd+bwd ours {result['ours_backward_ms']:.1f} ms, keras {result['keras_backward_ms']:.1f} ms "
+            f"fwd+bwd ours {result['ours_backward_ms']:.1f} ms, keras "
+            f"{result['keras_backward_ms']:.1f} ms "
             f"({time.perf_counter() - length_started:.0f} s)",
             flush=True,
         )
     print()
     print(format_table(results))
     print(
-        f"\nms: median per step. keras/ours > 1: ours is faster. MiB: peak bytes the step allocates "
+        "\nms: median per step. keras/ours > 1: ours is faster. MiB: peak bytes the step "
+        "allocates "
         f"on top of what was live before it (TensorFlow's CPU allocator count).\n"
         f"total {time.perf_counter() - started:.0f} s, load average now {os.getloadavg()[0]:.2f}"
     )
@@ -315,7 +318,8 @@ def main(argv=None):
         "threads": args.threads,
         "rounds": args.rounds,
         "steps": args.steps,
-        "memory": "tf.config.experimental.get_memory_info('CPU:0'): peak during the step minus current before",
+        "memory": "tf.config.experimental.get_memory_info('CPU:0'): peak during the step minus "
+        "current before",
         "load_average_at_end": os.getloadavg()[0],
         "results": results,
     }

@@ -90,7 +90,10 @@ def paired_ratio(numerator_rounds, denominator_rounds):
 
 
 def set_tensorflow_threads(threads):
-    """Limits TensorFlow to `threads` intra- and inter-op threads; 0 keeps its default (all cores)."""
+    """Limits TensorFlow to `threads` intra- and inter-op threads.
+
+    0 keeps TensorFlow's default (all cores).
+    """
     if threads < 0:
         raise ValueError(f"threads must be 0 (all) or positive, got {threads}")
     if threads:

@@ -50,7 +50,8 @@ def main(argv=None):
     rows = []
     for label, books in SECTIONS.items():
         verses = connection.execute(
-            f"SELECT vText FROM bible WHERE bbName = ? AND bNumber BETWEEN {books.start} AND {books.stop - 1} "
+            f"SELECT vText FROM bible WHERE bbName = ? AND bNumber BETWEEN {books.start} AND "
+            f"{books.stop - 1} "
             "ORDER BY bNumber, cNumber, vNumber",
             (WORLD_ENGLISH_BIBLE,),
         ).fetchall()

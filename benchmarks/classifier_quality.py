@@ -1,12 +1,16 @@
-"""Our default classifier against a TF-IDF baseline and the keras.io Transformer recipe, corpus by corpus.
+"""Our default classifier against a TF-IDF baseline and the keras.io recipe, corpus by corpus.
 
-    .venv/bin/python benchmarks/classifier_quality.py --suite          # every corpus below, every arm
-    .venv/bin/python benchmarks/classifier_quality.py --report         # the saved results as one markdown table
-    .venv/bin/python benchmarks/classifier_quality.py bbc              # one corpus (a suite name or any source)
+    # every corpus below, every arm
+    .venv/bin/python benchmarks/classifier_quality.py --suite
+    # the saved results as one markdown table
+    .venv/bin/python benchmarks/classifier_quality.py --report
+    # one corpus (a suite name or any source)
+    .venv/bin/python benchmarks/classifier_quality.py bbc
     .venv/bin/python benchmarks/classifier_quality.py csv:my.csv --text-column t --label-column y
     .venv/bin/python benchmarks/classifier_quality.py --corpora fortunes,bbc --arms ours,tfidf
-    .venv/bin/python benchmarks/classifier_quality.py --suite --seeds 1,2 --arms ours,tfidf   # more splits
-    .venv/bin/python benchmarks/classifier_quality.py --report --seeds 1337,1,2   # their means
+    # more splits, then their means
+    .venv/bin/python benchmarks/classifier_quality.py --suite --seeds 1,2 --arms ours,tfidf
+    .venv/bin/python benchmarks/classifier_quality.py --report --seeds 1337,1,2
 
 The suite's corpora (every one offline; the three files are written on first
 use by their neighbouring scripts, from installed packages):
@@ -343,7 +347,8 @@ def run_corpus(corpus_name, args):
         "classes": data.num_classes,
     }
     print(
-        f"\n== {corpus_name}: {split['train']} train / {split['validation']} validation / {split['test']} test, "
+        f"\n== {corpus_name}: {split['train']} train / {split['validation']} validation / "
+        f"{split['test']} test, "
         f"{data.num_classes} classes",
         flush=True,
     )
@@ -483,15 +488,18 @@ def details_lines(results):
         parts = []
         for arm in (arm for arm in by_arm if arm.startswith("ours")):
             ours = by_arm[arm]
+            overrides = ours["settings_overrides"]
             parts.append(
-                f"{arm_title(arm)} {_epochs(ours['epochs_completed'])} in {ours['training_seconds']:.0f} s"
+                f"{arm_title(arm)} {_epochs(ours['epochs_completed'])} in "
+                f"{ours['training_seconds']:.0f} s"
                 f"{' (stopped by the time budget)' if ours['stopped_by_time_budget'] else ''}"
-                f"{', settings ' + json.dumps(ours['settings_overrides']) if ours['settings_overrides'] else ''}"
+                f"{', settings ' + json.dumps(overrides) if overrides else ''}"
             )
         if "keras-io-long" in by_arm:
             long_arm = by_arm["keras-io-long"]
             parts.append(
-                f"keras.io long: {long_arm['sequence_length']} words, kept epoch {long_arm['kept_epoch']} "
+                f"keras.io long: {long_arm['sequence_length']} words, kept epoch "
+                f"{long_arm['kept_epoch']} "
                 f"of {long_arm['epochs_completed']}"
             )
         if parts:
@@ -504,12 +512,14 @@ def report(corpus_names, seeds=(DEFAULT_SEED,)):
         results = mean_results({seed: load_results(corpus_names, seed) for seed in seeds})
         if not results:
             sys.exit(
-                f"No results of every seed {', '.join(map(str, seeds))} for {', '.join(corpus_names)}."
+                f"No results of every seed {', '.join(map(str, seeds))} for "
+                f"{', '.join(corpus_names)}."
             )
         print()
         print(markdown_table(results))
         print(
-            f"Means over the seeds {', '.join(map(str, seeds))} (split and training), ± the standard "
+            f"Means over the seeds {', '.join(map(str, seeds))} (split and training), ± the "
+            "standard "
             "deviation between seeds; marks compare the means."
         )
         return
@@ -604,7 +614,8 @@ def parse_args(argv):
         unknown = [name for name in args.corpus_names if name not in SUITE]
         if unknown or not args.corpus_names:
             parser.error(
-                f"--corpora: unknown {', '.join(unknown) or 'nothing given'}; choose among {', '.join(SUITE)}"
+                f"--corpora: unknown {', '.join(unknown) or 'nothing given'}; choose among "
+                f"{', '.join(SUITE)}"
             )
     elif args.data:
         args.corpus_names = [args.data]
@@ -616,7 +627,8 @@ def parse_args(argv):
     unknown = [arm for arm in args.arms if arm not in ARMS]
     if unknown or not args.arms:
         parser.error(
-            f"--arms: unknown {', '.join(unknown) or 'nothing given'}; choose among {', '.join(ARMS)}"
+            f"--arms: unknown {', '.join(unknown) or 'nothing given'}; choose among "
+            f"{', '.join(ARMS)}"
         )
     try:
         overrides = json.loads(args.settings)

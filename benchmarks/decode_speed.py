@@ -83,7 +83,8 @@ def main():
     parser.add_argument(
         "--baseline-export",
         help="a translator export written by another commit (its --save-export), decoding --tokens "
-        "tokens and never [END]; timed in the same rounds as ours, as `baseline greedy` and `baseline beam 4`",
+        "tokens and never [END]; timed in the same rounds as ours, as `baseline greedy` and "
+        "`baseline beam 4`",
     )
     args = parser.parse_args()
     set_tensorflow_threads(args.threads)
@@ -162,7 +163,8 @@ def main():
     _print_table(rows, args.tokens)
     if baseline_ratios:
         print(
-            "\nSeconds of ours / seconds of the baseline export, median over rounds (below 1: ours is faster)"
+            "\nSeconds of ours / seconds of the baseline export, median over rounds (below 1: ours "
+            "is faster)"
         )
         for row in baseline_ratios:
             print(

@@ -1,4 +1,4 @@
-"""Writes an everyday-sentences translation corpus: the German -> English example sentences of the Ding dictionary.
+"""Writes an everyday translation corpus: the Ding dictionary's German -> English examples.
 
     .venv/bin/python benchmarks/ding_pairs_tsv.py
     .venv/bin/python benchmarks/translation_quality.py ding:de-en

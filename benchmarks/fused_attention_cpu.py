@@ -46,7 +46,10 @@ PATHS = {"explicit": False, "fused": True}
 
 
 def compiled(function):
-    """`function(weights, *inputs)` compiled for the backend; returns a callable that waits for its result."""
+    """`function(weights, *inputs)` compiled for the backend.
+
+    Returns a callable that waits for its result.
+    """
     if BACKEND == "jax":
         import jax
 
@@ -59,7 +62,10 @@ def compiled(function):
 
 
 def layer_step(layer, fused, grad, padded):
-    """One forward (and backward) of `layer` on the path `fused` chooses, as a pure function of its weights."""
+    """One forward (and backward) of `layer` on the path `fused` chooses.
+
+    Returned as a pure function of the layer's weights.
+    """
 
     def forward(weights, x, mask):
         layer._fused_attention = fused

@@ -725,7 +725,8 @@ def main(argv=None):
         "errors": [],
     }
     print(
-        f"JAX {jax.__version__} on {device.device_kind} ({device.platform}), Keras {keras.__version__}, "
+        f"JAX {jax.__version__} on {device.device_kind} ({device.platform}), Keras "
+        f"{keras.__version__}, "
         f"tensorflow imported: {report['tensorflow_imported']}, {rounds} rounds",
         flush=True,
     )
@@ -837,9 +838,11 @@ def main(argv=None):
                 print(f"  {policy}: ERROR {r['error']}")
             else:
                 print(
-                    f"  {policy}: {r['ms']:.2f} ms/step ({r.get('speedup_vs_float32', float('nan')):.2f}x "
+                    f"  {policy}: {r['ms']:.2f} ms/step "
+                    f"({r.get('speedup_vs_float32', float('nan')):.2f}x "
                     f"float32), {r['tokens_per_s']:.3g} tok/s, finite {r['all_finite']}, "
-                    f"loss {r['first_loss']:.3f} -> {r['last_loss']:.3f} over {r['steps_trained']} steps"
+                    f"loss {r['first_loss']:.3f} -> {r['last_loss']:.3f} over {r['steps_trained']} "
+                    "steps"
                 )
     report["total_s"] = time.perf_counter() - started
     report["tensorflow_imported_at_end"] = sys.modules.get("tensorflow") is not None

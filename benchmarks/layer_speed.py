@@ -31,7 +31,8 @@ Usage (TensorFlow backend; the benchmark uses tf.function and GradientTape):
 
     .venv/bin/python benchmarks/layer_speed.py
     .venv/bin/python benchmarks/layer_speed.py --quick
-    .venv/bin/python benchmarks/layer_speed.py --rounds 9 --output benchmarks/results/layer_speed.json
+    .venv/bin/python benchmarks/layer_speed.py --rounds 9 \
+        --output benchmarks/results/layer_speed.json
 """
 
 import argparse
@@ -136,7 +137,8 @@ def check_same_function(ours_result, keras_result, padding_mask, label):
         error = float(np.linalg.norm(a - b) / max(float(np.linalg.norm(b)), 1.0))
         if not error <= GRADIENT_TOLERANCE:
             raise AssertionError(
-                f"{label}: gradient {index} (shape {a.shape}) differs by {error:.3g} > {GRADIENT_TOLERANCE}"
+                f"{label}: gradient {index} (shape {a.shape}) differs by {error:.3g} > "
+                f"{GRADIENT_TOLERANCE}"
             )
         gradient_error = max(gradient_error, error)
     return output_error, gradient_error
@@ -239,8 +241,10 @@ def print_table(results, modes):
     for row in rows:
         print(format_row(row, widths))
     print(
-        "\nms: median per step over rounds. ratio = keras ms / ours ms; >= 1.0 means ours is not slower.\n"
-        "paired = median over rounds of (keras ms / ours ms) within the round (robust to load drift)."
+        "\nms: median per step over rounds. ratio = keras ms / ours ms; >= 1.0 means ours is not "
+        "slower.\n"
+        "paired = median over rounds of (keras ms / ours ms) within the round (robust to load "
+        "drift)."
     )
 
 
@@ -295,7 +299,8 @@ def main(argv=None):
         result = benchmark_config(config, modes, rounds, steps, args.warmup, args.seed + index)
         results.append(result)
         summary = ", ".join(
-            f"{mode}: ours {result[mode]['ours_ms']:.1f} ms, keras {result[mode]['keras_ms']:.1f} ms, "
+            f"{mode}: ours {result[mode]['ours_ms']:.1f} ms, keras {result[mode]['keras_ms']:.1f} "
+            "ms, "
             f"ratio {result[mode]['ratio']:.3f} (paired {result[mode]['paired_ratio']:.3f})"
             for mode in modes
         )

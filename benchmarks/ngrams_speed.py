@@ -4,10 +4,9 @@
     .venv/bin/python benchmarks/ngrams_speed.py --lengths 128,512,2048 --rounds 7
 
 The layer counts how often each n-gram occurs in a text. It sorts each row
-of n-gram ids (`_sorted_with_counts`, O(L log L)); it used to compare every
-pair of positions, an `[B, L, L]` tensor (O(L**2) time and memory), which is
-kept here as the reference, `pairwise` (the layer with its `_tfidf_weights`
-counting that way). Both are timed as the layer's forward
+of n-gram ids (`_sorted_with_counts`, O(L log L)). The reference, `pairwise`
+(the layer with its `_tfidf_weights` counting that way), compares every pair
+of positions, an `[B, L, L]` tensor (O(L**2) time and memory). Both are timed as the layer's forward
 pass in a `tf.function` (graph, the way `predict` and the export run it) on
 0-padded ids with repeats, after checking that both give the same outputs;
 interleaved in one process (`bench_common.time_interleaved`). The table
@@ -69,7 +68,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     print(
-        f"BagOfNgrams forward, batch {args.batch}, vocabulary {args.vocabulary}, {args.classes} classes, "
+        f"BagOfNgrams forward, batch {args.batch}, vocabulary {args.vocabulary}, {args.classes} "
+        "classes, "
         f"{tf.config.threading.get_intra_op_parallelism_threads() or os.cpu_count()} threads"
     )
     print("| length | sorted ms | pairwise ms | ratio |")

@@ -127,7 +127,8 @@ def copy_block_weights(ours, reference):
         target_shapes = [tuple(w.shape) for w in target.weights]
         if source_shapes != target_shapes:
             raise ValueError(
-                f"weight layouts differ: {source.name} {source_shapes} vs {target.name} {target_shapes}"
+                f"weight layouts differ: {source.name} {source_shapes} vs {target.name} "
+                f"{target_shapes}"
             )
         target.set_weights(source.get_weights())
     ours_shapes = [tuple(v.shape) for v in ours.trainable_variables]

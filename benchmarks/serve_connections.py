@@ -83,7 +83,10 @@ def predict_head(length):
 
 
 def slow_connections(port, count, interval, give_up_after):
-    """Opens `count` connections (a third of each kind) and trickles until all are closed or time is up."""
+    """Opens `count` connections (a third of each kind) and trickles.
+
+    Stops once the server has closed them all or the time is up.
+    """
     selector = selectors.DefaultSelector()
     body = json.dumps({"instances": ["the cat"]}).encode() + b" " * 10000
     kinds = {
@@ -163,7 +166,8 @@ def report_connections(connections):
             else "-"
         )
         print(
-            f"  {kind:13s} {len(closed)}/{len(mine)} closed by the server ({timing}); got: {', '.join(answers)}"
+            f"  {kind:13s} {len(closed)}/{len(mine)} closed by the server ({timing}); got: "
+            f"{', '.join(answers)}"
         )
 
 

@@ -331,10 +331,12 @@ def format_row(row):
 def print_table(rows, ratios, load_before, load_after):
     print(
         f"\nClosed-loop clients, one text per request; latency at the client "
-        f"(load average before {load_before[0]:.2f}, after {load_after[0]:.2f}, {os.cpu_count()} CPUs)"
+        f"(load average before {load_before[0]:.2f}, after {load_after[0]:.2f}, {os.cpu_count()} "
+        "CPUs)"
     )
     print(
-        f"{'model':11} {'clients':>7} {'api':>5} {'requests':>8} {'req/s':>8} {'p50 ms':>9} {'p99 ms':>9} "
+        f"{'model':11} {'clients':>7} {'api':>5} {'requests':>8} {'req/s':>8} {'p50 ms':>9} "
+        f"{'p99 ms':>9} "
         f"{'cpu ms/req':>10} {'errors':>6}"
     )
     for row in rows:
@@ -345,7 +347,8 @@ def print_table(rows, ratios, load_before, load_after):
     for row in rows:
         if row["first_error"]:
             print(
-                f"first error ({row['model']}, {row['clients']} clients, {row['api']}): {row['first_error']}"
+                f"first error ({row['model']}, {row['clients']} clients, {row['api']}): "
+                f"{row['first_error']}"
             )
 
 

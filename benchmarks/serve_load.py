@@ -12,8 +12,9 @@ alike; only one server has traffic at any time.
 
 A segment is a closed loop: N clients (coroutines of one event loop in
 the benchmark process, each on its own keep-alive connection) send one
-request after another, each one text in the row format (`{"instances": [text]}`), until the segment's time is up;
-requests in flight then finish and count. Latency is measured at the client,
+request after another, each one text in the row format
+(`{"instances": [text]}`), until the segment's time is up; requests in
+flight then finish and count. Latency is measured at the client,
 from sending the request to having parsed the answer. Throughput is
 requests / wall-clock time of the segments (summed over segments). A request
 errs when it raises, answers other than 200 or does not hold exactly one
@@ -153,7 +154,9 @@ def main():
             for name in missing:
                 paths[name] = build_export(name, os.path.join(folder, name))
                 built[name] = (
-                    f"random weights, default {'ClassifierSettings' if name == 'classifier' else 'TranslatorSettings'} sizes"
+                    "random weights, default "
+                    f"{'ClassifierSettings' if name == 'classifier' else 'TranslatorSettings'} "
+                    "sizes"
                 )
 
         extra = shlex.split(args.server_args)
@@ -163,7 +166,8 @@ def main():
                 flags = extra + ([] if mode == "on" else ["--no-batching"])
                 servers[mode] = Server(paths, flags, os.path.join(folder, f"server-{mode}.log"))
             print(
-                f"Starting servers: batching on (port {servers['on'].port}), off (port {servers['off'].port})...",
+                f"Starting servers: batching on (port {servers['on'].port}), off (port "
+                f"{servers['off'].port})...",
                 flush=True,
             )
             for server in servers.values():
@@ -356,7 +360,8 @@ class Server:
                     pass
                 time.sleep(0.5)
         raise SystemExit(
-            f"The server on port {self.port} was not ready after {timeout:.0f} s:\n{self.log_tail()}"
+            f"The server on port {self.port} was not ready after {timeout:.0f} "
+            f"s:\n{self.log_tail()}"
         )
 
     def stop(self):
@@ -551,7 +556,8 @@ def _ms(value):
 def format_row(row):
     return (
         f"{row['model']:11} {row['clients']:7d} {'on' if row['batching'] else 'off':>8} "
-        f"{row['requests']:8d} {row['requests_per_second']:8.2f} {_ms(row['p50_ms'])} {_ms(row['p99_ms'])} "
+        f"{row['requests']:8d} {row['requests_per_second']:8.2f} {_ms(row['p50_ms'])} "
+        f"{_ms(row['p99_ms'])} "
         f"{row['errors']:6d}"
     )
 
@@ -559,10 +565,12 @@ def format_row(row):
 def print_table(rows, ratios, load_before, load_after):
     print(
         f"\nClosed-loop clients, one text per request; latency at the client "
-        f"(load average before {load_before[0]:.2f}, after {load_after[0]:.2f}, {os.cpu_count()} CPUs)"
+        f"(load average before {load_before[0]:.2f}, after {load_after[0]:.2f}, {os.cpu_count()} "
+        "CPUs)"
     )
     print(
-        f"{'model':11} {'clients':>7} {'batching':>8} {'requests':>8} {'req/s':>8} {'p50 ms':>9} {'p99 ms':>9} "
+        f"{'model':11} {'clients':>7} {'batching':>8} {'requests':>8} {'req/s':>8} {'p50 ms':>9} "
+        f"{'p99 ms':>9} "
         f"{'errors':>6}"
     )
     for row in rows:

@@ -191,7 +191,10 @@ async def post_once(host, port, path, text, client_timeout):
 
 
 async def open_loop(url, model, texts, rate, seconds, client_timeout):
-    """Sends request i at i / rate seconds for `seconds`; returns ([(status, seconds)], [lateness])."""
+    """Sends request i at i / rate seconds for `seconds`.
+
+    Returns `([(status, seconds)], [lateness])`.
+    """
     host, port = url.removeprefix("http://").rsplit(":", 1)
     path = f"/v1/models/{model}:predict"
     loop = asyncio.get_running_loop()
@@ -263,23 +266,29 @@ def _ms(value):
 
 def print_report(report):
     print(
-        f"\n{report['model']}: capacity {report['capacity_requests_per_second']:.1f} req/s, offered "
+        f"\n{report['model']}: capacity {report['capacity_requests_per_second']:.1f} req/s, "
+        "offered "
         f"{report['offered_requests_per_second']:.1f} req/s for {report['overload_seconds']:.0f} s "
-        f"(load average before {report['load_average_before'][0]:.2f}, after {report['load_average_after'][0]:.2f}, "
-        f"{report['cpus']} CPUs; generator at most {report['schedule_lateness_max_ms']:.0f} ms behind schedule)"
+        f"(load average before {report['load_average_before'][0]:.2f}, after "
+        f"{report['load_average_after'][0]:.2f}, "
+        f"{report['cpus']} CPUs; generator at most {report['schedule_lateness_max_ms']:.0f} ms "
+        "behind schedule)"
     )
     print(f"  requests {report['requests']}: {report['counts']}")
     print(
-        f"  admitted {100 * report['admitted_share']:.1f}%: p50 {_ms(report['admitted']['p50_ms'])}, "
+        f"  admitted {100 * report['admitted_share']:.1f}%: p50 "
+        f"{_ms(report['admitted']['p50_ms'])}, "
         f"p99 {_ms(report['admitted']['p99_ms'])}"
     )
     print(
-        f"  refused (503) {100 * report['rejected_share']:.1f}%: p50 {_ms(report['rejected']['p50_ms'])}, "
+        f"  refused (503) {100 * report['rejected_share']:.1f}%: p50 "
+        f"{_ms(report['rejected']['p50_ms'])}, "
         f"p99 {_ms(report['rejected']['p99_ms'])}"
     )
     print(f"  past the deadline (504) {100 * report['deadline_share']:.1f}%")
     print(
-        f"  other answers or transport errors: {report['unexpected']} {report['unexpected_counts'] or ''}"
+        f"  other answers or transport errors: {report['unexpected']} "
+        f"{report['unexpected_counts'] or ''}"
     )
     print(
         f"  afterwards: {', '.join(f'{value:.0f} ms' for value in report['recovery_ms'])} "

@@ -1,6 +1,6 @@
 """TF-IDF + logistic regression on word n-grams against the same on WordPiece n-grams.
 
-    .venv/bin/python benchmarks/tfidf_features.py                       # the suite's corpora, seed 1337
+    .venv/bin/python benchmarks/tfidf_features.py     # the suite's corpora, seed 1337
     .venv/bin/python benchmarks/tfidf_features.py --corpora bbc --seed 1
 
 What our bag of n-grams can reach with its features: scikit-learn's
@@ -54,7 +54,8 @@ def main(argv=None):
     from keras_transformer.text.wordpiece import WordPieceTokenizer
 
     print(
-        "| corpus | seed | C | words | pieces, cut | pieces, whole texts | pieces joined into words, whole texts "
+        "| corpus | seed | C | words | pieces, cut | pieces, whole texts | pieces joined into "
+        "words, whole texts "
         "| joined words, cut | pieces + joined words, cut | pieces + joined words, whole texts |"
         + (" ours: pieces | ours: words | ours: both |" if args.ours else "")
     )
@@ -64,7 +65,8 @@ def main(argv=None):
         run_dir = os.path.join(classifier_quality.results_dir(args.seed), "runs", f"{name}-ours")
         if not os.path.exists(os.path.join(run_dir, "settings.json")):
             sys.exit(
-                f"error: {run_dir} has no run: run classifier_quality.py {name} --arms ours --seed {args.seed} first"
+                f"error: {run_dir} has no run: run classifier_quality.py {name} --arms ours --seed "
+                f"{args.seed} first"
             )
         with open(os.path.join(run_dir, "settings.json")) as settings_file:
             run_settings = json.load(settings_file)["settings"]

@@ -632,7 +632,8 @@ def check_same_weight_shapes(models, reference, kinds):
             only_here = sorted(set(shapes) - set(expected))
             only_there = sorted(set(expected) - set(shapes))
             raise ValueError(
-                f"{kind} does not have the weight shapes of {reference} ({len(shapes)} vs {len(expected)} "
+                f"{kind} does not have the weight shapes of {reference} ({len(shapes)} vs "
+                f"{len(expected)} "
                 f"weights; shapes only in {kind}: {only_here}, only in {reference}: {only_there})"
             )
 
@@ -839,7 +840,8 @@ def main(argv=None):
         print(format_table(entry["results"], entry["kinds"], ceiling))
     print(
         f"\ntok/s: batch x length / median seconds per train_on_batch step. "
-        f"ours/X: ratio of median tok/s (>= 1: ours is not slower); paired: median of per-round ratios.\n"
+        "ours/X: ratio of median tok/s (>= 1: ours is not slower); paired: median of per-round "
+        "ratios.\n"
         f"total {time.perf_counter() - started:.0f} s, load average now {os.getloadavg()[0]:.2f}"
     )
     report.update(

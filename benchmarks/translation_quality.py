@@ -68,7 +68,8 @@ LENGTH_PENALTY = 0.6
 DECODE_BATCH = 100
 PEER_WARMUP_FRACTION = 0.1
 
-# Corpora a neighbouring script writes from an installed package: name -> (pairs file, the script's main).
+# Corpora a neighbouring script writes from an installed package:
+# name -> (pairs file, the script's main).
 WRITTEN_CORPORA = {"ding:de-en": (ding_pairs_tsv.DEFAULT_OUT, ding_pairs_tsv.main)}
 
 
@@ -347,7 +348,8 @@ def run_peer(data, args, snapshots):
     source_vocabulary_size, _ = vocabulary_size_for(data.train.sources)
     target_vocabulary_size, _ = vocabulary_size_for(data.train.targets)
     print(
-        f"peer: WordPiece vocabularies of {source_vocabulary_size} / {target_vocabulary_size} pieces",
+        f"peer: WordPiece vocabularies of {source_vocabulary_size} / {target_vocabulary_size} "
+        "pieces",
         flush=True,
     )
     keras.utils.set_random_seed(settings.seed)
@@ -570,14 +572,16 @@ def report(args):
         sys.exit(f"No results for {args.data} at {args.minutes:g} minutes in {RESULTS_DIR}.")
     print(f"\n{args.data}, {args.minutes:g} minutes of training per arm")
     print(
-        f"{'arm':8} {'decoding':8} {'BLEU':>6} {'chrF':>6} {'epochs':>6} {'train s':>8} {'threads':>7}"
+        f"{'arm':8} {'decoding':8} {'BLEU':>6} {'chrF':>6} {'epochs':>6} {'train s':>8} "
+        f"{'threads':>7}"
     )
     for arm, result in results.items():
         for decoding in ("beam", "greedy"):
             if decoding in result["final"]:
                 metrics = result["final"][decoding]
                 print(
-                    f"{arm:8} {decoding:8} {metrics['bleu']:6.2f} {metrics['chrf']:6.2f} {result['epochs']:6d} "
+                    f"{arm:8} {decoding:8} {metrics['bleu']:6.2f} {metrics['chrf']:6.2f} "
+                    f"{result['epochs']:6d} "
                     f"{result['training_seconds']:8.0f} {result['threads'] or 'all':>7}"
                 )
     if "ours" in results and "peer" in results:
@@ -590,7 +594,8 @@ def report(args):
                 f"{p['minutes']:g} min {p[key]['bleu']:.1f}" for p in result["snapshots"]
             )
             print(
-                f"{arm} BLEU over training time: {curve}, {args.minutes:g} min {result['final'][key]['bleu']:.1f}"
+                f"{arm} BLEU over training time: {curve}, {args.minutes:g} min "
+                f"{result['final'][key]['bleu']:.1f}"
             )
     _plot(args, results)
 

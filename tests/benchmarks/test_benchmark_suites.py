@@ -16,7 +16,8 @@ import rotten_tomatoes_csv
 DING_LINES = [
     "# Version :: devel 2023-01-30\n",
     # Parts pair up by position: the example sentence is the third part on both sides.
-    "Abschied {m} | Abschied nehmen | Er verabschiedete sich. :: leave | to take leave | He took leave.\n",
+    "Abschied {m} | Abschied nehmen | Er verabschiedete sich. :: leave | to take leave | He took "
+    "leave.\n",
     # Annotations go, the first alternative stays, optional words lose their parentheses.
     "Noch ist nicht aller Tage Abend. [Sprw.]; Man soll den Tag nicht vor dem Abend loben. :: "
     "It's not over (yet). [Br.]; It ain't over till it's over.\n",
@@ -82,7 +83,8 @@ FORTUNE_FILE = (
 
 def test_fortune_entries_join_lines_strip_overstrikes_and_drop_art_and_long_entries():
     assert fortunes_csv.fortune_entries(FORTUNE_FILE) == [
-        "A computer lets you make more mistakes faster than any invention in human history. -- Mitch Ratliffe",
+        "A computer lets you make more mistakes faster than any invention in human history. -- "
+        "Mitch Ratliffe",
         "The unix way.",
     ]
 
