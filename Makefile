@@ -11,10 +11,14 @@ INSTALLED := $(VENV)/.installed
 # The pinned set (requirements.txt), then the project itself, editable and with
 # no dependencies of its own (they are all pinned above), built by the pinned
 # hatchling: after this, `import keras_transformer` works from any folder.
+# A .venv made when the distribution was named keras-transformer holds the project
+# under that name, with the same editable-import files: it is uninstalled first (pip
+# skips it when absent), or uninstalling it later would take those files away.
 $(INSTALLED): requirements.txt pyproject.toml
 	test -x $(VENV_PYTHON) || $(PYTHON) -m venv $(VENV)
 	$(VENV_PYTHON) -m pip install --quiet --upgrade pip
 	$(VENV_PYTHON) -m pip install --quiet -r requirements.txt
+	$(VENV_PYTHON) -m pip uninstall --quiet --yes keras-transformer
 	$(VENV_PYTHON) -m pip install --quiet --no-deps --no-build-isolation --editable .
 	touch $(INSTALLED)
 
@@ -135,6 +139,16 @@ bench-translation-suite: bench-venv
 	$(VENV_PYTHON) benchmarks/translation_quality.py bible:es-en --minutes 30
 	$(VENV_PYTHON) benchmarks/translation_quality.py bible:fr-en --minutes 30 --max-examples 20000
 	$(VENV_PYTHON) benchmarks/translation_quality.py ding:de-en --minutes 30
+
+# The sdist and the wheel of keras-transformer-toolkit in dist/ (the wheel built from
+# the sdist), by the pinned hatchling with no download (--no-isolation), then twine's
+# check of their metadata and README, the one PyPI makes on upload. tests/test_packaging.py
+# builds the same way and installs both in a fresh virtual environment.
+.PHONY: dist
+dist: venv
+	rm -rf dist
+	$(VENV_PYTHON) -m build --no-isolation --outdir dist .
+	$(VENV_PYTHON) -m twine check --strict dist/*
 
 clean:
 	rm -rf $(VENV) .pytest_cache

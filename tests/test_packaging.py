@@ -1,5 +1,6 @@
-"""The package a Keras user installs: pyproject.toml, the wheel it builds, and
-that wheel alone (with JAX, no TensorFlow) in a fresh virtual environment."""
+"""The package a Keras user installs: pyproject.toml, the sdist and the wheel
+`make dist` builds (the wheel from the sdist), their metadata, and each of them
+(with JAX, no TensorFlow) in a fresh virtual environment."""
 
 import email.parser
 import importlib.util
@@ -7,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 import tomllib
 import venv
@@ -15,12 +17,17 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 import keras_transformer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+# `keras-transformer` on PyPI is another project that also installs `keras_transformer`.
+DISTRIBUTION = "keras-transformer-toolkit"
+# File names of the sdist and wheel, and the wheel's metadata folder.
+FILE_PREFIX = f"keras_transformer_toolkit-{keras_transformer.__version__}"
 EXTRAS = {"tensorflow", "plots", "serve", "data", "search", "bench", "dev", "all"}
 
 
@@ -75,67 +82,116 @@ def test_pins_satisfy_the_ranges_of_pyproject():
         )
 
 
+def library_sources():
+    """Every file of keras_transformer/ in this checkout, as `keras_transformer/...`."""
+    library = REPO_ROOT / "keras_transformer"
+    return {
+        path.relative_to(REPO_ROOT).as_posix()
+        for path in library.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory):
-    """The wheel built from this checkout by the pinned hatchling (as `make` builds the
-    editable install): no network, and the build tested is the build shipped."""
-    if importlib.util.find_spec("hatchling") is None:
-        pytest.fail(
-            "hatchling, the build backend pinned in requirements.txt, is not installed: run `make venv`"
-        )
-    folder = tmp_path_factory.mktemp("wheel")
+def distributions(tmp_path_factory):
+    """`(sdist, wheel)` as `make dist` builds them: `python -m build` makes the sdist
+    from this checkout, then the wheel from that sdist (so a file the sdist lacks
+    is missing from the wheel too), with the pinned hatchling: no network, and the
+    build tested is the build shipped."""
+    missing = [name for name in ("hatchling", "build") if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.fail(f"{missing}, pinned in requirements.txt, not installed: run `make venv`")
+    folder = tmp_path_factory.mktemp("dist")
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--wheel-dir",
-            str(folder),
-            str(REPO_ROOT),
-        ],
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(folder), str(REPO_ROOT)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    (path,) = folder.glob("*.whl")
-    return path
+    (sdist,) = folder.glob("*.tar.gz")
+    (wheel,) = folder.glob("*.whl")
+    return sdist, wheel
 
 
-def test_wheel_holds_the_library_only(wheel):
-    """Every file of keras_transformer/ and nothing of apps/, tests/ or benchmarks/."""
+@pytest.fixture(scope="module")
+def wheel(distributions):
+    return distributions[1]
+
+
+@pytest.fixture(scope="module")
+def sdist(distributions):
+    return distributions[0]
+
+
+def wheel_metadata(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        text = archive.read(f"{FILE_PREFIX}.dist-info/METADATA").decode()
+    return email.parser.Parser().parsestr(text)
+
+
+def sdist_metadata(sdist):
+    with tarfile.open(sdist) as archive:
+        text = archive.extractfile(f"{FILE_PREFIX}/PKG-INFO").read().decode()
+    return email.parser.Parser().parsestr(text)
+
+
+def test_wheel_holds_the_library_and_its_licence_only(wheel):
+    """Every file of keras_transformer/ and nothing of apps/, tests/ or benchmarks/;
+    the licence in the metadata folder."""
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
-    version = keras_transformer.__version__
-    metadata_folder = f"keras_transformer-{version}.dist-info/"
-    assert wheel.name == f"keras_transformer-{version}-py3-none-any.whl"
+        licence = archive.read(f"{FILE_PREFIX}.dist-info/licenses/LICENSE")
+    assert wheel.name == f"{FILE_PREFIX}-py3-none-any.whl"
+    assert licence == (REPO_ROOT / "LICENSE").read_bytes()
     outside = sorted(
-        name for name in names if not name.startswith(("keras_transformer/", metadata_folder))
+        name for name in names if not name.startswith(("keras_transformer/", FILE_PREFIX))
     )
     assert not outside, outside
-    library = REPO_ROOT / "keras_transformer"
-    sources = {
-        path.relative_to(REPO_ROOT).as_posix()
-        for path in library.rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts
-    }
+    sources = library_sources()
     assert "keras_transformer/layers/attention.py" in sources
     assert sources - names == set(), "files of the library left out of the wheel"
     assert {name for name in names if name.startswith("keras_transformer/")} == sources
 
 
+def test_sdist_holds_the_library_licence_and_readme(sdist):
+    """What a build from source needs, with the licence and the README PyPI shows
+    beside it, and nothing of apps/, tests/ or benchmarks/."""
+    assert sdist.name == f"{FILE_PREFIX}.tar.gz"
+    with tarfile.open(sdist) as archive:
+        members = {
+            member.name.removeprefix(f"{FILE_PREFIX}/"): member
+            for member in archive.getmembers()
+            if member.isfile()
+        }
+        for name in ("LICENSE", "README.md", "pyproject.toml"):
+            assert name in members, f"{name} is not in the sdist"
+            content = archive.extractfile(members[name]).read()
+            assert content == (REPO_ROOT / name).read_bytes(), f"the sdist's {name} differs"
+    sources = library_sources()
+    assert sources - members.keys() == set(), "files of the library left out of the sdist"
+    others = sorted(name for name in members.keys() - sources if "/" in name)
+    assert not others, others
+    assert set(members) - sources <= {
+        "LICENSE",
+        "README.md",
+        "pyproject.toml",
+        "PKG-INFO",
+        ".gitignore",
+    }
+
+
+def test_licence_is_apache_2():
+    text = (REPO_ROOT / "LICENSE").read_text()
+    assert text.split()[:5] == ["Apache", "License", "Version", "2.0,", "January"], text[:200]
+    assert "END OF TERMS AND CONDITIONS" in text
+
+
 def test_wheel_metadata(wheel):
     """One version (keras_transformer.__version__), keras and numpy the only core
     requirements, and the extras the docs name."""
-    with zipfile.ZipFile(wheel) as archive:
-        text = archive.read(
-            f"keras_transformer-{keras_transformer.__version__}.dist-info/METADATA"
-        ).decode()
-    metadata = email.parser.Parser().parsestr(text)
-    assert metadata["Name"] == "keras-transformer"
+    metadata = wheel_metadata(wheel)
+    assert metadata["Name"] == DISTRIBUTION
     assert metadata["Version"] == keras_transformer.__version__
     requirements = [Requirement(line) for line in metadata.get_all("Requires-Dist")]
     core = {
@@ -152,7 +208,7 @@ def test_wheel_metadata(wheel):
                 by_extra.setdefault(extra, set()).add(canonicalize_name(requirement.name))
     assert {"tensorflow", "tensorflow-text", "tensorboard"} <= by_extra["tensorflow"]
     assert {"starlette", "uvicorn", "tensorflow", "tensorflow-text"} <= by_extra["serve"]
-    assert {"jax", "pytest-timeout", "hatchling"} <= by_extra["dev"]
+    assert {"jax", "pytest-timeout", "hatchling", "build", "twine"} <= by_extra["dev"]
     assert by_extra["search"] == {"keras-tuner"}
     assert by_extra["all"] == (
         by_extra["tensorflow"]
@@ -161,6 +217,53 @@ def test_wheel_metadata(wheel):
         | by_extra["data"]
         | by_extra["search"]
     )
+
+
+def test_metadata_a_user_filters_on(distributions):
+    """The licence as an SPDX expression with its file (PEP 639, so no `License ::`
+    classifier), the import name, the Python versions, the same in the sdist's
+    PKG-INFO as in the wheel's METADATA; then twine's check, the one PyPI's
+    upload makes, of both files and of the README they carry."""
+    sdist, wheel = distributions
+    fields = ("Name", "Version", "Import-Name", "License-Expression", "Requires-Python")
+    for metadata in (sdist_metadata(sdist), wheel_metadata(wheel)):
+        assert {field: metadata[field] for field in fields} == {
+            "Name": DISTRIBUTION,
+            "Version": keras_transformer.__version__,
+            "Import-Name": "keras_transformer",
+            "License-Expression": "Apache-2.0",
+            "Requires-Python": ">=3.11",
+        }
+        assert metadata.get_all("License-File") == ["LICENSE"]
+        assert metadata.get_all("License") is None
+        assert metadata["Description-Content-Type"] == "text/markdown"
+        assert "pip install keras-transformer-toolkit" in metadata.get_payload()
+        classifiers = metadata.get_all("Classifier")
+        assert not [name for name in classifiers if name.startswith("License ::")], classifiers
+        python_versions = [
+            name.rsplit(" :: ", 1)[1]
+            for name in classifiers
+            if name.startswith("Programming Language :: Python :: 3.")
+        ]
+        # The versions claimed are ones pip would install on, and the one running
+        # this suite is among them.
+        assert all(SpecifierSet(metadata["Requires-Python"]).contains(v) for v in python_versions)
+        assert f"{sys.version_info.major}.{sys.version_info.minor}" in python_versions
+        assert {"Operating System :: OS Independent", "Intended Audience :: Developers"} <= set(
+            classifiers
+        )
+        assert any(name.startswith("Development Status :: ") for name in classifiers)
+    if importlib.util.find_spec("twine") is None:
+        pytest.fail("twine, pinned in requirements.txt, is not installed: run `make venv`")
+    check = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(sdist), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, NO_COLOR="1"),
+    )
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    assert check.stdout.count("PASSED") == 2, check.stdout
 
 
 def test_import_is_cheap_and_layers_load_on_first_use():
@@ -172,7 +275,8 @@ def test_import_is_cheap_and_layers_load_on_first_use():
         import keras_transformer
         heavy = sorted(name for name in ("keras", "tensorflow", "jax") if name in sys.modules)
         assert not heavy, heavy
-        assert keras_transformer.layers.TransformerEncoderBlock.__name__ == "TransformerEncoderBlock"
+        encoder_block = keras_transformer.layers.TransformerEncoderBlock
+        assert encoder_block.__name__ == "TransformerEncoderBlock"
         assert keras_transformer.models.Seq2SeqTransformer.__name__ == "Seq2SeqTransformer"
         tensorflow_only = ("text", "data", "training", "export", "serving")
         loaded = [name for name in tensorflow_only if "keras_transformer." + name in sys.modules]
@@ -213,20 +317,25 @@ USER_SCRIPT = textwrap.dedent(
     vocabulary, length, width = 40, 8, 16
     source = keras.Input((length,), dtype="int32")
     target = keras.Input((length,), dtype="int32")
-    encoded = layers.TokenAndPositionEmbedding(vocabulary, length, width, name="source_embedding")(source)
-    encoded = layers.TransformerEncoderBlock(num_heads=2, intermediate_dim=32, name="encoder")(encoded)
-    decoded = layers.TokenAndPositionEmbedding(vocabulary, length, width, name="target_embedding")(target)
-    decoded = layers.TransformerDecoderBlock(num_heads=2, intermediate_dim=32, name="decoder")(decoded, encoded)
+    embed = layers.TokenAndPositionEmbedding
+    encoded = embed(vocabulary, length, width, name="source_embedding")(source)
+    encoder = layers.TransformerEncoderBlock(num_heads=2, intermediate_dim=32, name="encoder")
+    encoded = encoder(encoded)
+    decoded = embed(vocabulary, length, width, name="target_embedding")(target)
+    decoder = layers.TransformerDecoderBlock(num_heads=2, intermediate_dim=32, name="decoder")
+    decoded = decoder(decoded, encoded)
     logits = keras.layers.Dense(vocabulary)(decoded)
     model = keras.Model([source, target], logits)
-    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer="adam", loss=loss)
 
     rng = np.random.default_rng(0)
     sources = rng.integers(1, vocabulary, (16, length)).astype("int32")
     targets = rng.integers(1, vocabulary, (16, length)).astype("int32")
     before = [weight.copy() for weight in model.get_weights()]
     model.fit([sources, targets], targets, batch_size=8, epochs=1, verbose=0)
-    assert any(not np.allclose(a, b) for a, b in zip(before, model.get_weights())), "fit changed nothing"
+    after = model.get_weights()
+    assert any(not np.allclose(a, b) for a, b in zip(before, after)), "fit changed nothing"
 
     path = os.path.join(tempfile.mkdtemp(), "user_model.keras")
     model.save(path)
@@ -237,12 +346,17 @@ USER_SCRIPT = textwrap.dedent(
     # One cached decoding step (the decoder's cache write is TensorFlow-only
     # on TensorFlow) gives the full pass's first position.
     block = reloaded.get_layer("decoder")
-    encoder_output = keras.Model(reloaded.inputs[0], reloaded.get_layer("encoder").output)(sources[:2])
+    encode = keras.Model(reloaded.inputs[0], reloaded.get_layer("encoder").output)
+    encoder_output = encode(sources[:2])
     first = reloaded.get_layer("target_embedding")(targets[:2, :1])
     cache = block.initialize_self_attention_cache(batch_size=2, max_length=length)
-    step, cache = block(first, cross_attention_cache=block.compute_cross_attention_cache(encoder_output),
-                        encoder_padding_mask=np.ones((2, length), bool),
-                        self_attention_cache=cache, self_attention_cache_update_index=0)
+    step, cache = block(
+        first,
+        cross_attention_cache=block.compute_cross_attention_cache(encoder_output),
+        encoder_padding_mask=np.ones((2, length), bool),
+        self_attention_cache=cache,
+        self_attention_cache_update_index=0,
+    )
     full = block(reloaded.get_layer("target_embedding")(targets[:2]), encoder_output)
     np.testing.assert_allclose(np.asarray(step)[:, 0], np.asarray(full)[:, 0], atol=1e-5)
 
@@ -253,43 +367,81 @@ USER_SCRIPT = textwrap.dedent(
 )
 
 
-def test_wheel_with_jax_only_in_a_fresh_environment(wheel, tmp_path):
-    """`pip install keras-transformer` beside jax[cpu] (versions of requirements.txt)
-    into a new virtual environment, then a user's model built, fit, saved and
-    reloaded there on JAX."""
-    environment = tmp_path / "venv"
-    # No pip inside: this process's pip installs into it (`pip --python`), from
-    # pip's cache where the pinned wheels already are. --no-compile: the script
-    # imports a small part of what is installed, and byte-compiling all of JAX
-    # would take longer than the install itself.
-    venv.create(environment, with_pip=False)
-    python = str(environment / "bin" / "python")
-    packages = (
-        [str(wheel)]
-        + [f"{name}=={pinned_version(name)}" for name in ("keras", "numpy")]
-        + [f"jax[cpu]=={pinned_version('jax')}"]
+# The sdist installed over the wheel in the same environment: the distribution
+# is ours, built from the sdist, and its package holds exactly the checkout's
+# files, which USER_SCRIPT has just run from the wheel. No Keras here: importing
+# it would cost more than the rest of the sdist's install and checks together.
+SDIST_SCRIPT = textwrap.dedent(
+    """
+    import importlib.metadata, json, pathlib, sys
+    distribution = importlib.metadata.distribution("keras-transformer-toolkit")
+    source = json.loads(distribution.read_text("direct_url.json"))["url"]
+    assert source.endswith(".tar.gz"), source
+    assert distribution.metadata["License-Expression"] == "Apache-2.0"
+    assert importlib.metadata.packages_distributions()["keras_transformer"] == [
+        "keras-transformer-toolkit"
+    ]
+    import keras_transformer
+    assert keras_transformer.__version__ == distribution.version
+    installed = pathlib.Path(keras_transformer.__file__).parent
+    assert installed.is_relative_to(sys.prefix), installed
+    checkout = pathlib.Path(sys.argv[1]) / "keras_transformer"
+
+    def files(root):
+        return {
+            path.relative_to(root).as_posix(): path.read_bytes()
+            for path in root.rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts
+        }
+
+    installed_files, checkout_files = files(installed), files(checkout)
+    assert "layers/attention.py" in installed_files
+    assert installed_files.keys() == checkout_files.keys(), (
+        sorted(installed_files.keys() ^ checkout_files.keys())
     )
+    differ = sorted(name for name, data in installed_files.items() if data != checkout_files[name])
+    assert not differ, differ
+    print("SDIST OK")
+    """
+)
+
+
+def pip_into(python, *arguments):
+    """This process's pip installs into the environment of `python` (`pip --python`),
+    from pip's cache where the pinned wheels already are. --no-compile: the scripts
+    import a small part of what is installed, and byte-compiling all of JAX would
+    take longer than the install itself."""
     install = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            python,
-            "install",
-            "--quiet",
-            "--no-compile",
-            *packages,
-        ],
+        [sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-compile"]
+        + list(arguments),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
 
+
+def test_wheel_and_sdist_with_jax_only_in_a_fresh_environment(distributions, tmp_path):
+    """`pip install keras-transformer-toolkit` beside jax[cpu] (versions of
+    requirements.txt) into a new virtual environment, then a user's model built,
+    fit, saved and reloaded there on JAX; then the sdist installed in its place
+    (one environment for both: JAX is the slow part to install) and checked."""
+    sdist, wheel = distributions
+    environment = tmp_path / "venv"
+    # No pip inside: `pip_into` installs with this process's pip.
+    venv.create(environment, with_pip=False)
+    python = str(environment / "bin" / "python")
+    pip_into(
+        python,
+        str(wheel),
+        *[f"{name}=={pinned_version(name)}" for name in ("keras", "numpy")],
+        f"jax[cpu]=={pinned_version('jax')}",
+    )
+
     clean = {
         key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "KERAS_HOME")
     }
+    jax_only = dict(clean, KERAS_BACKEND="jax", KERAS_HOME=str(tmp_path / "keras_home"))
     absent = subprocess.run(
         [python, "-c", "import tensorflow"],
         capture_output=True,
@@ -306,8 +458,24 @@ def test_wheel_with_jax_only_in_a_fresh_environment(wheel, tmp_path):
         text=True,
         timeout=300,
         cwd=tmp_path,
-        env=dict(clean, KERAS_BACKEND="jax", KERAS_HOME=str(tmp_path / "keras_home")),
+        env=jax_only,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert result.stdout.strip().endswith("USER MODEL OK")
+
+    # pip builds an sdist with the build backend pyproject.toml names, fetched
+    # into an isolated environment; here the pinned one is installed beside it
+    # instead, so the test needs no index.
+    pip_into(python, f"hatchling=={pinned_version('hatchling')}")
+    pip_into(python, "--no-deps", "--no-build-isolation", "--force-reinstall", str(sdist))
+    result = subprocess.run(
+        [python, "-c", SDIST_SCRIPT, str(REPO_ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=jax_only,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert result.stdout.strip().endswith("SDIST OK")
     shutil.rmtree(environment)  # over half a gigabyte; kept when the test fails, to look into

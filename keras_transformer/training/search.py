@@ -23,7 +23,8 @@ try:
     import keras_tuner
 except ImportError as error:  # an optional dependency: only --search needs it
     raise ImportError(
-        "--search needs KerasTuner: pip install keras-tuner (or keras-transformer[search])."
+        "--search needs KerasTuner: pip install keras-tuner "
+        '(or "keras-transformer-toolkit[search]").'
     ) from error
 
 from keras_transformer.data.tokens import TokenizedClassificationData
