@@ -32,9 +32,11 @@ from keras_transformer.data.tokens import (
     save_tokenized,
     token_folder_writer,
 )
-from keras_transformer.training.classifier import ClassifierSettings, tokenize_classification_data
-from keras_transformer.training.data_defaults import choices_from_record
-from keras_transformer.training.translator import TranslatorSettings, tokenize_translation_data
+from keras_transformer.training.classifier.settings import ClassifierSettings
+from keras_transformer.training.classifier.tokenizing import tokenize_classification_data
+from keras_transformer.training.data_rules import choices_from_record
+from keras_transformer.training.translator.settings import TranslatorSettings
+from keras_transformer.training.translator.tokenizing import tokenize_translation_data
 
 
 def build_parser():

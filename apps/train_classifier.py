@@ -38,8 +38,8 @@ from apps.training_flags import (
     token_data_and_settings,
     train_on_chief,
 )
-from keras_transformer.training.classifier import MONITORS, NGRAM_UNITS, ClassifierSettings
-from keras_transformer.training.pretraining import read_unlabeled_texts
+from keras_transformer.training.classifier.pretraining import read_unlabeled_texts
+from keras_transformer.training.classifier.settings import MONITORS, NGRAM_UNITS, ClassifierSettings
 
 DEFAULTS = ClassifierSettings()
 
@@ -214,7 +214,7 @@ def main(argv=None):
     )
 
     # Imported late so that `--help` and bad flags answer without loading TensorFlow's model code.
-    from keras_transformer.training.classifier import train_classifier
+    from keras_transformer.training.classifier.pipeline import train_classifier
 
     print(
         f"{data.name}: {len(data.train)} train, {len(data.validation)} validation, "
@@ -223,7 +223,7 @@ def main(argv=None):
     )
     train = functools.partial(train_classifier, unlabeled_texts=unlabeled_texts)
     if args.search:
-        from keras_transformer.training.search import SEARCH_SPACE, search_classifier
+        from keras_transformer.training.classifier.search import SEARCH_SPACE, search_classifier
 
         fixed = given & {*SEARCH_SPACE, "intermediate_dim"}
         train = functools.partial(search_classifier, trials=args.search, fixed=fixed)

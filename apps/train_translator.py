@@ -37,7 +37,7 @@ from apps.training_flags import (
     train_on_chief,
     translation_data_from_flags,
 )
-from keras_transformer.training.translator import MONITORS, SCHEDULES, TranslatorSettings
+from keras_transformer.training.translator.settings import MONITORS, SCHEDULES, TranslatorSettings
 
 DEFAULTS = TranslatorSettings()
 
@@ -164,7 +164,7 @@ def main(argv=None):
         parser, args, settings, load_data, check_flags=check_flags
     )
 
-    from keras_transformer.training.translator import train_translator
+    from keras_transformer.training.translator.pipeline import train_translator
 
     print(
         f"{data.name} ({data.source_language} -> {data.target_language}): {len(data.train)} train, "

@@ -1,4 +1,4 @@
-"""Exporting a finished run folder: its `model.keras`, vocabularies and settings
+"""Exporting a finished run folder of either task: its `model.keras`, vocabularies and settings
 become the SavedModel of `keras_transformer.export`'s `export_classifier` /
 `export_translator`.
 
@@ -15,14 +15,16 @@ import os
 import zipfile
 
 from keras_transformer.data.sources import one_line
-from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.classifier import ClassifierSettings, saved_classifier_settings
-from keras_transformer.training.runs import SETTINGS_FILE
-from keras_transformer.training.translator import (
+from keras_transformer.training.classifier.settings import (
+    ClassifierSettings,
+    saved_classifier_settings,
+)
+from keras_transformer.training.runs import SETTINGS_FILE, RunFolder
+from keras_transformer.training.translator.settings import (
     TranslatorSettings,
-    run_tokenizers,
     saved_translator_settings,
 )
+from keras_transformer.training.translator.tokenizing import run_tokenizers
 
 CLASSIFIER = "classifier"
 TRANSLATOR = "translator"

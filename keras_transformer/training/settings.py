@@ -19,7 +19,7 @@ def check_settings(settings, extra_integers=()):
     """Raises ValueError naming the first bad value; returns `settings`.
 
     A field named in the settings' `FROM_DATA` may be None: it is chosen from
-    the training data (`keras_transformer.training.data_defaults`) before
+    the training data (each task's `data_rules`) before
     training, and checked again then.
     """
     from_data = getattr(settings, "FROM_DATA", ())

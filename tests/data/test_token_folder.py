@@ -494,7 +494,7 @@ def test_an_empty_folder_is_written_into(tmp_path):
 
 
 def test_settings_come_from_the_folder_and_contradictions_name_the_flag(tmp_path):
-    from keras_transformer.training.classifier import ClassifierSettings
+    from keras_transformer.training.classifier.settings import ClassifierSettings
 
     tokenized = classification_tokens(tmp_path)
     filled = settings_from_tokens(ClassifierSettings(), tokenized)
@@ -522,7 +522,7 @@ def test_settings_come_from_the_folder_and_contradictions_name_the_flag(tmp_path
 
 
 def test_pooling_without_cls_is_the_folders_unless_given(tmp_path):
-    from keras_transformer.training.classifier import ClassifierSettings
+    from keras_transformer.training.classifier.settings import ClassifierSettings
 
     tokenized = classification_tokens(tmp_path)
     tokenized.settings["pooling"] = "mean"

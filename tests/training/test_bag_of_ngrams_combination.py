@@ -8,7 +8,8 @@ import pytest
 
 from keras_transformer.data.tokens import ClassificationTokens
 from keras_transformer.models import TransformerClassifier
-from keras_transformer.training.classifier import ClassifierSettings, add_bag_of_ngrams
+from keras_transformer.training.classifier.bag_of_ngrams import add_bag_of_ngrams
+from keras_transformer.training.classifier.settings import ClassifierSettings
 
 VOCABULARY, LENGTH = 60, 8
 VALIDATION_ONLY = 55  # a keyword only validation texts have

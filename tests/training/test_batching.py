@@ -117,7 +117,7 @@ def test_trimmed_widths_round_up_to_a_multiple_within_the_rows():
 
 @pytest.mark.parametrize("multiple", [1, 8])
 def test_teacher_forcing_splits_targets_as_the_tensorflow_pipeline_did(multiple, monkeypatch):
-    from keras_transformer.training import translator
+    from keras_transformer.training.translator import pipeline as translator
 
     monkeypatch.setattr(translator, "batch_width_multiple", lambda: multiple)
     sources = padded_rows([3, 6, 2], 12)

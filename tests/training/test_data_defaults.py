@@ -10,15 +10,15 @@ import keras
 import pytest
 
 from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
-from keras_transformer.training.classifier import ClassifierSettings
-from keras_transformer.training.data_defaults import (
+from keras_transformer.training.classifier.data_rules import classifier_settings_from_data
+from keras_transformer.training.classifier.settings import ClassifierSettings
+from keras_transformer.training.data_rules import (
     check_chosen,
-    classifier_settings_from_data,
     large_corpus_settings,
-    translator_settings_from_data,
     vocabulary_size_for,
 )
-from keras_transformer.training.translator import TranslatorSettings
+from keras_transformer.training.translator.data_rules import translator_settings_from_data
+from keras_transformer.training.translator.settings import TranslatorSettings
 
 # Twenty lower-case words, each a whole WordPiece once a corpus repeats them:
 # a text of n of them is n WordPieces long.
@@ -131,9 +131,9 @@ def test_the_bag_of_ngrams_reads_nearly_whole_texts(tmp_path):
 
 
 def test_the_bag_of_ngrams_reach_is_capped(tmp_path, monkeypatch):
-    from keras_transformer.training import data_defaults
+    from keras_transformer.training.classifier import data_rules
 
-    monkeypatch.setattr(data_defaults, "NGRAM_MAX_LENGTH", 100)
+    monkeypatch.setattr(data_rules, "NGRAM_MAX_LENGTH", 100)
     texts = [text_of(300, offset) for offset in range(10)]
     settings, _ = classifier_settings_from_data(
         ClassifierSettings(max_length=60), texts, tokenizer_builder(tmp_path, texts)
@@ -465,7 +465,7 @@ def translation_data(tmp_path, name, target_words):
 
 
 def test_a_run_prints_records_and_resumes_with_its_choices(tmp_path, capsys):
-    from keras_transformer.training.translator import train_translator
+    from keras_transformer.training.translator.pipeline import train_translator
 
     run_dir = str(tmp_path / "run")
     with pytest.raises(InterruptedError):

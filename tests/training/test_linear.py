@@ -7,7 +7,7 @@ from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 
 from keras_transformer.layers import BagOfNgrams
-from keras_transformer.training.linear import fit_logistic_regression
+from keras_transformer.training.classifier.bag_of_ngrams import fit_logistic_regression
 
 VOCABULARY = 40
 

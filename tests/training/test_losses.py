@@ -4,11 +4,9 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.training.losses import (
-    MaskedSparseCategoricalCrossentropy,
-    TransformerSchedule,
-    masked_accuracy,
-)
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.metrics import masked_accuracy
+from keras_transformer.training.schedules import TransformerSchedule
 
 TARGETS = np.array([[3, 1, 0, 0], [2, 2, 2, 0]], np.int32)
 LOGITS = np.random.default_rng(0).normal(size=(2, 4, 5)).astype(np.float32)

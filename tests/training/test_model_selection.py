@@ -11,9 +11,11 @@ import pytest
 from sklearn.metrics import f1_score
 
 from apps import train_classifier
-from keras_transformer.training.callbacks import BestEpoch, FitScheduleToBudget, MacroF1, RunFolder
-from keras_transformer.training.classifier import ClassifierSettings
-from keras_transformer.training.losses import WarmupCosine
+from keras_transformer.training.callbacks import BestEpoch, FitScheduleToBudget
+from keras_transformer.training.classifier.settings import ClassifierSettings
+from keras_transformer.training.metrics import MacroF1
+from keras_transformer.training.runs import RunFolder
+from keras_transformer.training.schedules import WarmupCosine
 from tests.classifier_fixtures import TRAIN_FLAGS, write_keyword_csv
 
 
@@ -296,8 +298,8 @@ def test_the_schedule_ends_when_the_time_budget_does(monkeypatch):
 
 def test_a_classifier_run_cut_short_by_its_budget_shortens_its_schedule(tmp_path):
     from keras_transformer.data import load_classification_data
-    from keras_transformer.training.classifier import train_classifier as train
-    from keras_transformer.training.fitting import learning_rate_schedule
+    from keras_transformer.training.classifier.pipeline import train_classifier as train
+    from keras_transformer.training.compiling import learning_rate_schedule
 
     csv_path = write_keyword_csv(tmp_path / "keywords.csv")
     settings = train_classifier.settings_from(

@@ -1,4 +1,4 @@
-"""Masked-token pretraining of the classifier's encoder (issue 16).
+"""Masked-token pretraining of the classifier's encoder.
 
 Before fine-tuning, `train_classifier` (with `ClassifierSettings.pretrain_epochs`)
 calls `pretrain_encoder`: a `MaskedLanguageModel` with the classifier's
@@ -23,10 +23,12 @@ from keras_transformer.data.errors import DataError
 from keras_transformer.models import MaskedLanguageModel
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.text.vocabulary import MASK, RESERVED_TOKENS
-from keras_transformer.training.callbacks import FitScheduleToBudget, RunFolder
-from keras_transformer.training.fitting import learning_rate_schedule
-from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy, masked_accuracy
-from keras_transformer.training.runs import fit_in_folder, say
+from keras_transformer.training.callbacks import FitScheduleToBudget
+from keras_transformer.training.classifier.model import build_compiled_model
+from keras_transformer.training.compiling import learning_rate_schedule
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.metrics import masked_accuracy
+from keras_transformer.training.runs import RunFolder, fit_in_folder, say
 
 PRETRAINING_DIR = "pretraining"  # inside the run folder
 PRETRAINED_WEIGHTS_FILE = (
@@ -134,9 +136,6 @@ def masked_batches(token_ids, batch_size, vocabulary_size, seed, training):
 def build_masked_lm(settings, vocabulary_size, steps_per_epoch, strategy=None):
     """The built and compiled `MaskedLanguageModel` for a classifier of `settings`,
     with the classifier's optimizer and a `WarmupCosine` sized by `settings.pretrain_epochs`."""
-    # Here, not at the top: the classifier pipeline imports this module.
-    from keras_transformer.training.classifier import build_compiled_model
-
     return build_compiled_model(
         settings,
         MaskedLanguageModel,

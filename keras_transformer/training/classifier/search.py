@@ -27,7 +27,8 @@ except ImportError as error:  # an optional dependency: only --search needs it
     ) from error
 
 from keras_transformer.data.tokens import TokenizedClassificationData
-from keras_transformer.training.classifier import tokenize_classification_data, train_classifier
+from keras_transformer.training.classifier.pipeline import train_classifier
+from keras_transformer.training.classifier.tokenizing import tokenize_classification_data
 from keras_transformer.training.runs import say
 
 SEARCH_FILE = "search.json"
