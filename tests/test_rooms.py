@@ -232,7 +232,8 @@ def test_allowed_imports_are_not_reported(tmp_path):
     path = root / "keras_transformer" / "export" / "translator.py"
     path.parent.mkdir(parents=True)
     path.write_text(
-        "from keras_transformer.text.padding import trim\nfrom keras_transformer.decoding import greedy\n"
+        "from keras_transformer.text.padding import trim\n"
+        "from keras_transformer.decoding import greedy\n"
         "from keras_transformer.export.versions import v\nimport keras_transformer\n",
         encoding="utf-8",
     )

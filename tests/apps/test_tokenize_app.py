@@ -70,7 +70,7 @@ TRANSLATOR_TRAIN_FLAGS = [
     "2",
     "--no-export",
 ]
-# "name value: reason", as data_defaults' `Choice.line` prints a chosen setting.
+# "name value: reason", as data_rules' `Choice.line` prints a chosen setting.
 CHOICE_LINE = re.compile(r"^[a-z_]+ [^ :]+: ")
 
 

@@ -440,7 +440,7 @@ def test_a_kill_between_the_backup_and_the_history_row_loses_no_epoch(tmp_path, 
     assert len(folder.read_history()["loss"]) == 3
 
 
-# --- the bag of n-grams (issue 16) ---------------------------------------------------
+# --- the bag of n-grams --------------------------------------------------------------
 
 
 def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_exports_the_sum(
@@ -572,32 +572,6 @@ def test_ngram_units_flag_and_what_it_builds():
         parser.parse_args(["--ngram-units", "letters"])
     with pytest.raises(ValueError, match="ngram_units"):
         dataclasses.replace(settings, ngram_units="letters").validate()
-
-
-def test_a_run_saved_before_the_word_units_resumes_with_pieces_alone():
-    from keras_transformer.training.classifier.settings import (
-        ClassifierSettings,
-        saved_classifier_settings,
-    )
-
-    fields = dataclasses.asdict(ClassifierSettings())
-    older = {name: value for name, value in fields.items() if name != "ngram_units"}
-    assert saved_classifier_settings({"settings": older}).ngram_units == "pieces"
-    assert saved_classifier_settings({"settings": fields}).ngram_units == "choose"
-
-
-def test_a_run_saved_before_the_bag_of_ngrams_resumes_and_exports_without_it():
-    from keras_transformer.training.classifier.settings import (
-        ClassifierSettings,
-        saved_classifier_settings,
-    )
-
-    fields = dataclasses.asdict(ClassifierSettings())
-    older = {
-        name: value for name, value in fields.items() if name not in ("bag_of_ngrams", "ngram_l2")
-    }
-    assert saved_classifier_settings({"settings": older}).bag_of_ngrams is False
-    assert saved_classifier_settings({"settings": fields}).bag_of_ngrams is True
 
 
 def test_the_bag_of_ngrams_reads_past_the_transformer_and_so_does_the_export(tmp_path):

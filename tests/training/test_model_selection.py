@@ -1,4 +1,4 @@
-"""Model selection (issue 16): `BestEpoch` keeps the epoch with the best
+"""Model selection: `BestEpoch` keeps the epoch with the best
 monitored validation metric, the loss breaking ties; `MacroF1`; `--monitor`."""
 
 import json
@@ -60,7 +60,8 @@ def assert_weights_equal(model, weights):
         np.testing.assert_array_equal(actual, expected)
 
 
-# Validation loss rises from epoch 2 as the model grows confident, while accuracy still climbs to epoch 4.
+# Validation loss rises from epoch 2 as the model grows confident, while accuracy still
+# climbs to epoch 4.
 RISING_LOSS = [
     {"val_accuracy": 0.70, "val_loss": 0.50},
     {"val_accuracy": 0.74, "val_loss": 0.55},
@@ -258,7 +259,7 @@ def test_a_fit_cut_short_by_the_time_budget_ends_on_the_best_epoch(tmp_path):
     assert not np.allclose(model.get_weights()[0], last.get_weights()[0])
 
 
-# --- the learning rate under a time budget (issue 16, "Defaults from the data") ---
+# --- the learning rate under a time budget ---
 
 
 def test_warmup_cosine_follows_keras_cosine_decay():

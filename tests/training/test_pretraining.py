@@ -1,5 +1,5 @@
-"""Masked-token pretraining of the classifier's encoder (issue 16, "Pretraining on
-unlabelled text"): the masking, the tied head, the loss going down, the hand-over
+"""Masked-token pretraining of the classifier's encoder on its texts and unlabelled
+ones: the masking, the tied head, the loss going down, the hand-over
 to the classifier, `--unlabeled` files, the time budget, and `--resume` in each phase."""
 
 import contextlib

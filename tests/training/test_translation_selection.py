@@ -1,4 +1,4 @@
-"""The translator keeps its best-translating epoch (issue 16): chrF against
+"""The translator keeps its best-translating epoch: chrF against
 hand-computed values, `ValidationChrF` on a scripted decoder, and tiny runs
 that log `val_chrf`, select, resume and stop on it."""
 
@@ -338,22 +338,6 @@ def test_monitor_flag_defaults_to_val_chrf_and_checks_its_pairs(tmp_path, capsys
     assert not os.path.exists(tmp_path / "run")
 
 
-def test_a_run_saved_before_val_chrf_resumes_without_it():
-    import dataclasses
-
-    from keras_transformer.training.translator.settings import saved_translator_settings
-
-    old = dataclasses.asdict(TranslatorSettings(monitor="val_masked_accuracy"))
-    del old["chrf_pairs"], old["shared_vocabulary"]
-    settings = saved_translator_settings({"settings": old, "data": "tsv:pairs.tsv"})
-    assert settings.chrf_pairs == 0 and settings.monitor == "val_masked_accuracy"
-    assert settings.shared_vocabulary is False
-    assert (
-        saved_translator_settings({"settings": dataclasses.asdict(TranslatorSettings())}).chrf_pairs
-        == 200
-    )
-
-
 def test_chrf_pairs_zero_with_another_monitor_logs_no_val_chrf(numbers_data, tmp_path):
     run = train_translator(
         numbers_data,
@@ -368,7 +352,7 @@ def test_chrf_pairs_zero_with_another_monitor_logs_no_val_chrf(numbers_data, tmp
         assert json.load(settings_file)["settings"]["chrf_pairs"] == 0
 
 
-# --- the cosine schedule (issue 16: a time budget ends with the learning rate at 0) ---
+# --- the cosine schedule (a time budget ends with the learning rate at 0) ---
 
 
 def test_the_cosine_schedule_warms_up_to_the_inverse_sqrt_peak_and_ends_at_0():

@@ -50,7 +50,8 @@ def classifier_arrays(seed=0, count=96, width=16):
 
 
 def run_classifier(run_dir, epochs=2, crash_after=None, time_budget_minutes=None):
-    """Fits a tiny classifier in `run_dir` (resuming its backup); returns `(FitResult or None, folder)`."""
+    """Fits a tiny classifier in `run_dir` (resuming its backup); returns
+    `(FitResult or None, folder)`."""
     import keras
 
     from keras_transformer.training.batching import ArrayBatches

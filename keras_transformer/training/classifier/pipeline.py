@@ -38,7 +38,7 @@ from keras_transformer.training.classifier.pretraining import (
     pretrain_encoder,
     pretraining_started,
 )
-from keras_transformer.training.classifier.settings import saved_classifier_settings
+from keras_transformer.training.classifier.settings import ClassifierSettings
 from keras_transformer.training.classifier.tokenizing import (
     encode_classification_data,
     tokenize_classification_data,
@@ -123,12 +123,66 @@ def train_classifier(
 def _train_classifier(
     data, settings, folder, run_dir, resume, time_budget_minutes, verbose, strategy, unlabeled_texts
 ):
-    vocabulary_path = folder.file(CLASSIFIER_VOCABULARY)
+    settings, tokens = _settings_and_tokens(
+        data, settings, folder, run_dir, resume, verbose, unlabeled_texts
+    )
+    keras.utils.set_random_seed(settings.seed)
+    model, tokens = _model_and_its_tokens(settings, tokens, folder, strategy)
+    if settings.pretrain_epochs:
+        # Needs TensorFlow, as pretraining does: imported only where a run pretrains, so that
+        # a run from a token folder trains without it.
+        from keras_transformer.text.wordpiece import WordPieceTokenizer
+
+        time_budget_minutes = pretrain_encoder(
+            model,
+            settings,
+            WordPieceTokenizer(folder.file(CLASSIFIER_VOCABULARY)),
+            [*data.train.texts, *unlabeled_texts],
+            data.validation.texts,
+            folder,
+            strategy,
+            time_budget_minutes,
+            verbose,
+        )
+    fitted = fit_in_folder(
+        model,
+        strategy,
+        folder,
+        settings,
+        ArrayBatches(
+            (tokens.train.token_ids, tokens.train.labels), settings.batch_size, seed=settings.seed
+        ),
+        ArrayBatches((tokens.validation.token_ids, tokens.validation.labels), settings.batch_size),
+        time_budget_minutes=time_budget_minutes,
+        verbose=verbose,
+        callbacks=[FitScheduleToBudget(learning_rate_schedule(model), time_budget_minutes)],
+    )
+    if fitted is None:
+        return None  # the chief evaluates and writes the results
+    combination = None
+    if fitted.model.ngrams is not None and not fitted.model.ngrams.trainable:
+        combination = add_bag_of_ngrams(fitted.model, settings, tokens, verbose)
+    report = _test_report(fitted, settings, tokens, folder, combination)
+    say(verbose, format_classification_report(report))
+    return ClassifierRun(
+        model=fitted.model,
+        class_names=list(tokens.class_names),
+        report=report,
+        epochs_completed=report["epochs_completed"],
+        stopped_by_time_budget=fitted.stopped_by_time_budget,
+        training_seconds=fitted.training_seconds,
+        run_dir=os.fspath(run_dir),
+    )
+
+
+def _settings_and_tokens(data, settings, folder, run_dir, resume, verbose, unlabeled_texts):
+    """The run's settings and tokens: those it saved, to resume; else `settings` with the
+    values chosen from the data (said and saved), the folder ready for a new run."""
     tokens = data if isinstance(data, TokenizedClassificationData) else None
     if tokens is not None and (unlabeled_texts or settings.pretrain_epochs):
         raise ValueError(
-            f"{tokens.name} holds tokens, and pretraining (--pretrain-epochs, --unlabeled) needs the raw texts: "
-            "train from the data source instead."
+            f"{tokens.name} holds tokens, and pretraining (--pretrain-epochs, --unlabeled) needs "
+            "the raw texts: train from the data source instead."
         )
     saved = saved_run_or_fresh_start(
         folder,
@@ -144,42 +198,45 @@ def _train_classifier(
                 f"Cannot resume {run_dir}: it was trained on classes {saved['class_names']}, "
                 f"the data now has {data.class_names}."
             )
-        settings = saved_classifier_settings(saved)
+        settings = ClassifierSettings(**saved["settings"])
         if tokens is None:
-            tokens = encode_classification_data(data, settings, vocabulary_path)
-        else:
-            settings_from_tokens(settings, tokens)  # raises if the folder was tokenized otherwise
-    else:
-        settings.validate()
-        clear_pretraining(folder)
-        if tokens is None:
-            tokens = tokenize_classification_data(
-                data, settings, folder.path, verbose, unlabeled_texts
+            return settings, encode_classification_data(
+                data, settings, folder.file(CLASSIFIER_VOCABULARY)
             )
-        else:
-            copy_vocabularies(tokens, folder.path)
-        settings = settings_from_tokens(settings, tokens)
-        settings, counted = classifier_settings_from_counts(settings, len(tokens.train))
-        chosen = choices_from_record(tokens.chosen_from_data) + counted
-        for choice in chosen:
-            say(verbose, choice.line())
-        save_settings(
-            folder,
-            settings.validate(),
-            class_names=tokens.class_names,
-            data=tokens.name,
-            chosen_from_data=choices_record(chosen),
-        )
-    keras.utils.set_random_seed(settings.seed)
-    steps_per_epoch = math.ceil(len(tokens.train) / settings.batch_size)
+        settings_from_tokens(settings, tokens)  # raises if the folder was tokenized otherwise
+        return settings, tokens
+    settings.validate()
+    clear_pretraining(folder)
+    if tokens is None:
+        tokens = tokenize_classification_data(data, settings, folder.path, verbose, unlabeled_texts)
+    else:
+        copy_vocabularies(tokens, folder.path)
+    settings = settings_from_tokens(settings, tokens)
+    settings, counted = classifier_settings_from_counts(settings, len(tokens.train))
+    chosen = choices_from_record(tokens.chosen_from_data) + counted
+    for choice in chosen:
+        say(verbose, choice.line())
+    save_settings(
+        folder,
+        settings.validate(),
+        class_names=tokens.class_names,
+        data=tokens.name,
+        chosen_from_data=choices_record(chosen),
+    )
+    return settings, tokens
+
+
+def _model_and_its_tokens(settings, tokens, folder, strategy):
+    """The compiled model, its bag of n-grams adapted, and `tokens` cut to what it reads
+    (tokens encoded for a bag of n-grams that reads further than this model)."""
+    vocabulary = read_vocabulary(folder.file(CLASSIFIER_VOCABULARY))
     model = build_classifier_model(
         settings,
-        len(read_vocabulary(vocabulary_path)),
-        len(data.class_names),
-        steps_per_epoch,
+        len(vocabulary),
+        len(tokens.class_names),
+        math.ceil(len(tokens.train) / settings.batch_size),
         strategy,
     )
-    # Tokens encoded for a bag of n-grams that reads further than this model are cut to what it reads.
     tokens = dataclasses.replace(
         tokens,
         **{
@@ -190,56 +247,28 @@ def _train_classifier(
             for split in ("train", "validation", "test")
         },
     )
-    train_ids, train_labels = tokens.train.token_ids, tokens.train.labels
-    validation_ids, validation_labels = tokens.validation.token_ids, tokens.validation.labels
-    test_ids, test_labels = tokens.test.token_ids, tokens.test.labels
-
     if model.ngrams is not None:
         if model.ngrams.num_word_buckets:
-            model.ngrams.set_vocabulary(read_vocabulary(vocabulary_path))
-        model.ngrams.adapt(train_ids)
-    if settings.pretrain_epochs:
-        # pretraining masks raw texts
-        from keras_transformer.text.wordpiece import (
-            WordPieceTokenizer,
-        )
+            model.ngrams.set_vocabulary(vocabulary)
+        model.ngrams.adapt(tokens.train.token_ids)
+    return model, tokens
 
-        time_budget_minutes = pretrain_encoder(
-            model,
-            settings,
-            WordPieceTokenizer(vocabulary_path),
-            [*data.train.texts, *unlabeled_texts],
-            data.validation.texts,
-            folder,
-            strategy,
-            time_budget_minutes,
-            verbose,
-        )
-    fitted = fit_in_folder(
-        model,
-        strategy,
-        folder,
-        settings,
-        ArrayBatches((train_ids, train_labels), settings.batch_size, seed=settings.seed),
-        ArrayBatches((validation_ids, validation_labels), settings.batch_size),
-        time_budget_minutes=time_budget_minutes,
-        verbose=verbose,
-        callbacks=[FitScheduleToBudget(learning_rate_schedule(model), time_budget_minutes)],
-    )
-    if fitted is None:
-        return None  # the chief evaluates and writes the results
-    combination = None
-    if fitted.model.ngrams is not None and not fitted.model.ngrams.trainable:
-        combination = add_bag_of_ngrams(fitted.model, settings, tokens, verbose)
 
-    # Batch by batch: `predict` would wrap the batches with the first ones' widths (`as_tf_dataset`).
+def _test_report(fitted, settings, tokens, folder, combination):
+    """The test split's `classification_report` with what the run did, written with its
+    confusion matrix, the model and the learning curves into `folder`."""
+    test = tokens.test
+    # Batch by batch: `predict` would wrap the batches with the first ones' widths
+    # (`as_tf_dataset`).
     probabilities = np.concatenate(
         [
             fitted.model.predict_on_batch(token_ids)
-            for token_ids, _ in ArrayBatches((test_ids, test_labels), settings.batch_size)
+            for token_ids, _ in ArrayBatches((test.token_ids, test.labels), settings.batch_size)
         ]
     )
-    report = classification_report(test_labels, np.argmax(probabilities, axis=-1), data.class_names)
+    report = classification_report(
+        test.labels, np.argmax(probabilities, axis=-1), tokens.class_names
+    )
     report.update(
         {
             "data": tokens.name,
@@ -257,17 +286,8 @@ def _train_classifier(
     draw_plot(
         "plot_confusion_matrix",
         np.asarray(report["confusion_matrix"]),
-        data.class_names,
+        tokens.class_names,
         folder.file("confusion_matrix.png"),
     )
     save_model_and_curves(folder, fitted)
-    say(verbose, format_classification_report(report))
-    return ClassifierRun(
-        model=fitted.model,
-        class_names=list(data.class_names),
-        report=report,
-        epochs_completed=report["epochs_completed"],
-        stopped_by_time_budget=fitted.stopped_by_time_budget,
-        training_seconds=fitted.training_seconds,
-        run_dir=os.fspath(run_dir),
-    )
+    return report

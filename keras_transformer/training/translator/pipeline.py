@@ -41,10 +41,7 @@ from keras_transformer.training.schedules import WarmupCosine
 from keras_transformer.training.translator.chrf import ValidationChrF, chrf_subset
 from keras_transformer.training.translator.data_rules import translator_settings_from_counts
 from keras_transformer.training.translator.model import build_compiled_translator
-from keras_transformer.training.translator.settings import (
-    TranslatorSettings,
-    saved_translator_settings,
-)
+from keras_transformer.training.translator.settings import TranslatorSettings
 from keras_transformer.training.translator.tokenizing import (
     encode_translation_data,
     run_tokenizers,
@@ -65,7 +62,8 @@ class TranslatorRun:
     training_seconds: float
     run_dir: str
 
-    # Made from the run folder when asked for: they need TensorFlow, which training from tokens does not.
+    # Made from the run folder when asked for: they need TensorFlow, which training from
+    # tokens does not.
     @property
     def source_tokenizer(self):
         return run_tokenizers(RunFolder(self.run_dir), self.settings)[0]
@@ -133,35 +131,7 @@ def _train_translator(
     callbacks,
     strategy,
 ):
-    tokens = data if isinstance(data, TokenizedTranslationData) else None
-    saved = saved_run_or_fresh_start(folder, run_dir, resume, SAMPLES_FILE, verbose)
-    if saved is not None:
-        settings = saved_translator_settings(saved)
-        if tokens is None:
-            tokens = encode_translation_data(data, settings, folder)
-        else:
-            settings_from_tokens(settings, tokens)  # raises if the folder was tokenized otherwise
-    else:
-        settings.validate()
-        if tokens is None:
-            tokens = tokenize_translation_data(data, settings, folder.path, verbose)
-        else:
-            copy_vocabularies(tokens, folder.path)
-        settings = settings_from_tokens(settings, tokens)
-        settings, counted = translator_settings_from_counts(
-            settings, len(tokens.train), tokens.train_target_words
-        )
-        chosen = choices_from_record(tokens.chosen_from_data) + counted
-        for choice in chosen:
-            say(verbose, choice.line())
-        save_settings(
-            folder,
-            settings.validate(),
-            data=tokens.name,
-            source_language=tokens.source_language,
-            target_language=tokens.target_language,
-            chosen_from_data=choices_record(chosen),
-        )
+    settings, tokens = _settings_and_tokens(data, settings, folder, run_dir, resume, verbose)
     keras.utils.set_random_seed(settings.seed)
     source_vocabulary, target_vocabulary = run_vocabularies(folder, settings)
 
@@ -206,6 +176,55 @@ def _train_translator(
     if fitted is None:
         return None  # the chief translates the samples and writes the results
 
+    samples = _samples(fitted, settings, tokens, target_vocabulary, folder, num_samples, verbose)
+    return TranslatorRun(
+        model=fitted.model,
+        settings=settings,
+        samples=samples,
+        epochs_completed=len(fitted.history.get("loss", [])),
+        stopped_by_time_budget=fitted.stopped_by_time_budget,
+        training_seconds=fitted.training_seconds,
+        run_dir=os.fspath(run_dir),
+    )
+
+
+def _settings_and_tokens(data, settings, folder, run_dir, resume, verbose):
+    """The run's settings and tokens: those it saved, to resume; else `settings` with the
+    values chosen from the data (said and saved), the folder ready for a new run."""
+    tokens = data if isinstance(data, TokenizedTranslationData) else None
+    saved = saved_run_or_fresh_start(folder, run_dir, resume, SAMPLES_FILE, verbose)
+    if saved is not None:
+        settings = TranslatorSettings(**saved["settings"])
+        if tokens is None:
+            return settings, encode_translation_data(data, settings, folder)
+        settings_from_tokens(settings, tokens)  # raises if the folder was tokenized otherwise
+        return settings, tokens
+    settings.validate()
+    if tokens is None:
+        tokens = tokenize_translation_data(data, settings, folder.path, verbose)
+    else:
+        copy_vocabularies(tokens, folder.path)
+    settings = settings_from_tokens(settings, tokens)
+    settings, counted = translator_settings_from_counts(
+        settings, len(tokens.train), tokens.train_target_words
+    )
+    chosen = choices_from_record(tokens.chosen_from_data) + counted
+    for choice in chosen:
+        say(verbose, choice.line())
+    save_settings(
+        folder,
+        settings.validate(),
+        data=tokens.name,
+        source_language=tokens.source_language,
+        target_language=tokens.target_language,
+        chosen_from_data=choices_record(chosen),
+    )
+    return settings, tokens
+
+
+def _samples(fitted, settings, tokens, target_vocabulary, folder, num_samples, verbose):
+    """The first `num_samples` test sources translated, said and written with the model and
+    the learning curves into `folder`."""
     sources = tokens.test.sources[:num_samples]
     translations = translate_ids(
         fitted.model, tokens.test.source_ids[:num_samples], settings, target_vocabulary
@@ -223,15 +242,7 @@ def _train_translator(
             f"  source:      {sample['source']}\n  reference:   {sample['reference']}\n"
             f"  translation: {sample['translation']}\n",
         )
-    return TranslatorRun(
-        model=fitted.model,
-        settings=settings,
-        samples=samples,
-        epochs_completed=len(fitted.history.get("loss", [])),
-        stopped_by_time_budget=fitted.stopped_by_time_budget,
-        training_seconds=fitted.training_seconds,
-        run_dir=os.fspath(run_dir),
-    )
+    return samples
 
 
 def _validation_chrf(source_ids, target_ids, references, settings, vocabulary):

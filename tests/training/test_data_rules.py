@@ -1,6 +1,6 @@
-"""Settings chosen from the training data (keras_transformer/training/data_defaults.py):
-the rules on small synthetic corpora, a set value winning, and what a run
-prints, records in settings.json and keeps on --resume."""
+"""Settings chosen from the training data (keras_transformer/training/data_rules.py and each
+task's data_rules.py): the rules on small synthetic corpora, a set value winning, and what a
+run prints, records in settings.json and keeps on --resume."""
 
 import json
 import os
@@ -350,7 +350,8 @@ def test_translator_size_and_regularization_follow_the_target_words(num_pairs, t
 
 @pytest.mark.parametrize("schedule, patience", [("cosine", 0), ("inverse_sqrt", 3)])
 def test_translator_patience_follows_a_schedule_the_user_set(schedule, patience):
-    # A Bible-sized corpus would get the paper's schedule; the user's cosine still turns early stopping off.
+    # A Bible-sized corpus would get the paper's schedule; the user's cosine still turns
+    # early stopping off.
     sources, targets = pairs(5000, 3, 80)
     settings, choices = translator_choices(
         TranslatorSettings(sequence_length=8, schedule=schedule), sources, targets
@@ -610,8 +611,8 @@ def test_flags_left_to_the_data_say_so(app, flags):
         assert "default: from the data" in helps[flag], flag
 
 
-def test_large_corpus_settings_are_the_sizes_before_defaults_followed_the_data():
-    # The fixed defaults these fields had, which benchmarks of speed and serving build.
+def test_large_corpus_settings_are_the_sizes_of_a_large_corpus():
+    # What benchmarks of speed and serving build without training data.
     translator = large_corpus_settings(TranslatorSettings(num_heads=8)).validate()
     assert (
         translator.vocabulary_size,
