@@ -123,7 +123,8 @@ class BestEpoch(keras.callbacks.Callback):
         self.monitor = monitor
         self.patience = patience
         self.verbose = verbose
-        self.best = None  # {"epoch" (1-based), "monitor", "value", "val_loss", "epochs_without_improvement"}
+        # {"epoch" (1-based), "monitor", "value", "val_loss", "epochs_without_improvement"}
+        self.best = None
 
     def on_train_begin(self, logs=None):
         self.best = read_best_epoch(self.record_path)
@@ -140,7 +141,8 @@ class BestEpoch(keras.callbacks.Callback):
         logs = logs or {}
         if self.monitor not in logs:
             raise ValueError(
-                f"Cannot select epochs on {self.monitor!r}: the epoch logged only {', '.join(sorted(logs))}."
+                f"Cannot select epochs on {self.monitor!r}: the epoch logged only "
+                f"{', '.join(sorted(logs))}."
             )
         value = float(logs[self.monitor])
         loss = float(logs.get("val_loss", np.nan))

@@ -153,7 +153,8 @@ def saved_run_or_fresh_start(
 
 
 def save_settings(folder, settings, **details):
-    """Writes `settings.json`: the settings dataclass, for `--resume`, and `details` about the run."""
+    """Writes `settings.json`: the settings dataclass, for `--resume`, and `details` about
+    the run."""
     with open(folder.file(SETTINGS_FILE), "w") as settings_file:
         json.dump({"settings": dataclasses.asdict(settings), **details}, settings_file, indent=2)
 
@@ -228,7 +229,10 @@ def save_model_and_curves(folder, fitted):
     fitted.model.save(folder.file("model.keras"))
 
 
-PLOTS_NOTICE = "Plots need matplotlib (pip install matplotlib); not drawn (history.csv and metrics are written)."
+PLOTS_NOTICE = (
+    "Plots need matplotlib (pip install matplotlib); not drawn (history.csv and metrics are "
+    "written)."
+)
 _plots_notice_said = False
 
 

@@ -1,4 +1,5 @@
-"""Learning-rate schedules: the paper's warmup then inverse square root, and a warmup then cosine."""
+"""Learning-rate schedules: the paper's warmup then inverse square root, and a warmup then
+cosine."""
 
 import math
 

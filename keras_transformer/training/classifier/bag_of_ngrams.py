@@ -48,20 +48,7 @@ def fit_logistic_regression(layer, token_ids, labels, l2, max_iterations=1000):
     """
     from scipy import optimize, sparse
 
-    labels = np.asarray(labels, np.int64)
-    if layer.bias is None:
-        raise ValueError(
-            "fit_logistic_regression needs a BagOfNgrams with `use_bias=True` (the intercept)."
-        )
-    if len(labels) != len(token_ids) or len(labels) == 0:
-        raise ValueError(
-            f"fit_logistic_regression needs one label per text, got {len(labels)} labels "
-            f"for {len(token_ids)} texts."
-        )
-    if labels.min() < 0 or labels.max() >= layer.units:
-        raise ValueError(
-            f"Labels must lie in [0, {layer.units}), got {labels.min()}..{labels.max()}."
-        )
+    labels = _checked_labels(layer, token_ids, labels)
     started = time.monotonic()
     rows, columns, values = layer.sparse_features(token_ids)
     features = sparse.csr_matrix((values, (rows, columns)), shape=(len(labels), layer.num_features))
@@ -120,38 +107,12 @@ def add_bag_of_ngrams(model, settings, tokens, verbose=1):
         What was done, as a dict for `metrics.json`.
     """
     ngrams, train, validation = model.ngrams, tokens.train, tokens.validation
-    transformer_logits, labels = _validation_outputs(
-        model,
-        tokens,
-        settings.batch_size,
-        lambda ids: np.log(np.maximum(model.predict_on_batch(ids), 1e-30)),
-    )
     metric = settings.monitor.removeprefix("val_")
-
-    def rank(scores):
-        return (-scores["loss"] if metric == "loss" else scores[metric], -scores["loss"])
-
-    def best_value(scores_by_weight):
-        return (min if metric == "loss" else max)(
-            scores[metric] for scores in scores_by_weight.values()
-        )
-
     candidates = NGRAM_UNITS[settings.ngram_units] if ngrams.num_word_buckets else [("pieces",)]
-    tried = {}
-    for features in candidates:
-        ngrams.adapt(train.token_ids, features=features)
-        linear = fit_logistic_regression(ngrams, train.token_ids, train.labels, ngrams.l2)
-        ngram_logits, _ = _validation_outputs(model, tokens, settings.batch_size, ngrams)
-        tried[features] = (
-            linear,
-            {
-                weight: _validation_scores(ngram_logits + weight * transformer_logits, labels)
-                for weight in TRANSFORMER_WEIGHTS
-            },
-        )
+    tried = _fit_each_family(model, candidates, tokens, settings.batch_size)
     features, best = max(
         ((features, weight) for features in candidates for weight in TRANSFORMER_WEIGHTS),
-        key=lambda pair: rank(tried[pair[0]][1][pair[1]]),
+        key=lambda pair: _rank(tried[pair[0]][1][pair[1]], metric),
     )
     linear, scores = tried[features]
     model.head.kernel.assign(keras.ops.convert_to_numpy(model.head.kernel) * best)
@@ -169,20 +130,7 @@ def add_bag_of_ngrams(model, settings, tokens, verbose=1):
             }
             for option in candidates
         }
-    say(
-        verbose,
-        f"Bag of n-grams ({' and '.join(features)}): a logistic regression fit in {linear.seconds:.1f} s "
-        f"({linear.iterations} iterations, training accuracy {linear.train_accuracy:.4f}); the Transformer's "
-        f"logits added at weight {best} (validation {metric} "
-        + ", ".join(f"{weight}: {scores[weight][metric]:.4f}" for weight in TRANSFORMER_WEIGHTS)
-        + ")"
-        + "".join(
-            f"; {' and '.join(option)}: at best {best_value(tried[option][1]):.4f}"
-            for option in candidates
-            if option != features
-        )
-        + ").",
-    )
+    say(verbose, _combination_line(tried, features, best, metric))
     if settings.ngram_refit:
         token_ids = _stacked_ids(train.token_ids, validation.token_ids)
         ngrams.adapt(token_ids, features=features)
@@ -199,10 +147,79 @@ def add_bag_of_ngrams(model, settings, tokens, verbose=1):
             f"{refit.seconds:.1f} s.",
         )
     elif features != candidates[-1]:
-        # The last fit was another family's: fit the chosen one again (L-BFGS from zeros: the same optimum).
+        # The last fit was another family's: fit the chosen one again (L-BFGS from zeros:
+        # the same optimum).
         ngrams.adapt(train.token_ids, features=features)
         fit_logistic_regression(ngrams, train.token_ids, train.labels, ngrams.l2)
     return record
+
+
+def _fit_each_family(model, candidates, tokens, batch_size):
+    """`{features: (LinearFit, {weight: validation scores})}`: `model.ngrams` fit on each
+    set of feature families of `candidates`, its logits summed with the Transformer's at
+    each of `TRANSFORMER_WEIGHTS` on validation. The last set's fit stays in the layer."""
+    ngrams, train = model.ngrams, tokens.train
+    transformer_logits, labels = _validation_outputs(
+        model,
+        tokens,
+        batch_size,
+        lambda ids: np.log(np.maximum(model.predict_on_batch(ids), 1e-30)),
+    )
+    tried = {}
+    for features in candidates:
+        ngrams.adapt(train.token_ids, features=features)
+        linear = fit_logistic_regression(ngrams, train.token_ids, train.labels, ngrams.l2)
+        ngram_logits, _ = _validation_outputs(model, tokens, batch_size, ngrams)
+        tried[features] = (
+            linear,
+            {
+                weight: _validation_scores(ngram_logits + weight * transformer_logits, labels)
+                for weight in TRANSFORMER_WEIGHTS
+            },
+        )
+    return tried
+
+
+def _rank(scores, metric):
+    """Higher is better: `metric` (the loss negated), then the lower loss."""
+    return (-scores["loss"] if metric == "loss" else scores[metric], -scores["loss"])
+
+
+def _combination_line(tried, features, best, metric):
+    """What `add_bag_of_ngrams` chose, for the run's story."""
+    linear, scores = tried[features]
+    others = "".join(
+        f"; {' and '.join(option)}: at best "
+        f"{(min if metric == 'loss' else max)(s[metric] for s in option_scores.values()):.4f}"
+        for option, (_, option_scores) in tried.items()
+        if option != features
+    )
+    weights = ", ".join(f"{weight}: {scores[weight][metric]:.4f}" for weight in TRANSFORMER_WEIGHTS)
+    return (
+        f"Bag of n-grams ({' and '.join(features)}): a logistic regression fit in "
+        f"{linear.seconds:.1f} s ({linear.iterations} iterations, training accuracy "
+        f"{linear.train_accuracy:.4f}); the Transformer's logits added at weight {best} "
+        f"(validation {metric} {weights}{others})."
+    )
+
+
+def _checked_labels(layer, token_ids, labels):
+    """`labels` as int64, or ValueError: `layer` has no bias, or the labels do not fit."""
+    labels = np.asarray(labels, np.int64)
+    if layer.bias is None:
+        raise ValueError(
+            "fit_logistic_regression needs a BagOfNgrams with `use_bias=True` (the intercept)."
+        )
+    if len(labels) != len(token_ids) or len(labels) == 0:
+        raise ValueError(
+            f"fit_logistic_regression needs one label per text, got {len(labels)} labels "
+            f"for {len(token_ids)} texts."
+        )
+    if labels.min() < 0 or labels.max() >= layer.units:
+        raise ValueError(
+            f"Labels must lie in [0, {layer.units}), got {labels.min()}..{labels.max()}."
+        )
+    return labels
 
 
 def _stacked_ids(*arrays):
@@ -214,7 +231,8 @@ def _stacked_ids(*arrays):
 
 
 def _validation_outputs(model, tokens, batch_size, outputs_of):
-    """`outputs_of(token_ids)` on the validation split, batch by batch, with the labels in the same order."""
+    """`outputs_of(token_ids)` on the validation split, batch by batch, with the labels in
+    the same order."""
     outputs, labels = [], []
     for token_ids, batch_labels in ArrayBatches(
         (tokens.validation.token_ids, tokens.validation.labels), batch_size

@@ -94,7 +94,8 @@ def encode_translation_data(data, settings, vocabulary_folder, chosen_from_data=
 
 
 def build_run_vocabularies(folder, data, settings):
-    """Learns the run's vocabularies from the training pairs into `folder` (read by `run_tokenizers`)."""
+    """Learns the run's vocabularies from the training pairs into `folder` (read by
+    `run_tokenizers`)."""
     from keras_transformer.text.wordpiece import build_vocabulary, save_vocabulary
 
     if settings.shared_vocabulary:
