@@ -40,7 +40,8 @@ def add_translator_export_flags(group):
 
 
 def check_translator_export_flags(args):
-    """Raises ValueError for a bad `add_translator_export_flags` value (before hours of training)."""
+    """Raises ValueError for a bad `add_translator_export_flags` value (before hours of
+    training)."""
     if args.beam_width < 1:
         raise ValueError(f"--beam-width must be at least 1, got {args.beam_width}.")
 

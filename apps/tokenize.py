@@ -18,23 +18,34 @@ import argparse
 import sys
 
 from apps.training_flags import (
-    add_classifier_token_flags,
-    add_seed_flag,
-    add_translator_token_flags,
+    add_classifier_data_flags,
+    add_settings_flags,
+    add_translator_data_flags,
     classification_data_from_flags,
+    settings_from_flags,
     translation_data_from_flags,
 )
 from keras_transformer.data import DataError
 from keras_transformer.data.tokens import (
+    CLASSIFIER_TOKEN_SETTINGS,
     SPLITS,
+    TRANSLATOR_TOKEN_SETTINGS,
     folder_size,
     read_token_folder,
     save_tokenized,
     token_folder_writer,
 )
-from keras_transformer.training.classifier import ClassifierSettings, tokenize_classification_data
-from keras_transformer.training.data_defaults import choices_from_record
-from keras_transformer.training.translator import TranslatorSettings, tokenize_translation_data
+from keras_transformer.training.classifier.settings import ClassifierSettings
+from keras_transformer.training.classifier.tokenizing import tokenize_classification_data
+from keras_transformer.training.data_rules import choices_from_record
+from keras_transformer.training.translator.settings import TranslatorSettings
+from keras_transformer.training.translator.tokenizing import tokenize_translation_data
+
+# Per task: its settings, the flags of its raw data, the settings tokenization fixes.
+TASKS = {
+    "classifier": (ClassifierSettings, add_classifier_data_flags, CLASSIFIER_TOKEN_SETTINGS),
+    "translator": (TranslatorSettings, add_translator_data_flags, TRANSLATOR_TOKEN_SETTINGS),
+}
 
 
 def build_parser():
@@ -44,44 +55,26 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tasks = parser.add_subparsers(dest="task", required=True, metavar="{classifier,translator}")
-    for task, add_token_flags, defaults in (
-        ("classifier", add_classifier_token_flags, ClassifierSettings()),
-        ("translator", add_translator_token_flags, TranslatorSettings()),
-    ):
+    for task, (settings_class, add_data_flags, token_settings) in TASKS.items():
         task_parser = tasks.add_parser(
             task, help=f"the data and vocabulary flags of python -m apps.train_{task}"
         )
         task_parser.add_argument(
             "--out", required=True, metavar="DIR", help="the token folder to write"
         )
-        add_token_flags(
-            task_parser.add_argument_group("data"),
-            task_parser.add_argument_group("tokens"),
-            defaults,
-            token_folders=False,
+        data = task_parser.add_argument_group("data")
+        add_data_flags(data, token_folders=False)
+        groups = {"data": data, "model": task_parser.add_argument_group("tokens")}
+        # The seed of the split and the subsets: among the general options.
+        add_settings_flags(
+            {**groups, "training": task_parser}, settings_class, (*token_settings, "seed")
         )
-        add_seed_flag(task_parser, defaults.seed)
     return parser
 
 
 def settings_from(args):
     """The training settings the flags set, the rest at their defaults."""
-    if args.task == "classifier":
-        return ClassifierSettings(
-            vocabulary_size=args.vocab_size,
-            sequence_length=args.sequence_length,
-            ngram_length=args.ngram_length,
-            max_length=args.max_length,
-            pooling=args.pooling,
-            seed=args.seed,
-        )
-    return TranslatorSettings(
-        vocabulary_size=args.vocab_size,
-        sequence_length=args.sequence_length,
-        max_length=args.max_length,
-        shared_vocabulary=args.shared_vocabulary,
-        seed=args.seed,
-    )
+    return settings_from_flags(TASKS[args.task][0], args)
 
 
 def main(argv=None):
@@ -101,8 +94,9 @@ def main(argv=None):
         else:
             data = translation_data_from_flags(args)
             print(
-                f"{data.name} ({data.source_language} -> {data.target_language}): {len(data.train)} train, "
-                f"{len(data.validation)} validation, {len(data.test)} test pairs",
+                f"{data.name} ({data.source_language} -> {data.target_language}): "
+                f"{len(data.train)} train, {len(data.validation)} validation, "
+                f"{len(data.test)} test pairs",
                 flush=True,
             )
         tokenize = (

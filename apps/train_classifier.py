@@ -26,22 +26,17 @@ import sys
 from apps.export import export_run_and_say
 from apps.training_flags import (
     CLASSIFIER_RAW_DATA_FLAGS,
-    add_classifier_token_flags,
-    add_hardware_flags,
-    add_model_size_flags,
-    add_monitor_flag,
-    add_run_flags,
+    add_classifier_data_flags,
+    add_training_flags,
     classification_data_from_flags,
-    default_help,
     flags_given,
+    settings_from_flags,
     strategy_and_data,
     token_data_and_settings,
     train_on_chief,
 )
-from keras_transformer.training.classifier import MONITORS, NGRAM_UNITS, ClassifierSettings
-from keras_transformer.training.pretraining import read_unlabeled_texts
-
-DEFAULTS = ClassifierSettings()
+from keras_transformer.training.classifier.pretraining import read_unlabeled_texts
+from keras_transformer.training.classifier.settings import ClassifierSettings
 
 
 def build_parser():
@@ -50,84 +45,17 @@ def build_parser():
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    data = parser.add_argument_group("data")
-    model = parser.add_argument_group("model")
-    add_classifier_token_flags(data, model, DEFAULTS)
-    data.add_argument(
+    groups = add_training_flags(
+        parser, ClassifierSettings, add_classifier_data_flags, run_dir="runs/classifier"
+    )
+    groups["data"].add_argument(
         "--unlabeled",
         default=None,
         metavar="PATH",
         help="UTF-8 file of unlabelled texts, one a line, for the vocabulary and "
         "--pretrain-epochs (give it again with --resume)",
     )
-
-    model.add_argument("--num-layers", type=int, default=DEFAULTS.num_layers)
-    add_model_size_flags(model, DEFAULTS)
-    model.add_argument(
-        "--bag-of-ngrams",
-        action=argparse.BooleanOptionalAction,
-        default=DEFAULTS.bag_of_ngrams,
-        help="add to the Transformer's logits those of a logistic regression on the TF-IDF of "
-        "the texts' unigrams and bigrams (see --ngram-units), fit after the Transformer, at a "
-        "weight chosen on validation (default: "
-        f"{'on' if DEFAULTS.bag_of_ngrams else 'off'})",
-    )
-    model.add_argument(
-        "--ngram-l2",
-        type=float,
-        default=DEFAULTS.ngram_l2,
-        help=default_help(DEFAULTS.ngram_l2, "L2 penalty of the bag of n-grams"),
-    )
-    model.add_argument(
-        "--ngram-units",
-        choices=list(NGRAM_UNITS),
-        default=DEFAULTS.ngram_units,
-        help="the bag of n-grams' units: WordPieces, the words they spell, both, or choose between "
-        "both and words on validation "
-        f"(default {DEFAULTS.ngram_units})",
-    )
-    model.add_argument(
-        "--ngram-refit",
-        action=argparse.BooleanOptionalAction,
-        default=DEFAULTS.ngram_refit,
-        help="once validation chose the Transformer's weight, fit the bag of n-grams again on the "
-        f"training and validation texts (default: {'on' if DEFAULTS.ngram_refit else 'off'})",
-    )
-
-    training = parser.add_argument_group("training")
-    training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
-    training.add_argument(
-        "--batch-size",
-        type=int,
-        default=DEFAULTS.batch_size,
-        help=default_help(DEFAULTS.batch_size),
-    )
-    training.add_argument(
-        "--learning-rate",
-        type=float,
-        default=DEFAULTS.learning_rate,
-        help="peak of the warmup-then-cosine schedule, which ends "
-        "after --epochs or with --time-budget, whichever comes first",
-    )
-    training.add_argument("--weight-decay", type=float, default=DEFAULTS.weight_decay)
-    training.add_argument(
-        "--warmup-fraction",
-        type=float,
-        default=DEFAULTS.warmup_fraction,
-        help=default_help(
-            DEFAULTS.warmup_fraction, "share of the planned steps that warm the learning rate up"
-        ),
-    )
-    training.add_argument(
-        "--pretrain-epochs",
-        type=int,
-        default=DEFAULTS.pretrain_epochs,
-        metavar="N",
-        help="first pretrain the encoder for N epochs to predict masked tokens of the "
-        "training texts and --unlabeled, within half of --time-budget at most "
-        f"(default {DEFAULTS.pretrain_epochs}: no pretraining)",
-    )
-    training.add_argument(
+    groups["training"].add_argument(
         "--search",
         type=int,
         default=0,
@@ -137,10 +65,6 @@ def build_parser():
         "share of --time-budget, and keep the best by --monitor on validation; "
         "RUN_DIR/search.json lists them (default 0: train once)",
     )
-    add_run_flags(training, DEFAULTS, run_dir="runs/classifier")
-    add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
-    add_hardware_flags(parser)
-
     export = parser.add_argument_group("export")
     export.add_argument("--export-dir", default="exported_models/classifier")
     export.add_argument("--no-export", action="store_true", help="train and evaluate only")
@@ -148,33 +72,7 @@ def build_parser():
 
 
 def settings_from(args):
-    return ClassifierSettings(
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        sequence_length=args.sequence_length,
-        ngram_length=args.ngram_length,
-        max_length=args.max_length,
-        vocabulary_size=args.vocab_size,
-        num_layers=args.num_layers,
-        d_model=args.d_model,
-        num_heads=args.num_heads,
-        intermediate_dim=args.intermediate_dim,
-        dropout=args.dropout,
-        pooling=args.pooling,
-        learning_rate=args.learning_rate,
-        weight_decay=args.weight_decay,
-        warmup_fraction=args.warmup_fraction,
-        patience=args.patience,
-        monitor=args.monitor,
-        seed=args.seed,
-        mixed_precision=args.mixed_precision,
-        jit_compile=args.jit_compile,
-        pretrain_epochs=args.pretrain_epochs,
-        bag_of_ngrams=args.bag_of_ngrams,
-        ngram_l2=args.ngram_l2,
-        ngram_refit=args.ngram_refit,
-        ngram_units=args.ngram_units,
-    )
+    return settings_from_flags(ClassifierSettings, args)
 
 
 def check_flags(args):
@@ -214,7 +112,7 @@ def main(argv=None):
     )
 
     # Imported late so that `--help` and bad flags answer without loading TensorFlow's model code.
-    from keras_transformer.training.classifier import train_classifier
+    from keras_transformer.training.classifier.pipeline import train_classifier
 
     print(
         f"{data.name}: {len(data.train)} train, {len(data.validation)} validation, "
@@ -223,7 +121,7 @@ def main(argv=None):
     )
     train = functools.partial(train_classifier, unlabeled_texts=unlabeled_texts)
     if args.search:
-        from keras_transformer.training.search import SEARCH_SPACE, search_classifier
+        from keras_transformer.training.classifier.search import SEARCH_SPACE, search_classifier
 
         fixed = given & {*SEARCH_SPACE, "intermediate_dim"}
         train = functools.partial(search_classifier, trials=args.search, fixed=fixed)

@@ -25,21 +25,16 @@ from apps.export import (
 )
 from apps.training_flags import (
     TRANSLATOR_RAW_DATA_FLAGS,
-    add_hardware_flags,
-    add_model_size_flags,
-    add_monitor_flag,
-    add_run_flags,
-    add_translator_token_flags,
-    default_help,
+    add_training_flags,
+    add_translator_data_flags,
     flags_given,
+    settings_from_flags,
     strategy_and_data,
     token_data_and_settings,
     train_on_chief,
     translation_data_from_flags,
 )
-from keras_transformer.training.translator import MONITORS, SCHEDULES, TranslatorSettings
-
-DEFAULTS = TranslatorSettings()
+from keras_transformer.training.translator.settings import TranslatorSettings
 
 
 def build_parser():
@@ -48,77 +43,18 @@ def build_parser():
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    data = parser.add_argument_group("data")
-    model = parser.add_argument_group("model")
-    add_translator_token_flags(data, model, DEFAULTS)
-    model.add_argument(
-        "--num-layers",
-        type=int,
-        default=DEFAULTS.num_layers,
-        help=default_help(
-            DEFAULTS.num_layers, "encoder blocks (and decoder blocks unless --decoder-layers)"
-        ),
+    add_training_flags(
+        parser, TranslatorSettings, add_translator_data_flags, run_dir="runs/translator"
     )
-    model.add_argument(
-        "--decoder-layers",
-        type=int,
-        default=DEFAULTS.num_decoder_layers,
-        help="decoder blocks (default: --num-layers)",
-    )
-    add_model_size_flags(model, DEFAULTS)
-
-    training = parser.add_argument_group("training")
-    training.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
-    training.add_argument(
-        "--batch-size",
-        type=int,
-        default=DEFAULTS.batch_size,
-        help=default_help(DEFAULTS.batch_size),
-    )
-    training.add_argument(
-        "--label-smoothing",
-        type=float,
-        default=DEFAULTS.label_smoothing,
-        help=default_help(DEFAULTS.label_smoothing),
-    )
-    training.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=DEFAULTS.warmup_steps,
-        help=default_help(DEFAULTS.warmup_steps),
-    )
-    training.add_argument(
-        "--learning-rate-scale",
-        type=float,
-        default=DEFAULTS.learning_rate_scale,
-        help="multiplies the paper's warmup schedule (the peak of both schedules)",
-    )
-    training.add_argument(
-        "--schedule",
-        choices=SCHEDULES,
-        default=DEFAULTS.schedule,
-        help="after the warmup: inverse_sqrt (the paper's 1/sqrt(step)) or cosine (to 0 "
-        "at the last planned step, or where --time-budget ends; "
-        f"{default_help(DEFAULTS.schedule)})",
-    )
-    add_run_flags(training, DEFAULTS, run_dir="runs/translator")
-    add_monitor_flag(training, MONITORS, DEFAULTS.monitor)
-    training.add_argument(
-        "--chrf-pairs",
-        type=int,
-        default=DEFAULTS.chrf_pairs,
-        metavar="N",
-        help="validation pairs (a seeded subset) translated greedily after every epoch "
-        f"to log val_chrf (default {DEFAULTS.chrf_pairs}; 0 = none, which needs "
-        "another --monitor)",
-    )
-    add_hardware_flags(parser)
-
     export = parser.add_argument_group("export")
     export.add_argument("--export-dir", default="exported_models/translator")
     export.add_argument("--no-export", action="store_true", help="train only")
     add_translator_export_flags(export)
     return parser
+
+
+def settings_from(args):
+    return settings_from_flags(TranslatorSettings, args)
 
 
 def check_flags(args):
@@ -129,30 +65,7 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     given = flags_given(parser, argv)
-    settings = TranslatorSettings(
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        sequence_length=args.sequence_length,
-        max_length=args.max_length,
-        vocabulary_size=args.vocab_size,
-        num_layers=args.num_layers,
-        num_decoder_layers=args.decoder_layers,
-        d_model=args.d_model,
-        num_heads=args.num_heads,
-        intermediate_dim=args.intermediate_dim,
-        dropout=args.dropout,
-        label_smoothing=args.label_smoothing,
-        warmup_steps=args.warmup_steps,
-        learning_rate_scale=args.learning_rate_scale,
-        patience=args.patience,
-        seed=args.seed,
-        mixed_precision=args.mixed_precision,
-        jit_compile=args.jit_compile,
-        monitor=args.monitor,
-        chrf_pairs=args.chrf_pairs,
-        shared_vocabulary=args.shared_vocabulary,
-        schedule=args.schedule,
-    )
+    settings = settings_from(args)
 
     def load_data():
         tokens = token_data_and_settings(
@@ -164,7 +77,7 @@ def main(argv=None):
         parser, args, settings, load_data, check_flags=check_flags
     )
 
-    from keras_transformer.training.translator import train_translator
+    from keras_transformer.training.translator.pipeline import train_translator
 
     print(
         f"{data.name} ({data.source_language} -> {data.target_language}): {len(data.train)} train, "

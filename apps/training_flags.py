@@ -1,17 +1,22 @@
 """What `train_classifier`, `train_translator` and `tokenize` share: the flags
-of the data and its tokens, of a model's size, of a run and of where training
+of the data, the flags of the settings (derived from the settings' fields,
+`keras_transformer.training.settings`), those of a run and of where training
 computes, and the flow from flags to a trained run (usage errors exit with
 status 2 and one `error:` line)."""
 
 import argparse
+import dataclasses
 import sys
 
 from keras_transformer.data import DataError, load_classification_data, load_translation_data
 from keras_transformer.data.registry import TOKEN_SOURCE, token_folder_path
-from keras_transformer.data.tokens import read_token_folder, settings_from_tokens
+from keras_transformer.data.tokens import (
+    TokenSettingConflict,
+    read_token_folder,
+    settings_from_tokens,
+)
 from keras_transformer.training.distribute import (
     DISTRIBUTE_CHOICES,
-    MIXED_PRECISION_POLICIES,
     check_batch_size,
     check_jit_compile,
     describe_strategy,
@@ -19,145 +24,120 @@ from keras_transformer.training.distribute import (
     make_strategy,
     worker_name,
 )
-
-
-def default_help(default, text=None):
-    """A flag's help ending with its default; None is "from the data"
-    (chosen from the training split before training, see `data_defaults`)."""
-    said = "default: from the data" if default is None else f"default {default}"
-    return f"{text} ({said})" if text else said
-
+from keras_transformer.training.settings import flag_of, help_text
 
 # The flags that only shape raw texts, per task: a token folder has them behind it.
 CLASSIFIER_RAW_DATA_FLAGS = ("--text-column", "--label-column", "--max-examples")
 TRANSLATOR_RAW_DATA_FLAGS = ("--max-words", "--max-examples", "--validation-size", "--test-size")
+SETTING_GROUPS = ("data", "model", "training", "hardware")
 
 
-def add_classifier_token_flags(data_group, model_group, defaults, token_folders=True):
-    """The flags that decide a classifier's tokens: `--data` (`tokens:DIR` too
-    with `token_folders`), `--text-column`, `--label-column`, `--max-examples`,
-    `--sequence-length`, `--ngram-length`, `--max-length`, `--vocab-size`, `--pooling`."""
-    from keras_transformer.models.classifier import POOLINGS
+def add_settings_flags(groups, settings_class, names=None):
+    """A flag for each setting of `settings_class` that has one (of `names` only, when
+    given), in the class' order, into `groups[its group]` (`SETTING_GROUPS`).
 
+    Each flag's `dest` is the setting's name, so `settings_from_flags` reads
+    them back. A setting whose default is True becomes `--NAME/--no-NAME`,
+    one whose default is False `--NAME` alone.
+    """
+    for field in dataclasses.fields(settings_class):
+        flag = flag_of(field)
+        if flag is None or (names is not None and field.name not in names):
+            continue
+        group = groups[field.metadata["group"]]
+        arguments = {"dest": field.name, "default": field.default, "help": help_text(field)}
+        if isinstance(field.default, bool):
+            action = argparse.BooleanOptionalAction if field.default else "store_true"
+            group.add_argument(flag, action=action, **arguments)
+            continue
+        choices = field.metadata["choices"]
+        metavar = field.metadata["metavar"]
+        if metavar is None and choices is None:
+            metavar = flag.lstrip("-").replace("-", "_").upper()
+        group.add_argument(flag, type=field.type, choices=choices, metavar=metavar, **arguments)
+
+
+def settings_from_flags(settings_class, args):
+    """The `settings_class` that the flags of `add_settings_flags` in `args` set, the
+    settings without a flag there at their defaults."""
+    values = vars(args)
+    return settings_class(
+        **{
+            field.name: values[field.name]
+            for field in dataclasses.fields(settings_class)
+            if field.name in values
+        }
+    )
+
+
+def setting_flag(settings_class, name):
+    """The flag of the setting `name`, or the name where no flag sets it alone."""
+    fields = {field.name: field for field in dataclasses.fields(settings_class)}
+    return flag_of(fields[name]) or name
+
+
+def add_classifier_data_flags(group, token_folders=True):
+    """`--data` (`tokens:DIR` too with `token_folders`), `--text-column`,
+    `--label-column`, `--max-examples`: the classifier's raw texts."""
     tokens = f" | {TOKEN_SOURCE}" if token_folders else ""
-    data_group.add_argument(
+    group.add_argument(
         "--data", default="bbc", help=f"bbc | csv:PATH | tsv:PATH | tfds:NAME{tokens} (default bbc)"
     )
-    data_group.add_argument(
+    group.add_argument(
         "--text-column", default=None, help="csv/tsv: column with the text (default text)"
     )
-    data_group.add_argument(
+    group.add_argument(
         "--label-column", default=None, help="csv/tsv: column with the label (default label)"
     )
-    data_group.add_argument(
+    group.add_argument(
         "--max-examples",
         type=int,
         default=None,
         metavar="N",
         help="train on a stratified subset of N training texts (quick runs)",
     )
-    model_group.add_argument(
-        "--sequence-length",
-        type=int,
-        default=defaults.sequence_length,
-        help=default_help(defaults.sequence_length, "tokens per text; longer texts are cut"),
-    )
-    model_group.add_argument(
-        "--ngram-length",
-        type=int,
-        default=defaults.ngram_length,
-        help=default_help(
-            defaults.ngram_length,
-            "tokens per text the bag of n-grams reads, the Transformer the first "
-            "--sequence-length of them",
-        ),
-    )
-    _add_max_length_flag(model_group, defaults)
-    _add_vocabulary_flag(model_group, defaults, "WordPiece vocabulary size")
-    model_group.add_argument(
-        "--pooling",
-        choices=POOLINGS,
-        default=defaults.pooling,
-        help=f"how the encoder's outputs become one vector; cls adds a [CLS] token "
-        f"before every text (default {defaults.pooling})",
-    )
 
 
-def add_translator_token_flags(data_group, model_group, defaults, token_folders=True):
-    """The flags that decide a translator's tokens: `--data` (`tokens:DIR` too
-    with `token_folders`), `--max-words`, `--max-examples`, `--validation-size`,
-    `--test-size`, `--sequence-length`, `--max-length`, `--shared-vocabulary`,
-    `--vocab-size`."""
+def add_translator_data_flags(group, token_folders=True):
+    """`--data` (`tokens:DIR` too with `token_folders`), `--max-words`,
+    `--max-examples`, `--validation-size`, `--test-size`: the translator's raw pairs."""
     tokens = f" | {TOKEN_SOURCE}" if token_folders else ""
-    data_group.add_argument(
+    group.add_argument(
         "--data",
         default="bible:es-en",
         help=f"bible:SRC-TGT | tsv:PATH | tfds:NAME{tokens} (default bible:es-en)",
     )
-    data_group.add_argument(
+    group.add_argument(
         "--max-words", type=int, default=30, help="drop pairs longer than this (words)"
     )
-    data_group.add_argument(
+    group.add_argument(
         "--max-examples",
         type=int,
         default=None,
         metavar="N",
         help="train on a seeded subset of N training pairs (quick runs)",
     )
-    data_group.add_argument("--validation-size", type=int, default=1000)
-    data_group.add_argument("--test-size", type=int, default=1000)
-    model_group.add_argument(
-        "--sequence-length",
-        type=int,
-        default=defaults.sequence_length,
-        help=default_help(
-            defaults.sequence_length, "longest source and output, in tokens; longer ones are cut"
-        ),
-    )
-    _add_max_length_flag(model_group, defaults)
-    model_group.add_argument(
-        "--shared-vocabulary",
-        action="store_true",
-        help="one cased WordPiece vocabulary learned from both languages, with one token "
-        "embedding for the encoder, the decoder and the output projection "
-        "(--vocab-size is its size); for languages that share a script",
-    )
-    _add_vocabulary_flag(model_group, defaults, "WordPiece vocabulary size of each side")
+    group.add_argument("--validation-size", type=int, default=1000)
+    group.add_argument("--test-size", type=int, default=1000)
 
 
-def _add_max_length_flag(group, defaults):
-    group.add_argument(
-        "--max-length",
-        type=int,
-        default=defaults.max_length,
-        help=default_help(
-            defaults.max_length, "the longest --sequence-length chosen from the data"
-        ),
-    )
+def add_training_flags(parser, settings_class, add_data_flags, run_dir):
+    """The flags of a training app: its data, one per setting of `settings_class`, and
+    those of the run (`add_run_flags`) and of where it computes (`--distribute`).
 
-
-def _add_vocabulary_flag(group, defaults, text):
-    group.add_argument(
-        "--vocab-size",
-        type=int,
-        default=defaults.vocabulary_size,
-        help=default_help(defaults.vocabulary_size, text),
-    )
-
-
-def add_seed_flag(group, default):
-    """`--seed`: of the split, the subsets, the initial weights and the shuffling."""
-    group.add_argument(
-        "--seed",
-        type=int,
-        default=default,
-        help=f"seeds the data split and the --max-examples subset and, in training, the "
-        f"initial weights and the shuffling (default {default})",
-    )
+    Returns:
+        The groups by name (`SETTING_GROUPS`), for the app's own flags.
+    """
+    groups = {name: parser.add_argument_group(name) for name in SETTING_GROUPS}
+    add_data_flags(groups["data"])
+    add_settings_flags(groups, settings_class)
+    add_run_flags(groups["training"], run_dir)
+    add_distribute_flag(groups["hardware"])
+    return groups
 
 
 def classification_data_from_flags(args):
-    """The raw `ClassificationData` that `add_classifier_token_flags`' flags name."""
+    """The raw `ClassificationData` that `add_classifier_data_flags`' flags name."""
     return load_classification_data(
         args.data,
         text_column=args.text_column,
@@ -168,7 +148,7 @@ def classification_data_from_flags(args):
 
 
 def translation_data_from_flags(args):
-    """The raw `TranslationData` that `add_translator_token_flags`' flags name."""
+    """The raw `TranslationData` that `add_translator_data_flags`' flags name."""
     return load_translation_data(
         args.data,
         seed=args.seed,
@@ -208,39 +188,16 @@ def token_data_and_settings(args, given, task, settings, raw_data_flags):
                 f"(or give it to python -m apps.tokenize)."
             )
     tokens = read_token_folder(folder, task, name=args.data)
-    given_settings = {"vocabulary_size" if dest == "vocab_size" else dest for dest in given}
-    return tokens, settings_from_tokens(settings, tokens, given_settings)
+    try:
+        return tokens, settings_from_tokens(settings, tokens, given)
+    except TokenSettingConflict as conflict:
+        raise ValueError(
+            conflict.message(lambda name: setting_flag(type(settings), name))
+        ) from None
 
 
-def add_model_size_flags(model_group, defaults):
-    """`--d-model`, `--num-heads`, `--intermediate-dim`, `--dropout`."""
-    model_group.add_argument(
-        "--d-model", type=int, default=defaults.d_model, help=default_help(defaults.d_model)
-    )
-    model_group.add_argument(
-        "--num-heads", type=int, default=defaults.num_heads, help=default_help(defaults.num_heads)
-    )
-    model_group.add_argument(
-        "--intermediate-dim",
-        type=int,
-        default=defaults.intermediate_dim,
-        help=default_help(defaults.intermediate_dim, "feed-forward width"),
-    )
-    model_group.add_argument(
-        "--dropout", type=float, default=defaults.dropout, help=default_help(defaults.dropout)
-    )
-
-
-def add_run_flags(training_group, defaults, run_dir):
-    """`--patience`, `--seed`, `--time-budget`, `--resume`, `--run-dir`, `--verbose`."""
-    training_group.add_argument(
-        "--patience",
-        type=int,
-        default=defaults.patience,
-        help="early stopping: epochs without a better --monitor; 0 = off "
-        f"({default_help(defaults.patience)})",
-    )
-    add_seed_flag(training_group, defaults.seed)
+def add_run_flags(training_group, run_dir):
+    """`--time-budget`, `--resume`, `--run-dir`, `--verbose`: how this process runs the training."""
     training_group.add_argument(
         "--time-budget",
         type=float,
@@ -262,33 +219,9 @@ def add_run_flags(training_group, defaults, run_dir):
     )
 
 
-def add_monitor_flag(training_group, choices, default):
-    """`--monitor`: the validation metric that picks the kept epoch and drives early stopping."""
-    training_group.add_argument(
-        "--monitor",
-        choices=choices,
-        default=default,
-        help=f"validation metric that chooses the epoch kept (best.keras, the exported weights) and "
-        f"early stopping; the validation loss breaks ties (default {default})",
-    )
-
-
-def add_hardware_flags(parser):
-    """`--mixed-precision`, `--jit-compile`, `--distribute` (docs: "GPUs and clusters")."""
-    hardware = parser.add_argument_group("hardware")
-    hardware.add_argument(
-        "--mixed-precision",
-        choices=tuple(MIXED_PRECISION_POLICIES),
-        default="off",
-        help="compute in float16 (loss-scaled) or bfloat16 with float32 weights (default off); "
-        "saved with the run, which --resume keeps",
-    )
-    hardware.add_argument(
-        "--jit-compile",
-        action="store_true",
-        help="compile the training step with XLA on TensorFlow (always on JAX); saved with the run",
-    )
-    hardware.add_argument(
+def add_distribute_flag(hardware_group):
+    """`--distribute` (docs: "GPUs and clusters")."""
+    hardware_group.add_argument(
         "--distribute",
         choices=DISTRIBUTE_CHOICES,
         default="none",
@@ -311,7 +244,7 @@ def strategy_and_data(parser, args, settings, load_data, check_flags=None):
 
     Args:
         parser: the app's parser, for usage errors.
-        args: its parsed flags (with `add_run_flags` and `add_hardware_flags`).
+        args: its parsed flags (those of `add_training_flags`).
         settings: the run's settings, validated here.
         load_data: `() -> (data, settings)`, the settings with what the data
             fixes (a token folder); may raise `DataError` or `ValueError`.

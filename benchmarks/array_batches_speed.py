@@ -22,11 +22,9 @@ import tensorflow as tf
 
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.training.batching import as_tf_dataset
-from keras_transformer.training.translator import (
-    TranslatorSettings,
-    _translation_batches,
-    build_compiled_translator,
-)
+from keras_transformer.training.translator.model import build_compiled_translator
+from keras_transformer.training.translator.pipeline import _translation_batches
+from keras_transformer.training.translator.settings import TranslatorSettings
 
 
 def tf_data_batches(sources, targets, settings):

@@ -156,7 +156,7 @@ def run_tfidf(data, args):
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
-    from keras_transformer.training.evaluation import classification_report
+    from keras_transformer.training.classifier.evaluation import classification_report
 
     started = time.monotonic()
     baseline = make_pipeline(
@@ -174,7 +174,8 @@ def run_tfidf(data, args):
 
 
 def run_ours(data, args, corpus_name):
-    from keras_transformer.training.classifier import ClassifierSettings, train_classifier
+    from keras_transformer.training.classifier.pipeline import train_classifier
+    from keras_transformer.training.classifier.settings import ClassifierSettings
 
     settings = ClassifierSettings(seed=args.seed, **json.loads(args.settings))
     arm_name = saved_arm_name(args, "ours")
@@ -184,7 +185,7 @@ def run_ours(data, args, corpus_name):
         os.path.basename(result_path(corpus_name, arm_name))[: -len(".json")],
     )
     if args.search:
-        from keras_transformer.training.search import SEARCH_SPACE, search_classifier
+        from keras_transformer.training.classifier.search import SEARCH_SPACE, search_classifier
 
         # The budget covers the tokenization and every trial's evaluation too.
         run = search_classifier(
@@ -259,7 +260,7 @@ def run_recipe(data, args, longer):
     import keras
     import numpy as np
 
-    from keras_transformer.training.evaluation import classification_report
+    from keras_transformer.training.classifier.evaluation import classification_report
 
     keras.utils.set_random_seed(args.seed)
     started = time.monotonic()

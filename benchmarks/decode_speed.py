@@ -55,8 +55,9 @@ from keras_transformer.text import (
     trim_shared_padding,
 )
 from keras_transformer.text.wordpiece import END, START
-from keras_transformer.training.data_defaults import large_corpus_settings
-from keras_transformer.training.translator import TranslatorSettings, build_translator_model
+from keras_transformer.training.data_rules import large_corpus_settings
+from keras_transformer.training.translator.model import build_translator_model
+from keras_transformer.training.translator.settings import TranslatorSettings
 
 RESULTS = os.path.join("benchmarks", "results", "decode_speed.json")
 

@@ -263,8 +263,8 @@ def build_export(name, base_dir):
         from keras_transformer.data import load_classification_data
         from keras_transformer.export.classifier import export_classifier
         from keras_transformer.models import TransformerClassifier
-        from keras_transformer.training.classifier import ClassifierSettings
-        from keras_transformer.training.data_defaults import large_corpus_settings
+        from keras_transformer.training.classifier.settings import ClassifierSettings
+        from keras_transformer.training.data_rules import large_corpus_settings
 
         settings = large_corpus_settings(ClassifierSettings())
         data = load_classification_data("bbc", seed=1337, max_examples=300)
@@ -290,8 +290,9 @@ def build_export(name, base_dir):
     else:
         from keras_transformer.data import load_translation_data
         from keras_transformer.export.translator import export_translator
-        from keras_transformer.training.data_defaults import large_corpus_settings
-        from keras_transformer.training.translator import TranslatorSettings, build_translator_model
+        from keras_transformer.training.data_rules import large_corpus_settings
+        from keras_transformer.training.translator.model import build_translator_model
+        from keras_transformer.training.translator.settings import TranslatorSettings
 
         settings = large_corpus_settings(TranslatorSettings())
         data = load_translation_data("bible:es-en", seed=1337, max_examples=2000)

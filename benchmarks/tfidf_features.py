@@ -16,7 +16,7 @@ the joined words cut, and both units in one bag (cut and whole): what
 separates our features from the words, the cut or the units.
 
 With `--ours`, three more columns: our `BagOfNgrams` itself fit as the
-same logistic regression (`keras_transformer.training.linear`, penalty
+same logistic regression (`keras_transformer.training.classifier.bag_of_ngrams`, penalty
 `1 / (2 C n)`) on the ids our run's bag sees (cut at its `ngram_length`), with
 its units as `--ngram-units` sets them: the pieces, the words they spell,
 and both.
@@ -157,8 +157,8 @@ def ours_accuracy(tokenizer, vocabulary, length, data, features, c):
     import tensorflow as tf
 
     from keras_transformer.layers import BagOfNgrams
-    from keras_transformer.training.classifier import WORD_BUCKETS
-    from keras_transformer.training.linear import fit_logistic_regression
+    from keras_transformer.training.classifier.bag_of_ngrams import fit_logistic_regression
+    from keras_transformer.training.classifier.model import WORD_BUCKETS
 
     train_ids = tokenizer.encode(tf.constant(data.train.texts), length).numpy()
     test_ids = tokenizer.encode(tf.constant(data.test.texts), length).numpy()

@@ -100,12 +100,10 @@ from keras_transformer.models import (
     Seq2SeqTransformer,
     TransformerClassifier,
 )
-from keras_transformer.training.fitting import build_optimizer
+from keras_transformer.training.compiling import build_optimizer
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
-from keras_transformer.training.translator import (
-    TranslatorSettings,
-    build_translator_model,
-)
+from keras_transformer.training.translator.model import build_translator_model
+from keras_transformer.training.translator.settings import TranslatorSettings
 
 RESULTS = os.path.join("benchmarks", "results", "train_throughput.json")
 HEAD_SIZE = 32  # classifier heads: d_model // HEAD_SIZE of them

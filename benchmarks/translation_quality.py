@@ -241,7 +241,8 @@ def run_ours(data, args, snapshots):
     import tensorflow as tf
 
     from keras_transformer.decoding import beam_search, greedy_decode
-    from keras_transformer.training.translator import TranslatorSettings, train_translator
+    from keras_transformer.training.translator.pipeline import train_translator
+    from keras_transformer.training.translator.settings import TranslatorSettings
 
     settings = TranslatorSettings(**{"epochs": 10_000, "seed": args.seed, **args.settings})
     if args.layers:
@@ -336,10 +337,10 @@ def run_peer(data, args, snapshots):
 
     from keras_transformer.text.wordpiece import join_punctuation
     from keras_transformer.training.callbacks import TimeBudget
-    from keras_transformer.training.data_defaults import large_corpus_settings, vocabulary_size_for
-    from keras_transformer.training.fitting import build_optimizer
+    from keras_transformer.training.compiling import build_optimizer
+    from keras_transformer.training.data_rules import large_corpus_settings, vocabulary_size_for
     from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
-    from keras_transformer.training.translator import TranslatorSettings
+    from keras_transformer.training.translator.settings import TranslatorSettings
 
     # Our sizes on a large corpus (ours chooses its own from the data), but the
     # WordPiece budget per side that ours picks for this corpus: 8,000 pieces

@@ -11,7 +11,7 @@ from keras_transformer.models.seq2seq import Seq2SeqTransformer
 from keras_transformer.text import WordPieceTokenizer, save_vocabulary
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.text.vocabulary import detokenize
-from keras_transformer.training.translation_metrics import ValidationChrF, corpus_chrf
+from keras_transformer.training.translator.chrf import ValidationChrF, corpus_chrf
 from tests.training.tiny_runs import VOCABULARY, run_translator, translator_arrays
 
 START, END = 4, 5

@@ -50,9 +50,6 @@ CLASSIFIER_TOKEN_SETTINGS = (
     "pooling",
     "ngram_length",
 )
-OPTIONAL_TOKEN_SETTINGS = {
-    "ngram_length": None
-}  # what folders written before these settings existed lack
 TRANSLATOR_TOKEN_SETTINGS = (
     "vocabulary_size",
     "target_vocabulary_size",
@@ -146,17 +143,44 @@ def classifier_input_length(settings):
     return max(values["sequence_length"], values.get("ngram_length") or 0)
 
 
+class TokenSettingConflict(ValueError):
+    """A setting that contradicts the settings a token folder was tokenized with.
+
+    The message names the setting; `message(name_of)` names it as `name_of(setting)`
+    does (the apps name their flags).
+    """
+
+    def __init__(self, setting, value, tokens_value, data_name):
+        self.setting, self.value, self.tokens_value = setting, value, tokens_value
+        self.data_name = data_name
+        super().__init__(self.message())
+
+    def message(self, name_of=lambda setting: setting):
+        name = name_of(self.setting)
+        if self.setting == "pooling":
+            adds = "adds" if self.tokens_value == "cls" else "does not add"
+            return (
+                f"{name} {self.value} contradicts {self.data_name}: its tokens were made for "
+                f"pooling {self.tokens_value}, which {adds} a [CLS] token. Leave {name} out, or "
+                "tokenize again."
+            )
+        return (
+            f"{name} {_shown(self.value)} contradicts {self.data_name}: its tokens were made with "
+            f"{self.setting} {_shown(self.tokens_value)}. Leave {name} out, or tokenize again."
+        )
+
+
 def settings_from_tokens(settings, tokenized, given=None):
     """`settings` with the values tokenization fixed taken from `tokenized`.
 
     A value the caller set that contradicts the tokens is an error. The
-    caller set a field when it is in `given` (the flags given, as settings
-    field names) or, without `given`, when it is neither None nor the
-    settings' default. Pooling contradicts only when one side adds [CLS]
-    and the other does not; without `given`, a pooling the tokens allow is kept.
+    caller set a field when it is in `given` (the names of the settings
+    given) or, without `given`, when it is neither None nor the settings'
+    default. Pooling contradicts only when one side adds [CLS] and the
+    other does not; without `given`, a pooling the tokens allow is kept.
 
     Raises:
-        ValueError: naming the flag, its value and the folder's.
+        TokenSettingConflict: naming the setting, its value and the folder's.
     """
     defaults = type(settings)()
     fixed = {}
@@ -170,32 +194,20 @@ def settings_from_tokens(settings, tokenized, given=None):
         if name == "pooling":
             agrees = (current == "cls") == (value == "cls")
             if was_set and not agrees:
-                raise ValueError(
-                    f"--pooling {current} contradicts {tokenized.name}: its tokens were made for pooling "
-                    f"{value}, which {'adds' if value == 'cls' else 'does not add'} a [CLS] token. "
-                    f"Leave --pooling out, or tokenize again."
-                )
-            # Unless given, the folder's; a caller without `given` keeps any pooling the tokens allow.
+                raise TokenSettingConflict(name, current, value, tokenized.name)
+            # Unless given, the folder's; a caller without `given` keeps any pooling the
+            # tokens allow.
             if not agrees or (given is not None and not was_set):
                 fixed[name] = value
             continue
         if was_set and current != value:
-            raise ValueError(
-                f"{flag_name(name)} {_flag_value(current)} contradicts {tokenized.name}: its tokens were "
-                f"made with {name} {_flag_value(value)}. Leave {flag_name(name)} out, or tokenize again."
-            )
+            raise TokenSettingConflict(name, current, value, tokenized.name)
         fixed[name] = value
     return dataclasses.replace(settings, **fixed)
 
 
-def flag_name(setting):
-    """The command-line flag of a settings field (no flag sets `target_vocabulary_size` alone)."""
-    if setting == "target_vocabulary_size":
-        return setting
-    return "--vocab-size" if setting == "vocabulary_size" else "--" + setting.replace("_", "-")
-
-
-def _flag_value(value):
+def _shown(value):
+    """A setting's value as tokens.json shows it (true, not True)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -238,15 +250,15 @@ def token_folder_writer(out_dir):
 
 def _check_replaceable(out_dir):
     if os.path.isfile(out_dir):
-        raise DataError(f"{out_dir} is a file; --out must be a folder.")
+        raise DataError(f"{out_dir} is a file; a token folder is a folder.")
     if (
         os.path.isdir(out_dir)
         and os.listdir(out_dir)
         and not os.path.isfile(os.path.join(out_dir, TOKENS_FILE))
     ):
         raise DataError(
-            f"{out_dir} is not empty and not a token folder (no {TOKENS_FILE}): refusing to overwrite it. "
-            "Give an empty or new folder."
+            f"{out_dir} is not empty and not a token folder (no {TOKENS_FILE}): refusing to "
+            "overwrite it. Give an empty or new folder."
         )
 
 
@@ -320,7 +332,8 @@ def read_token_folder(path, task, name=None):
         raise DataError(
             f"No such token folder: {folder}"
             if not os.path.exists(folder)
-            else f"{folder} is not a folder; tokens:DIR needs a folder from python -m apps.tokenize."
+            else f"{folder} is not a folder; tokens:DIR needs a folder from python -m "
+            "apps.tokenize."
         )
     description = _read_description(folder)
     if description["task"] != task:
@@ -332,17 +345,12 @@ def read_token_folder(path, task, name=None):
     expected_settings = (
         CLASSIFIER_TOKEN_SETTINGS if task == "classifier" else TRANSLATOR_TOKEN_SETTINGS
     )
-    optional = {
-        name: value for name, value in OPTIONAL_TOKEN_SETTINGS.items() if name in expected_settings
-    }
     _require(
-        isinstance(settings, dict)
-        and set(expected_settings) - set(optional) <= set(settings) <= set(expected_settings),
+        isinstance(settings, dict) and set(settings) == set(expected_settings),
         folder,
         TOKENS_FILE,
         f"its settings must name exactly {', '.join(expected_settings)}",
     )
-    settings = description["settings"] = {**optional, **settings}
     ngram_length = settings.get("ngram_length")
     _require(
         ngram_length is None or (isinstance(ngram_length, int) and ngram_length > 0),
@@ -371,7 +379,8 @@ def _read_description(folder):
     path = os.path.join(folder, TOKENS_FILE)
     if not os.path.isfile(path):
         raise DataError(
-            f"{folder} is not a token folder: it has no {TOKENS_FILE} (write one with python -m apps.tokenize)."
+            f"{folder} is not a token folder: it has no {TOKENS_FILE} (write one with python -m "
+            "apps.tokenize)."
         )
     try:
         with open(path, encoding="utf-8") as tokens_file:
@@ -388,8 +397,8 @@ def _read_description(folder):
         description.get("version") == VERSION,
         folder,
         TOKENS_FILE,
-        f"format version {description.get('version')!r}, but this version of keras_transformer reads "
-        f"version {VERSION}: tokenize again",
+        f"format version {description.get('version')!r}, but this version of "
+        f"keras_transformer reads version {VERSION}: tokenize again",
     )
     _require(
         description.get("task") in TASKS,

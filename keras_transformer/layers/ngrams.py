@@ -51,7 +51,7 @@ class BagOfNgrams(keras.layers.Layer):
     `l2` applies to the kernel as used.
 
     `sparse_features` gives the same features as a sparse matrix's triplets,
-    for solvers outside Keras (`keras_transformer.training.linear`, which
+    for solvers outside Keras (`keras_transformer.training.classifier.bag_of_ngrams`, which
     fits the kernel and bias as a logistic regression in one go).
 
     Args:

@@ -136,7 +136,8 @@ def trim_id_rows(*arrays):
 
 
 class FollowEpochs(keras.callbacks.Callback):
-    """Tells `ArrayBatches` which epoch `fit` begins (after a resume too), before it reads a batch."""
+    """Tells `ArrayBatches` which epoch `fit` begins (after a resume too), before it reads
+    a batch."""
 
     def __init__(self, batches):
         super().__init__()
@@ -147,7 +148,8 @@ class FollowEpochs(keras.callbacks.Callback):
 
 
 def as_tf_dataset(batches):
-    """`batches` (an `ArrayBatches`) as a `tf.data.Dataset`, for `fit` on TensorFlow; other data as it is.
+    """`batches` (an `ArrayBatches`) as a `tf.data.Dataset`, for `fit` on TensorFlow; other
+    data as it is.
 
     Keras would wrap the `ArrayBatches` itself, but with the shape of its
     first two batches, fixing any width they share, where trimmed batches

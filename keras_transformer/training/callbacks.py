@@ -1,6 +1,6 @@
-"""Callbacks and the run folder layout shared by the training applications."""
+"""The Keras callbacks both training pipelines fit with: time budget, schedule fitted to it,
+the best epoch."""
 
-import csv
 import importlib.util
 import json
 import os
@@ -99,53 +99,6 @@ class FitScheduleToBudget(keras.callbacks.Callback):
         self.schedule.total_steps.assign(min(self.planned_steps, done + 1 + remaining_steps))
 
 
-@keras.saving.register_keras_serializable(package="keras_transformer")
-class MacroF1(keras.metrics.Metric):
-    """Macro-averaged F1 of sparse labels against class scores, over a whole split.
-
-    Keeps the confusion matrix across batches (so the score is the split's,
-    not a mean of per-batch scores) and, like
-    `sklearn.metrics.f1_score(average="macro")`, averages only over the
-    classes that occur in the labels or the predictions.
-    """
-
-    def __init__(self, num_classes, name="macro_f1", **kwargs):
-        super().__init__(name=name, **kwargs)
-        self.num_classes = num_classes
-        self.confusion = self.add_variable(
-            shape=(num_classes, num_classes),
-            initializer="zeros",
-            name="confusion",
-            aggregation="sum",
-        )
-
-    def update_state(self, y_true, y_pred, sample_weight=None):
-        ops = keras.ops
-        true_one_hot = ops.one_hot(ops.reshape(ops.cast(y_true, "int32"), (-1,)), self.num_classes)
-        predicted = ops.argmax(ops.reshape(y_pred, (-1, self.num_classes)), axis=-1)
-        predicted_one_hot = ops.one_hot(predicted, self.num_classes)
-        self.confusion.assign_add(
-            ops.cast(
-                ops.matmul(ops.transpose(true_one_hot), predicted_one_hot), self.confusion.dtype
-            )
-        )
-
-    def result(self):
-        ops = keras.ops
-        true_positives = ops.diagonal(self.confusion)
-        # 2TP + FP + FN: row sum (labelled c) plus column sum (predicted c).
-        denominator = ops.sum(self.confusion, axis=0) + ops.sum(self.confusion, axis=1)
-        present = ops.cast(denominator > 0, self.confusion.dtype)
-        f1 = ops.where(denominator > 0, 2 * true_positives / ops.maximum(denominator, 1), 0)
-        return ops.sum(f1) / ops.maximum(ops.sum(present), 1)
-
-    def reset_state(self):
-        self.confusion.assign(keras.ops.zeros_like(self.confusion))
-
-    def get_config(self):
-        return {**super().get_config(), "num_classes": self.num_classes}
-
-
 class BestEpoch(keras.callbacks.Callback):
     """Keeps the best epoch by one validation metric: checkpoint, early stopping, restore.
 
@@ -170,7 +123,8 @@ class BestEpoch(keras.callbacks.Callback):
         self.monitor = monitor
         self.patience = patience
         self.verbose = verbose
-        self.best = None  # {"epoch" (1-based), "monitor", "value", "val_loss", "epochs_without_improvement"}
+        # {"epoch" (1-based), "monitor", "value", "val_loss", "epochs_without_improvement"}
+        self.best = None
 
     def on_train_begin(self, logs=None):
         self.best = read_best_epoch(self.record_path)
@@ -187,7 +141,8 @@ class BestEpoch(keras.callbacks.Callback):
         logs = logs or {}
         if self.monitor not in logs:
             raise ValueError(
-                f"Cannot select epochs on {self.monitor!r}: the epoch logged only {', '.join(sorted(logs))}."
+                f"Cannot select epochs on {self.monitor!r}: the epoch logged only "
+                f"{', '.join(sorted(logs))}."
             )
         value = float(logs[self.monitor])
         loss = float(logs.get("val_loss", np.nan))
@@ -247,88 +202,3 @@ def describe_best_epoch(best):
     return (
         f"{best['epoch']} ({best['monitor']} {best['value']:.4f}, val_loss {best['val_loss']:.4f})"
     )
-
-
-class RunFolder:
-    """Where one training run keeps its state, so `--resume` finds it again.
-
-    `settings.json` (the run's settings), `vocabulary*.txt`, `backup/`
-    (Keras' BackupAndRestore: weights, optimizer and epoch), `checkpoints/`
-    (`last.keras` every epoch, `best.keras` the epoch `BestEpoch` keeps,
-    `best_epoch.json` which epoch that is), `logs/`
-    (TensorBoard), `history.csv` (every epoch, across resumes), and the
-    evaluation outputs.
-    """
-
-    def __init__(self, path):
-        self.path = os.fspath(path)
-
-    def file(self, *parts):
-        return os.path.join(self.path, *parts)
-
-    @property
-    def backup_dir(self):
-        return self.file("backup")
-
-    @property
-    def history_path(self):
-        return self.file("history.csv")
-
-    @property
-    def best_epoch_path(self):
-        return self.file("checkpoints", "best_epoch.json")
-
-    def read_best_epoch(self):
-        """Which epoch the run keeps: `{"epoch", "monitor", "value", "val_loss", ...}`, or None."""
-        return read_best_epoch(self.best_epoch_path)
-
-    def has_backup(self):
-        return os.path.isdir(self.backup_dir) and bool(os.listdir(self.backup_dir))
-
-    def start_fresh(self):
-        """Removes what a previous run left that a new run would otherwise pick up."""
-        import shutil
-
-        for name in ("backup", "checkpoints", "logs"):
-            shutil.rmtree(self.file(name), ignore_errors=True)
-        if os.path.exists(self.history_path):
-            os.remove(self.history_path)
-        os.makedirs(self.path, exist_ok=True)
-
-    def callbacks(self, monitor="val_loss", patience=None, verbose=1):
-        """Backup (for `--resume`), checkpoints, TensorBoard, history, and the
-        best epoch by `monitor` (its checkpoint, early stopping after
-        `patience` epochs without a better one, its weights restored at the end)."""
-        os.makedirs(self.file("checkpoints"), exist_ok=True)
-        callbacks = [
-            # Before the backup: a kill between the two then repeats an epoch
-            # (read_history keeps its last row) rather than losing its row.
-            # Appends, so the curve after a resume still starts at epoch 1.
-            keras.callbacks.CSVLogger(self.history_path, append=True),
-            keras.callbacks.ModelCheckpoint(self.file("checkpoints", "last.keras")),
-            BestEpoch(
-                self.file("checkpoints", "best.keras"),
-                self.best_epoch_path,
-                monitor=monitor,
-                patience=patience or 0,
-                verbose=verbose,
-            ),
-            *tensorboard(self.file("logs"), verbose),
-            keras.callbacks.BackupAndRestore(self.backup_dir, save_freq="epoch"),
-        ]
-        return callbacks
-
-    def read_history(self):
-        """`history.csv` as a Keras-style `{metric: [per-epoch values]}`."""
-        if not os.path.exists(self.history_path):
-            return {}
-        with open(self.history_path, newline="") as history_file:
-            rows = list(csv.DictReader(history_file))
-        # A resumed run may repeat an epoch that was logged but not backed up.
-        by_epoch = {int(row["epoch"]): row for row in rows}
-        history = {}
-        for epoch in sorted(by_epoch):
-            for key, value in by_epoch[epoch].items():
-                if key != "epoch":
-                    history.setdefault(key, []).append(float(value))
-        return history

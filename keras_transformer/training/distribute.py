@@ -165,15 +165,16 @@ def make_strategy(distribute):
 
 
 def data_parallel_distribution():
-    """`keras.distribution.DataParallel` over every device JAX sees: its GPUs (or TPUs), else its CPUs.
+    """`keras.distribution.DataParallel` over every device JAX sees: its GPUs (or TPUs), else
+    its CPUs.
 
     Raises ValueError on another backend: Keras' distribution API runs on JAX only.
     """
     backend = keras.backend.backend()
     if backend != "jax":
         raise ValueError(
-            f"--distribute data_parallel needs the JAX backend (KERAS_BACKEND=jax); Keras' distribution "
-            f"API does not run on {backend}. On TensorFlow use --distribute mirrored."
+            "--distribute data_parallel needs the JAX backend (KERAS_BACKEND=jax); Keras' "
+            f"distribution API does not run on {backend}. On TensorFlow use --distribute mirrored."
         )
     return keras.distribution.DataParallel(devices=keras.distribution.list_devices())
 
@@ -227,9 +228,11 @@ def describe_strategy(strategy):
     or "Data parallel over 2 devices: gpu:0, gpu:1"."""
     if is_data_parallel(strategy):
         devices = data_parallel_devices(strategy)
-        return f"Data parallel over {len(devices)} device{'s' if len(devices) != 1 else ''}: {', '.join(devices)}"
+        plural = "s" if len(devices) != 1 else ""
+        return f"Data parallel over {len(devices)} device{plural}: {', '.join(devices)}"
     replicas = strategy.num_replicas_in_sync
-    # MultiWorkerMirroredStrategy objects are of its implementation class, CollectiveAllReduceStrategy.
+    # MultiWorkerMirroredStrategy objects are of its implementation class,
+    # CollectiveAllReduceStrategy.
     name = "MultiWorkerMirroredStrategy" if is_multi_worker(strategy) else type(strategy).__name__
     text = f"{name}: {replicas} replica{'s' if replicas != 1 else ''}"
     if is_multi_worker(strategy):
@@ -364,10 +367,10 @@ def fitting_scope(strategy):
             raise
         devices = len(data_parallel_devices(strategy))
         raise ValueError(
-            f"--distribute data_parallel could not split a batch evenly over its {devices} devices "
-            f"({error}). Training batches given as a keras.utils.PyDataset are cut to fit; these were "
-            f"not. Train on one device (--distribute none), or with data and a --batch-size that make "
-            f"every batch a multiple of {devices}."
+            f"--distribute data_parallel could not split a batch evenly over its {devices} "
+            f"devices ({error}). Training batches given as a keras.utils.PyDataset are cut to "
+            "fit; these were not. Train on one device (--distribute none), or with data and a "
+            f"--batch-size that make every batch a multiple of {devices}."
         ) from None
 
 
@@ -485,8 +488,6 @@ def fit_multi_worker(
 
     Returns the `keras.callbacks.History`.
     """
-    import tensorflow as tf
-
     if not model.compiled:
         raise ValueError("Compile the model (in `strategy.scope()`) before `fit_multi_worker`.")
     check_jit_compile("multi_worker", model.jit_compile)
@@ -494,14 +495,10 @@ def fit_multi_worker(
         as_tf_dataset(train_dataset),
         as_tf_dataset(validation_dataset),
     )
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-
-    def distribute(dataset):
-        return strategy.experimental_distribute_dataset(dataset.with_options(options))
-
-    train_batches = distribute(train_dataset)
-    validation_batches = None if validation_dataset is None else distribute(validation_dataset)
+    train_batches = _distributed(strategy, train_dataset)
+    validation_batches = (
+        None if validation_dataset is None else _distributed(strategy, validation_dataset)
+    )
     chief = is_chief(strategy)
     steps = steps_per_epoch or int(train_dataset.cardinality())  # for the progress bar
     history = keras.callbacks.History()
@@ -513,28 +510,9 @@ def fit_multi_worker(
         steps=steps if steps > 0 else None,
         model=model,
     )
-
-    def compiled(step):
-        # The step on every replica, then its metrics summed over all replicas
-        # (in the same graph: one round of collectives, not one per variable).
-        def run(batch):
-            strategy.run(step, args=(batch,))
-            return model.get_metrics_result()
-
-        return tf.function(run, reduce_retracing=True)
-
-    train_step, test_step = compiled(model.train_step), compiled(model.test_step)
-
-    @tf.function
-    def any_replica(flag):
-        votes = strategy.run(lambda value: tf.cast(value, tf.float32), args=(flag,))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None) > 0
-
-    def agree_to_stop():
-        return bool(any_replica(tf.constant(bool(model.stop_training))))
-
-    def python_floats(logs):
-        return {name: float(value) for name, value in logs.items()}
+    train_step = _replicated_step(strategy, model, model.train_step)
+    test_step = _replicated_step(strategy, model, model.test_step)
+    any_worker_stops = _stop_vote(strategy, model)
 
     model.stop_training = False
     if not model.optimizer.built:
@@ -553,30 +531,79 @@ def fit_multi_worker(
             batches = (next(iterator) for _ in range(steps_per_epoch))
         else:
             batches = iter(train_batches)
-        batch_logs = {}
-        for step, batch in enumerate(batches):
-            callbacks.on_train_batch_begin(step)
-            batch_logs = python_floats(train_step(batch))
-            callbacks.on_train_batch_end(step, batch_logs)
-            if agree_to_stop():
-                break
-        epoch_logs = dict(batch_logs)  # the metrics accumulate over the epoch
+        logs = _train_epoch(batches, train_step, callbacks, any_worker_stops)
         if validation_batches is not None:
             model.reset_metrics()
-            callbacks.on_test_begin()
-            validation_logs = {}
-            for step, batch in enumerate(validation_batches):
-                callbacks.on_test_batch_begin(step)
-                validation_logs = python_floats(test_step(batch))
-                callbacks.on_test_batch_end(step, validation_logs)
-            callbacks.on_test_end(validation_logs)
-            epoch_logs.update({f"val_{name}": value for name, value in validation_logs.items()})
-        callbacks.on_epoch_end(epoch, epoch_logs)
-        logs = epoch_logs
-        if agree_to_stop():
+            logs.update(_validation_logs(validation_batches, test_step, callbacks))
+        callbacks.on_epoch_end(epoch, logs)
+        if any_worker_stops():
             break
     callbacks.on_train_end(logs)
     return history
+
+
+def _distributed(strategy, dataset):
+    """`dataset` split over the workers by batch: each keeps its part of every global batch."""
+    import tensorflow as tf
+
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return strategy.experimental_distribute_dataset(dataset.with_options(options))
+
+
+def _replicated_step(strategy, model, step):
+    """A `tf.function` that runs `step` (e.g. `model.train_step`) on every replica, then
+    returns the model's metrics summed over all replicas (in the same graph: one round of
+    collectives, not one per variable)."""
+    import tensorflow as tf
+
+    def run(batch):
+        strategy.run(step, args=(batch,))
+        return model.get_metrics_result()
+
+    return tf.function(run, reduce_retracing=True)
+
+
+def _stop_vote(strategy, model):
+    """`() -> bool`: whether `model.stop_training` is set on any worker; every worker must
+    call it at the same point, as it is a collective."""
+    import tensorflow as tf
+
+    @tf.function
+    def any_replica(flag):
+        votes = strategy.run(lambda value: tf.cast(value, tf.float32), args=(flag,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, votes, axis=None) > 0
+
+    return lambda: bool(any_replica(tf.constant(bool(model.stop_training))))
+
+
+def _train_epoch(batches, train_step, callbacks, any_worker_stops):
+    """Trains on `batches` until they end or a worker stops; returns the epoch's logs (the
+    metrics accumulate over the epoch)."""
+    logs = {}
+    for step, batch in enumerate(batches):
+        callbacks.on_train_batch_begin(step)
+        logs = _python_floats(train_step(batch))
+        callbacks.on_train_batch_end(step, logs)
+        if any_worker_stops():
+            break
+    return dict(logs)
+
+
+def _validation_logs(batches, test_step, callbacks):
+    """The validation metrics over `batches`, named `val_...`."""
+    callbacks.on_test_begin()
+    logs = {}
+    for step, batch in enumerate(batches):
+        callbacks.on_test_batch_begin(step)
+        logs = _python_floats(test_step(batch))
+        callbacks.on_test_batch_end(step, logs)
+    callbacks.on_test_end(logs)
+    return {f"val_{name}": value for name, value in logs.items()}
+
+
+def _python_floats(logs):
+    return {name: float(value) for name, value in logs.items()}
 
 
 def _agreed_initial_epoch(strategy, epoch):

@@ -1,4 +1,4 @@
-"""Exporting a finished run folder: its `model.keras`, vocabularies and settings
+"""Exporting a finished run folder of either task: its `model.keras`, vocabularies and settings
 become the SavedModel of `keras_transformer.export`'s `export_classifier` /
 `export_translator`.
 
@@ -15,14 +15,10 @@ import os
 import zipfile
 
 from keras_transformer.data.sources import one_line
-from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.classifier import ClassifierSettings, saved_classifier_settings
-from keras_transformer.training.runs import SETTINGS_FILE
-from keras_transformer.training.translator import (
-    TranslatorSettings,
-    run_tokenizers,
-    saved_translator_settings,
-)
+from keras_transformer.training.classifier.settings import ClassifierSettings
+from keras_transformer.training.runs import SETTINGS_FILE, RunFolder
+from keras_transformer.training.translator.settings import TranslatorSettings
+from keras_transformer.training.translator.tokenizing import run_tokenizers
 
 CLASSIFIER = "classifier"
 TRANSLATOR = "translator"
@@ -71,7 +67,8 @@ def read_run(run_dir):
     settings_path = os.path.join(run_dir, SETTINGS_FILE)
     if not os.path.isfile(settings_path):
         raise RunFolderError(
-            f"{run_dir} is not a run folder: it has no {SETTINGS_FILE}, which a training app writes first."
+            f"{run_dir} is not a run folder: it has no {SETTINGS_FILE}, which a training app "
+            "writes first."
         )
     try:
         with open(settings_path, encoding="utf-8") as settings_file:
@@ -92,11 +89,11 @@ def read_run(run_dir):
             else "no class_names, which a classifier's has,"
         )
         raise RunFolderError(
-            f"{settings_path} is neither a classifier's nor a translator's run settings: it has {has} "
-            f"and settings a {task} does not have: {', '.join(sorted(unknown))}."
+            f"{settings_path} is neither a classifier's nor a translator's run settings: it has "
+            f"{has} and settings a {task} does not have: {', '.join(sorted(unknown))}."
         )
     if task == TRANSLATOR:
-        return SavedRun(run_dir, task, saved_translator_settings(saved), saved)
+        return SavedRun(run_dir, task, TranslatorSettings(**saved["settings"]), saved)
     names = saved["class_names"]
     if (
         not isinstance(names, list)
@@ -106,7 +103,7 @@ def read_run(run_dir):
         raise RunFolderError(
             f"{settings_path}: class_names must be a list of at least two names, got {names!r}."
         )
-    return SavedRun(run_dir, task, saved_classifier_settings(saved), saved)
+    return SavedRun(run_dir, task, ClassifierSettings(**saved["settings"]), saved)
 
 
 def export_run(run_dir, export_dir, model_file=None, beam_width=4, length_penalty=0.6):
@@ -142,15 +139,18 @@ def _missing_model_message(run, model_path, is_final_model):
     if not is_final_model:
         return f"No model file {model_path}."
     resume = (
-        f"python -m {TRAINING_APPS[run.task]} --data {run.saved.get('data', 'SOURCE')} --run-dir {run.run_dir} "
-        "--resume (with the flags it started with)"
+        f"python -m {TRAINING_APPS[run.task]} --data {run.saved.get('data', 'SOURCE')} "
+        f"--run-dir {run.run_dir} --resume (with the flags it started with)"
     )
     message = (
         f"The run in {run.run_dir} has not finished (no {model_path}): resume it with {resume}"
     )
     best = run.file(BEST_CHECKPOINT)
     if os.path.isfile(best):
-        message += f", or export its best epoch so far with python -m apps.export {run.run_dir} --model-file {best}"
+        message += (
+            f", or export its best epoch so far with python -m apps.export {run.run_dir} "
+            f"--model-file {best}"
+        )
     return message + "."
 
 
@@ -233,7 +233,7 @@ def load_run_model(model_path, model_class, run):
         raise RunFolderError(f"Cannot load {model_path}: {one_line(error)}") from error
     if not isinstance(model, model_class):
         raise RunFolderError(
-            f"{model_path} holds a {type(model).__name__}, but {run.file(SETTINGS_FILE)} is a {run.task}'s "
-            f"(a {model_class.__name__})."
+            f"{model_path} holds a {type(model).__name__}, but {run.file(SETTINGS_FILE)} is a "
+            f"{run.task}'s (a {model_class.__name__})."
         )
     return model

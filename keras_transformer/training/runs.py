@@ -1,17 +1,105 @@
-"""The run-folder flow every training pipeline shares: resume or start over,
-save the settings, fit under a time budget with the folder's callbacks, and
-leave the model and its learning curves in the folder."""
+"""The run folder (`RunFolder`) and the flow every training pipeline shares
+through it: resume or start over, save the settings, fit under a time budget
+with the folder's callbacks, and leave the model and its learning curves in
+the folder."""
 
+import csv
 import dataclasses
 import json
 import os
+import shutil
 import time
 
+import keras
+
 from keras_transformer.training.batching import ArrayBatches, FollowEpochs
-from keras_transformer.training.callbacks import TimeBudget
+from keras_transformer.training.callbacks import BestEpoch, TimeBudget, read_best_epoch, tensorboard
 from keras_transformer.training.distribute import fit, is_chief
 
 SETTINGS_FILE = "settings.json"
+
+
+class RunFolder:
+    """Where one training run keeps its state, so `--resume` finds it again.
+
+    `settings.json` (the run's settings), `vocabulary*.txt`, `backup/`
+    (Keras' BackupAndRestore: weights, optimizer and epoch), `checkpoints/`
+    (`last.keras` every epoch, `best.keras` the epoch `BestEpoch` keeps,
+    `best_epoch.json` which epoch that is), `logs/`
+    (TensorBoard), `history.csv` (every epoch, across resumes), and the
+    evaluation outputs.
+    """
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+
+    def file(self, *parts):
+        return os.path.join(self.path, *parts)
+
+    @property
+    def backup_dir(self):
+        return self.file("backup")
+
+    @property
+    def history_path(self):
+        return self.file("history.csv")
+
+    @property
+    def best_epoch_path(self):
+        return self.file("checkpoints", "best_epoch.json")
+
+    def read_best_epoch(self):
+        """Which epoch the run keeps: `{"epoch", "monitor", "value", "val_loss", ...}`, or None."""
+        return read_best_epoch(self.best_epoch_path)
+
+    def has_backup(self):
+        return os.path.isdir(self.backup_dir) and bool(os.listdir(self.backup_dir))
+
+    def start_fresh(self):
+        """Removes what a previous run left that a new run would otherwise pick up."""
+        for name in ("backup", "checkpoints", "logs"):
+            shutil.rmtree(self.file(name), ignore_errors=True)
+        if os.path.exists(self.history_path):
+            os.remove(self.history_path)
+        os.makedirs(self.path, exist_ok=True)
+
+    def callbacks(self, monitor="val_loss", patience=None, verbose=1):
+        """Backup (for `--resume`), checkpoints, TensorBoard, history, and the
+        best epoch by `monitor` (its checkpoint, early stopping after
+        `patience` epochs without a better one, its weights restored at the end)."""
+        os.makedirs(self.file("checkpoints"), exist_ok=True)
+        callbacks = [
+            # Before the backup: a kill between the two then repeats an epoch
+            # (read_history keeps its last row) rather than losing its row.
+            # Appends, so the curve after a resume still starts at epoch 1.
+            keras.callbacks.CSVLogger(self.history_path, append=True),
+            keras.callbacks.ModelCheckpoint(self.file("checkpoints", "last.keras")),
+            BestEpoch(
+                self.file("checkpoints", "best.keras"),
+                self.best_epoch_path,
+                monitor=monitor,
+                patience=patience or 0,
+                verbose=verbose,
+            ),
+            *tensorboard(self.file("logs"), verbose),
+            keras.callbacks.BackupAndRestore(self.backup_dir, save_freq="epoch"),
+        ]
+        return callbacks
+
+    def read_history(self):
+        """`history.csv` as a Keras-style `{metric: [per-epoch values]}`."""
+        if not os.path.exists(self.history_path):
+            return {}
+        with open(self.history_path, newline="") as history_file:
+            rows = list(csv.DictReader(history_file))
+        # A resumed run may repeat an epoch that was logged but not backed up.
+        by_epoch = {int(row["epoch"]): row for row in rows}
+        history = {}
+        for epoch in sorted(by_epoch):
+            for key, value in by_epoch[epoch].items():
+                if key != "epoch":
+                    history.setdefault(key, []).append(float(value))
+        return history
 
 
 def say(verbose, message):
@@ -65,7 +153,8 @@ def saved_run_or_fresh_start(
 
 
 def save_settings(folder, settings, **details):
-    """Writes `settings.json`: the settings dataclass, for `--resume`, and `details` about the run."""
+    """Writes `settings.json`: the settings dataclass, for `--resume`, and `details` about
+    the run."""
     with open(folder.file(SETTINGS_FILE), "w") as settings_file:
         json.dump({"settings": dataclasses.asdict(settings), **details}, settings_file, indent=2)
 
@@ -140,7 +229,10 @@ def save_model_and_curves(folder, fitted):
     fitted.model.save(folder.file("model.keras"))
 
 
-PLOTS_NOTICE = "Plots need matplotlib (pip install matplotlib); not drawn (history.csv and metrics are written)."
+PLOTS_NOTICE = (
+    "Plots need matplotlib (pip install matplotlib); not drawn (history.csv and metrics are "
+    "written)."
+)
 _plots_notice_said = False
 
 

@@ -1,5 +1,5 @@
 """Tokenize here, train on JAX where TensorFlow is not, export here: the
-SavedModels answer raw strings as the JAX models do (issue 17's path).
+SavedModels answer raw strings as the JAX models do.
 
 `apps.tokenize` writes a classifier's and a translator's token folders. A
 subprocess with `KERAS_BACKEND=jax`, where `import tensorflow` fails
@@ -77,8 +77,9 @@ import keras
 from apps import train_classifier, train_translator
 from keras_transformer.decoding import greedy_decode_loop
 from keras_transformer.text.vocabulary import END, START, detokenize
-from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.translator import run_vocabularies, saved_translator_settings
+from keras_transformer.training.runs import RunFolder
+from keras_transformer.training.translator.settings import TranslatorSettings
+from keras_transformer.training.translator.tokenizing import run_vocabularies
 
 request = json.loads(os.environ["JAX_REQUEST"])
 answers = {}
@@ -92,7 +93,7 @@ run_dir = request["translator_run"]
 assert train_translator.main(request["translator_argv"]) == 0
 model = keras.models.load_model(os.path.join(run_dir, "model.keras"), compile=False)
 with open(os.path.join(run_dir, "settings.json")) as settings_file:
-    settings = saved_translator_settings(json.load(settings_file))
+    settings = TranslatorSettings(**json.load(settings_file)["settings"])
 _, target_vocabulary = run_vocabularies(RunFolder(run_dir), settings)
 generated = greedy_decode_loop(model, np.asarray(request["translator_ids"], np.int32), settings.sequence_length,
                                target_vocabulary.index(START), target_vocabulary.index(END))

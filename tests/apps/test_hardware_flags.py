@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from apps import train_classifier, train_translator
-from keras_transformer.training import classifier as classifier_training
+from keras_transformer.training.classifier import pipeline as classifier_training
 from tests.apps.test_train_translator import FLAGS as TRANSLATOR_FLAGS
 from tests.apps.test_train_translator import write_pairs
 from tests.classifier_fixtures import TRAIN_FLAGS, expect_usage_error, write_keyword_csv
@@ -111,7 +111,8 @@ def test_bfloat16_xla_mirrored_classifier_trains_and_exports_float32(
 def test_float16_classifier_is_wired_for_loss_scaling():
     """The wiring only: the layers' float16 training steps on CPU are in
     tests/layers/test_mixed_precision.py, and a whole run is bfloat16's above."""
-    from keras_transformer.training.classifier import ClassifierSettings, build_classifier_model
+    from keras_transformer.training.classifier.model import build_classifier_model
+    from keras_transformer.training.classifier.settings import ClassifierSettings
 
     settings = ClassifierSettings(
         sequence_length=16,

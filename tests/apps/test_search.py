@@ -9,13 +9,13 @@ import keras_tuner
 import pytest
 
 from apps import train_classifier
-from keras_transformer.training.classifier import ClassifierSettings
-from keras_transformer.training.search import (
+from keras_transformer.training.classifier.search import (
     SEARCH_SPACE,
     SearchTrial,
     format_search,
     trial_settings,
 )
+from keras_transformer.training.classifier.settings import ClassifierSettings
 from tests.classifier_fixtures import TRAIN_FLAGS, expect_usage_error, write_keyword_csv
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from apps import tokenize, train_classifier, train_translator
 from keras_transformer.data.tokens import read_token_folder
-from keras_transformer.training.callbacks import RunFolder
+from keras_transformer.training.runs import RunFolder
 from tests.apps.test_train_translator import write_pairs
 from tests.classifier_fixtures import expect_usage_error, write_keyword_csv
 
@@ -70,7 +70,7 @@ TRANSLATOR_TRAIN_FLAGS = [
     "2",
     "--no-export",
 ]
-# "name value: reason", as data_defaults' `Choice.line` prints a chosen setting.
+# "name value: reason", as data_rules' `Choice.line` prints a chosen setting.
 CHOICE_LINE = re.compile(r"^[a-z_]+ [^ :]+: ")
 
 

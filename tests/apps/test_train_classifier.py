@@ -19,6 +19,7 @@ import pytest
 
 from apps import train_classifier
 from keras_transformer.training import callbacks as training_callbacks
+from keras_transformer.training.runs import RunFolder
 from tests.classifier_fixtures import (
     CLASS_NAMES,
     MODEL_FLAGS,
@@ -406,7 +407,7 @@ def test_a_kill_between_the_backup_and_the_history_row_loses_no_epoch(tmp_path, 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(32, 4)).astype("float32")
     y = x.sum(axis=1, keepdims=True)
-    folder = training_callbacks.RunFolder(tmp_path / "run")
+    folder = RunFolder(tmp_path / "run")
     folder.start_fresh()
 
     def fit():
@@ -439,7 +440,7 @@ def test_a_kill_between_the_backup_and_the_history_row_loses_no_epoch(tmp_path, 
     assert len(folder.read_history()["loss"]) == 3
 
 
-# --- the bag of n-grams (issue 16) ---------------------------------------------------
+# --- the bag of n-grams --------------------------------------------------------------
 
 
 def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_exports_the_sum(
@@ -448,7 +449,7 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
     import tensorflow as tf
 
     from keras_transformer.text import WordPieceTokenizer
-    from keras_transformer.training.classifier import TRANSFORMER_WEIGHTS
+    from keras_transformer.training.classifier.bag_of_ngrams import TRANSFORMER_WEIGHTS
 
     csv_path = write_keyword_csv(tmp_path / "keywords.csv")
     run_dir, export_dir = str(tmp_path / "run"), str(tmp_path / "export")
@@ -528,7 +529,7 @@ def test_no_bag_of_ngrams_builds_none(tmp_path):
         train_classifier.build_parser().parse_args(["--no-bag-of-ngrams"])
     )
     assert settings.bag_of_ngrams is False
-    from keras_transformer.training.classifier import bag_of_ngrams_arguments
+    from keras_transformer.training.classifier.model import bag_of_ngrams_arguments
 
     assert bag_of_ngrams_arguments(settings) is None
     with pytest.raises(ValueError, match="ngram_l2"):  # chosen from the data by training
@@ -556,7 +557,7 @@ def test_no_bag_of_ngrams_builds_none(tmp_path):
 
 
 def test_ngram_units_flag_and_what_it_builds():
-    from keras_transformer.training.classifier import bag_of_ngrams_arguments
+    from keras_transformer.training.classifier.model import bag_of_ngrams_arguments
 
     parser = train_classifier.build_parser()
     assert train_classifier.settings_from(parser.parse_args([])).ngram_units == "choose"
@@ -571,26 +572,6 @@ def test_ngram_units_flag_and_what_it_builds():
         parser.parse_args(["--ngram-units", "letters"])
     with pytest.raises(ValueError, match="ngram_units"):
         dataclasses.replace(settings, ngram_units="letters").validate()
-
-
-def test_a_run_saved_before_the_word_units_resumes_with_pieces_alone():
-    from keras_transformer.training.classifier import ClassifierSettings, saved_classifier_settings
-
-    fields = dataclasses.asdict(ClassifierSettings())
-    older = {name: value for name, value in fields.items() if name != "ngram_units"}
-    assert saved_classifier_settings({"settings": older}).ngram_units == "pieces"
-    assert saved_classifier_settings({"settings": fields}).ngram_units == "choose"
-
-
-def test_a_run_saved_before_the_bag_of_ngrams_resumes_and_exports_without_it():
-    from keras_transformer.training.classifier import ClassifierSettings, saved_classifier_settings
-
-    fields = dataclasses.asdict(ClassifierSettings())
-    older = {
-        name: value for name, value in fields.items() if name not in ("bag_of_ngrams", "ngram_l2")
-    }
-    assert saved_classifier_settings({"settings": older}).bag_of_ngrams is False
-    assert saved_classifier_settings({"settings": fields}).bag_of_ngrams is True
 
 
 def test_the_bag_of_ngrams_reads_past_the_transformer_and_so_does_the_export(tmp_path):

@@ -158,7 +158,8 @@ def test_heads_that_do_not_divide_the_width_are_a_usage_error(tmp_path, capsys):
 
 
 def test_decoder_depth_can_differ_from_the_encoder_depth():
-    from keras_transformer.training.translator import TranslatorSettings, build_translator_model
+    from keras_transformer.training.translator.model import build_translator_model
+    from keras_transformer.training.translator.settings import TranslatorSettings
 
     settings = TranslatorSettings(
         sequence_length=8,

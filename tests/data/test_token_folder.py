@@ -17,6 +17,7 @@ from keras_transformer.data.tokens import (
     ClassificationTokens,
     TokenizedClassificationData,
     TokenizedTranslationData,
+    TokenSettingConflict,
     TranslationTokens,
     read_token_folder,
     save_tokenized,
@@ -148,20 +149,23 @@ def test_a_classifier_folder_for_a_bag_that_reads_further_holds_its_longer_ids(t
     assert read_token_folder(out, "classifier").settings["ngram_length"] == 2 * LENGTH
 
 
-def test_a_classifier_folder_written_before_ngram_length_reads_as_reaching_no_further(tmp_path):
+def test_a_classifier_folder_needs_a_valid_ngram_length(tmp_path):
     out = write_folder(classification_tokens(tmp_path), tmp_path / "tokens")
     path = os.path.join(out, "tokens.json")
     with open(path, encoding="utf-8") as tokens_file:
         description = json.load(tokens_file)
-    del description["settings"]["ngram_length"]
-    with open(path, "w", encoding="utf-8") as tokens_file:
-        json.dump(description, tokens_file)
-    assert read_token_folder(out, "classifier").settings["ngram_length"] is None
-    description["settings"]["ngram_length"] = "long"
-    with open(path, "w", encoding="utf-8") as tokens_file:
-        json.dump(description, tokens_file)
-    with pytest.raises(DataError, match="ngram_length must be a positive integer or null"):
-        read_token_folder(out, "classifier")
+    for ngram_length, message in [
+        (..., "its settings must name exactly vocabulary_size, .*ngram_length"),
+        ("long", "ngram_length must be a positive integer or null, got 'long'"),
+    ]:
+        if ngram_length is ...:
+            del description["settings"]["ngram_length"]
+        else:
+            description["settings"]["ngram_length"] = ngram_length
+        with open(path, "w", encoding="utf-8") as tokens_file:
+            json.dump(description, tokens_file)
+        with pytest.raises(DataError, match=message):
+            read_token_folder(out, "classifier")
 
 
 def test_classifier_round_trip(tmp_path):
@@ -493,8 +497,8 @@ def test_an_empty_folder_is_written_into(tmp_path):
 # --- settings fixed by the tokens ----------------------------------------------------
 
 
-def test_settings_come_from_the_folder_and_contradictions_name_the_flag(tmp_path):
-    from keras_transformer.training.classifier import ClassifierSettings
+def test_settings_come_from_the_folder_and_contradictions_name_the_setting(tmp_path):
+    from keras_transformer.training.classifier.settings import ClassifierSettings
 
     tokenized = classification_tokens(tmp_path)
     filled = settings_from_tokens(ClassifierSettings(), tokenized)
@@ -509,27 +513,29 @@ def test_settings_come_from_the_folder_and_contradictions_name_the_flag(tmp_path
         == LENGTH
     )
     with pytest.raises(
-        ValueError, match=r"--sequence-length 16 contradicts csv:texts.csv: .*sequence_length 4"
+        TokenSettingConflict,
+        match=r"^sequence_length 16 contradicts csv:texts.csv: .*sequence_length 4. "
+        r"Leave sequence_length out",
     ):
         settings_from_tokens(ClassifierSettings(sequence_length=16), tokenized)
-    with pytest.raises(ValueError, match=r"--pooling mean contradicts .*adds a \[CLS\] token"):
+    with pytest.raises(ValueError, match=r"^pooling mean contradicts .*adds a \[CLS\] token"):
         settings_from_tokens(ClassifierSettings(pooling="mean"), tokenized)
     # Given explicitly, even a default value that disagrees is a contradiction.
-    with pytest.raises(ValueError, match="--max-length 256"):
+    with pytest.raises(ValueError, match="^max_length 256"):
         settings_from_tokens(ClassifierSettings(max_length=256), tokenized, given={"max_length"})
-    with pytest.raises(ValueError, match="--pooling max"):
+    with pytest.raises(ValueError, match="^pooling max"):
         settings_from_tokens(ClassifierSettings(), tokenized, given={"pooling"})
 
 
 def test_pooling_without_cls_is_the_folders_unless_given(tmp_path):
-    from keras_transformer.training.classifier import ClassifierSettings
+    from keras_transformer.training.classifier.settings import ClassifierSettings
 
     tokenized = classification_tokens(tmp_path)
     tokenized.settings["pooling"] = "mean"
     # The app passes the flags given: --pooling left out takes the folder's.
     assert settings_from_tokens(ClassifierSettings(), tokenized, given=set()).pooling == "mean"
     assert settings_from_tokens(ClassifierSettings(), tokenized, given={"pooling"}).pooling == "max"
-    with pytest.raises(ValueError, match="--pooling cls contradicts"):
+    with pytest.raises(ValueError, match="^pooling cls contradicts"):
         settings_from_tokens(ClassifierSettings(pooling="cls"), tokenized, given={"pooling"})
     # A library caller's pooling stands when the tokens allow it (no [CLS] either way).
     assert settings_from_tokens(ClassifierSettings(), tokenized).pooling == "max"

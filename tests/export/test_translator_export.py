@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from keras_transformer.training.fitting import build_optimizer
+from keras_transformer.training.compiling import build_optimizer
 from tests.export.fresh_loader import LOADER_HEADER
 
 # --- the shared tiny translator --------------------------------------------------

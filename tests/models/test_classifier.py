@@ -6,7 +6,7 @@ import pytest
 from keras import ops
 
 from keras_transformer.models import TransformerClassifier
-from keras_transformer.training.fitting import build_optimizer
+from keras_transformer.training.compiling import build_optimizer
 
 VOCAB, CLASSES, LENGTH = 30, 3, 16
 D_MODEL, HEADS, FF, LAYERS = 16, 2, 32, 2

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.models.seq2seq import Seq2SeqTransformer
-from keras_transformer.training.fitting import build_optimizer
+from keras_transformer.training.compiling import build_optimizer
 
 SOURCE = np.array([[5, 6, 7, 8, 0, 0], [9, 3, 4, 0, 0, 0]], np.int32)
 TARGET = np.array([[4, 10, 11, 12, 13], [4, 14, 15, 0, 0]], np.int32)

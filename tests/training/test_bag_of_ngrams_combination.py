@@ -1,4 +1,5 @@
-"""`add_bag_of_ngrams`: the regression fit apart, weighed beside the Transformer on validation, fit again."""
+"""`add_bag_of_ngrams`: the regression fit apart, weighed beside the Transformer on
+validation, fit again."""
 
 import types
 
@@ -8,7 +9,8 @@ import pytest
 
 from keras_transformer.data.tokens import ClassificationTokens
 from keras_transformer.models import TransformerClassifier
-from keras_transformer.training.classifier import ClassifierSettings, add_bag_of_ngrams
+from keras_transformer.training.classifier.bag_of_ngrams import add_bag_of_ngrams
+from keras_transformer.training.classifier.settings import ClassifierSettings
 
 VOCABULARY, LENGTH = 60, 8
 VALIDATION_ONLY = 55  # a keyword only validation texts have
@@ -102,7 +104,8 @@ FILLER_WORDS, FILLER_MARKS = [11, 12, 13, 14, 15], [19, 20, 21]
 
 
 def units_split(rows, seed, named_by):
-    """Texts of filler words and marks with the class's keyword (`named_by="words"`) or mark inside."""
+    """Texts of filler words and marks with the class's keyword (`named_by="words"`) or mark
+    inside."""
     rng = np.random.default_rng(seed)
     labels = (np.arange(rows) % 3).astype("int32")
     token_ids = np.zeros((rows, 12), "int32")
@@ -163,7 +166,9 @@ def test_choose_keeps_the_units_that_name_the_class_on_validation(named_by, kept
     }
     if named_by == "punctuation":  # the words alone cannot see the marks
         assert best["pieces+words"] >= 0.9 and best["words"] < 0.6
-    else:  # both reach the keywords; the words alone, undiluted by the fillers' pieces, are surer of them
+    else:
+        # Both reach the keywords; the words alone, undiluted by the fillers' pieces, are
+        # surer of them.
         assert best["words"] >= 0.9
         assert by_features["words"]["0.0"]["loss"] < by_features["pieces+words"]["0.0"]["loss"]
     idf = keras.ops.convert_to_numpy(model.ngrams.idf)

@@ -116,14 +116,14 @@ def test_trimmed_widths_round_up_to_a_multiple_within_the_rows():
 
 
 @pytest.mark.parametrize("multiple", [1, 8])
-def test_teacher_forcing_splits_targets_as_the_tensorflow_pipeline_did(multiple, monkeypatch):
-    from keras_transformer.training import translator
+def test_teacher_forcing_splits_trimmed_targets_into_inputs_and_labels(multiple, monkeypatch):
+    from keras_transformer.training.translator import pipeline as translator
 
     monkeypatch.setattr(translator, "batch_width_multiple", lambda: multiple)
     sources = padded_rows([3, 6, 2], 12)
     targets = padded_rows([4, 9, 2], 13)
     inputs, labels = translator._teacher_forcing(sources, targets)
-    # Before ArrayBatches: trimmed to the longest row (at least 2), then split.
+    # Independently: trimmed by the TensorFlow op to the longest row (at least 2), then split.
     trimmed = trim_shared_padding(tf.constant(targets), min_length=2).numpy()
     width = trimmed.shape[1] - 1
     if multiple == 1:

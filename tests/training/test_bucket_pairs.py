@@ -49,7 +49,8 @@ def target_number(target_row_values):
 
 
 def check_pairs(batches, sources, targets, batch_size=BATCH_SIZE):
-    """Every (source, target) row of every batch is one of the examples, whole; returns their numbers."""
+    """Every (source, target) row of every batch is one of the examples, whole; returns
+    their numbers."""
     seen = []
     for source_batch, target_batch in batches:
         assert source_batch.shape[0] == target_batch.shape[0] <= batch_size

@@ -27,7 +27,8 @@ import contextlib, io, json, sys
 import jax, keras, numpy as np
 from apps import train_classifier
 from keras_transformer.training import distribute
-from keras_transformer.training.classifier import ClassifierSettings, build_classifier_model
+from keras_transformer.training.classifier.model import build_classifier_model
+from keras_transformer.training.classifier.settings import ClassifierSettings
 
 VOCABULARY, CLASSES, LENGTH, BATCH = 50, 3, 16, 8
 rng = np.random.default_rng(0)
@@ -55,7 +56,8 @@ class SeenDistribution(keras.callbacks.Callback):
 train, validation = Batches([BATCH] * 6), Batches([BATCH, 5])
 settings = ClassifierSettings(
     epochs=1, batch_size=BATCH, sequence_length=LENGTH, vocabulary_size=VOCABULARY, d_model=16,
-    num_heads=2, intermediate_dim=32, dropout=0.0, warmup_fraction=0.2, ngram_l2=1e-4, jit_compile=True,
+    num_heads=2, intermediate_dim=32, dropout=0.0, warmup_fraction=0.2, ngram_l2=1e-4,
+    jit_compile=True,
 )
 
 
@@ -67,9 +69,15 @@ def trained(strategy, initial_weights, train=train, validation=validation):
     weights = model.get_weights()
     return {
         "history": model.history.history, "weights": [w.tolist() for w in weights],
-        "moved": max(float(np.max(np.abs(after - before))) for after, before in zip(weights, initial_weights)),
-        "devices_per_variable": sorted({len(v.value.sharding.device_set) for v in model.trainable_variables}),
-        "distribution_in_fit": repr(seen.seen), "distribution_after": repr(keras.distribution.distribution()),
+        "moved": max(
+            float(np.max(np.abs(after - before)))
+            for after, before in zip(weights, initial_weights)
+        ),
+        "devices_per_variable": sorted(
+            {len(v.value.sharding.device_set) for v in model.trainable_variables}
+        ),
+        "distribution_in_fit": repr(seen.seen),
+        "distribution_after": repr(keras.distribution.distribution()),
     }
 
 
@@ -100,16 +108,17 @@ result["distribution_after_error"] = repr(keras.distribution.distribution())
 csv_path, run_dir, refused_run_dir = sys.argv[1:4]
 with contextlib.redirect_stderr(io.StringIO()) as app_errors:
     try:
-        train_classifier.main(["--data", f"csv:{csv_path}", "--distribute", "data_parallel", "--batch-size", "7",
-                               "--run-dir", refused_run_dir, "--no-export"])
+        train_classifier.main(["--data", f"csv:{csv_path}", "--distribute", "data_parallel",
+                               "--batch-size", "7", "--run-dir", refused_run_dir, "--no-export"])
     except SystemExit as exit:
         result["refused_exit"] = exit.code
 result["refused_errors"] = app_errors.getvalue()
 with contextlib.redirect_stdout(io.StringIO()) as app_output:  # the app's whole run
     result["app_exit"] = train_classifier.main(
-        ["--data", f"csv:{csv_path}", "--distribute", "data_parallel", "--jit-compile", "--batch-size", "8",
-         "--epochs", "1", "--vocab-size", "200", "--sequence-length", "16", "--d-model", "16",
-         "--num-heads", "2", "--intermediate-dim", "32", "--verbose", "2", "--run-dir", run_dir, "--no-export"])
+        ["--data", f"csv:{csv_path}", "--distribute", "data_parallel", "--jit-compile",
+         "--batch-size", "8", "--epochs", "1", "--vocab-size", "200", "--sequence-length", "16",
+         "--d-model", "16", "--num-heads", "2", "--intermediate-dim", "32", "--verbose", "2",
+         "--run-dir", run_dir, "--no-export"])
 result["app_output"] = app_output.getvalue()
 print(json.dumps(result))
 """
@@ -205,7 +214,8 @@ def test_app_refuses_a_batch_size_the_devices_cannot_split(two_device_runs):
 
 
 def test_app_trains_a_run_with_data_parallel(two_device_runs):
-    """The whole run: trained over both devices, then evaluated and saved by this (the only) process."""
+    """The whole run: trained over both devices, then evaluated and saved by this (the only)
+    process."""
     assert two_device_runs["app_exit"] == 0
     assert (
         "Data parallel over 2 devices: cpu:0, cpu:1" in two_device_runs["app_output"].splitlines()

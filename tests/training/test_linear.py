@@ -1,4 +1,5 @@
-"""`fit_logistic_regression` against scikit-learn's LogisticRegression on the same TF-IDF features."""
+"""`fit_logistic_regression` against scikit-learn's LogisticRegression on the same TF-IDF
+features."""
 
 import keras
 import numpy as np
@@ -7,13 +8,14 @@ from scipy import sparse
 from sklearn.linear_model import LogisticRegression
 
 from keras_transformer.layers import BagOfNgrams
-from keras_transformer.training.linear import fit_logistic_regression
+from keras_transformer.training.classifier.bag_of_ngrams import fit_logistic_regression
 
 VOCABULARY = 40
 
 
 def noisy_ids(classes, rows=240, seed=0):
-    """Ids whose first token hints at the class (1 time in 4 a wrong hint), so that no weight grows without bound."""
+    """Ids whose first token hints at the class (1 time in 4 a wrong hint), so that no
+    weight grows without bound."""
     rng = np.random.default_rng(seed)
     labels = np.arange(rows) % classes
     token_ids = rng.integers(1 + classes, VOCABULARY, (rows, 10)).astype("int32")

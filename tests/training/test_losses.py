@@ -4,11 +4,9 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.training.losses import (
-    MaskedSparseCategoricalCrossentropy,
-    TransformerSchedule,
-    masked_accuracy,
-)
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.metrics import masked_accuracy
+from keras_transformer.training.schedules import TransformerSchedule
 
 TARGETS = np.array([[3, 1, 0, 0], [2, 2, 2, 0]], np.int32)
 LOGITS = np.random.default_rng(0).normal(size=(2, 4, 5)).astype(np.float32)
@@ -45,10 +43,14 @@ import tensorflow as tf
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
-targets, logits = (np.asarray(value, dtype) for value, dtype in zip(json.load(sys.stdin), ("int32", "float32")))
+targets, logits = (
+    np.asarray(value, dtype) for value, dtype in zip(json.load(sys.stdin), ("int32", "float32"))
+)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 rows = strategy.experimental_distribute_values_from_function(
-    lambda context: (targets[context.replica_id_in_sync_group::2], logits[context.replica_id_in_sync_group::2]))
+    lambda context: (
+        targets[context.replica_id_in_sync_group::2], logits[context.replica_id_in_sync_group::2]
+    ))
 values = strategy.run(MaskedSparseCategoricalCrossentropy(), args=rows)
 print(json.dumps([float(value) for value in strategy.experimental_local_results(values)]))
 """

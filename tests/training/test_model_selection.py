@@ -1,4 +1,4 @@
-"""Model selection (issue 16): `BestEpoch` keeps the epoch with the best
+"""Model selection: `BestEpoch` keeps the epoch with the best
 monitored validation metric, the loss breaking ties; `MacroF1`; `--monitor`."""
 
 import json
@@ -11,9 +11,11 @@ import pytest
 from sklearn.metrics import f1_score
 
 from apps import train_classifier
-from keras_transformer.training.callbacks import BestEpoch, FitScheduleToBudget, MacroF1, RunFolder
-from keras_transformer.training.classifier import ClassifierSettings
-from keras_transformer.training.losses import WarmupCosine
+from keras_transformer.training.callbacks import BestEpoch, FitScheduleToBudget
+from keras_transformer.training.classifier.settings import ClassifierSettings
+from keras_transformer.training.metrics import MacroF1
+from keras_transformer.training.runs import RunFolder
+from keras_transformer.training.schedules import WarmupCosine
 from tests.classifier_fixtures import TRAIN_FLAGS, write_keyword_csv
 
 
@@ -58,7 +60,8 @@ def assert_weights_equal(model, weights):
         np.testing.assert_array_equal(actual, expected)
 
 
-# Validation loss rises from epoch 2 as the model grows confident, while accuracy still climbs to epoch 4.
+# Validation loss rises from epoch 2 as the model grows confident, while accuracy still
+# climbs to epoch 4.
 RISING_LOSS = [
     {"val_accuracy": 0.70, "val_loss": 0.50},
     {"val_accuracy": 0.74, "val_loss": 0.55},
@@ -256,7 +259,7 @@ def test_a_fit_cut_short_by_the_time_budget_ends_on_the_best_epoch(tmp_path):
     assert not np.allclose(model.get_weights()[0], last.get_weights()[0])
 
 
-# --- the learning rate under a time budget (issue 16, "Defaults from the data") ---
+# --- the learning rate under a time budget ---
 
 
 def test_warmup_cosine_follows_keras_cosine_decay():
@@ -296,8 +299,8 @@ def test_the_schedule_ends_when_the_time_budget_does(monkeypatch):
 
 def test_a_classifier_run_cut_short_by_its_budget_shortens_its_schedule(tmp_path):
     from keras_transformer.data import load_classification_data
-    from keras_transformer.training.classifier import train_classifier as train
-    from keras_transformer.training.fitting import learning_rate_schedule
+    from keras_transformer.training.classifier.pipeline import train_classifier as train
+    from keras_transformer.training.compiling import learning_rate_schedule
 
     csv_path = write_keyword_csv(tmp_path / "keywords.csv")
     settings = train_classifier.settings_from(

@@ -1,5 +1,5 @@
-"""Masked-token pretraining of the classifier's encoder (issue 16, "Pretraining on
-unlabelled text"): the masking, the tied head, the loss going down, the hand-over
+"""Masked-token pretraining of the classifier's encoder on its texts and unlabelled
+ones: the masking, the tied head, the loss going down, the hand-over
 to the classifier, `--unlabeled` files, the time budget, and `--resume` in each phase."""
 
 import contextlib
@@ -17,10 +17,10 @@ import tensorflow as tf
 from apps import train_classifier
 from keras_transformer.models import TransformerClassifier
 from keras_transformer.text.vocabulary import CLS, MASK, RESERVED_TOKENS
-from keras_transformer.training import classifier as classifier_training
-from keras_transformer.training import pretraining
-from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.classifier import ClassifierSettings
+from keras_transformer.training.classifier import pipeline as classifier_training
+from keras_transformer.training.classifier import pretraining as pretraining
+from keras_transformer.training.classifier.settings import ClassifierSettings
+from keras_transformer.training.runs import RunFolder
 from tests.classifier_fixtures import TRAIN_FLAGS, expect_usage_error, write_keyword_csv
 
 VOCABULARY_SIZE = 500

@@ -18,8 +18,10 @@ import pytest
 from keras_transformer.data.classification import ClassificationData, TextSplit
 from keras_transformer.data.translation import PairSplit, TranslationData
 from keras_transformer.models import Seq2SeqTransformer, TransformerClassifier
-from keras_transformer.training.classifier import ClassifierSettings, train_classifier
-from keras_transformer.training.translator import TranslatorSettings, train_translator
+from keras_transformer.training.classifier.pipeline import train_classifier
+from keras_transformer.training.classifier.settings import ClassifierSettings
+from keras_transformer.training.translator.pipeline import train_translator
+from keras_transformer.training.translator.settings import TranslatorSettings
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 SEQUENCE_LENGTH = 8

@@ -1,4 +1,4 @@
-"""`--shared-vocabulary` (issue 16): one cased WordPiece vocabulary from both
+"""`--shared-vocabulary`: one cased WordPiece vocabulary from both
 languages, one token embedding for the encoder, the decoder and the output
 projection; the run exports, loads in a process without the project, and
 serves as a translator with two vocabularies does."""

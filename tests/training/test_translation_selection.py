@@ -1,4 +1,4 @@
-"""The translator keeps its best-translating epoch (issue 16): chrF against
+"""The translator keeps its best-translating epoch: chrF against
 hand-computed values, `ValidationChrF` on a scripted decoder, and tiny runs
 that log `val_chrf`, select, resume and stop on it."""
 
@@ -14,9 +14,10 @@ from apps import train_translator as train_translator_app
 from keras_transformer.data import load_translation_data
 from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
 from keras_transformer.training import callbacks as training_callbacks
-from keras_transformer.training.callbacks import RunFolder
-from keras_transformer.training.translation_metrics import ValidationChrF, chrf_subset, corpus_chrf
-from keras_transformer.training.translator import TranslatorSettings, train_translator
+from keras_transformer.training.runs import RunFolder
+from keras_transformer.training.translator.chrf import ValidationChrF, chrf_subset, corpus_chrf
+from keras_transformer.training.translator.pipeline import train_translator
+from keras_transformer.training.translator.settings import TranslatorSettings
 from tests.apps.test_train_translator import FLAGS, write_pairs
 from tests.classifier_fixtures import expect_usage_error
 
@@ -337,22 +338,6 @@ def test_monitor_flag_defaults_to_val_chrf_and_checks_its_pairs(tmp_path, capsys
     assert not os.path.exists(tmp_path / "run")
 
 
-def test_a_run_saved_before_val_chrf_resumes_without_it():
-    import dataclasses
-
-    from keras_transformer.training.translator import saved_translator_settings
-
-    old = dataclasses.asdict(TranslatorSettings(monitor="val_masked_accuracy"))
-    del old["chrf_pairs"], old["shared_vocabulary"]
-    settings = saved_translator_settings({"settings": old, "data": "tsv:pairs.tsv"})
-    assert settings.chrf_pairs == 0 and settings.monitor == "val_masked_accuracy"
-    assert settings.shared_vocabulary is False
-    assert (
-        saved_translator_settings({"settings": dataclasses.asdict(TranslatorSettings())}).chrf_pairs
-        == 200
-    )
-
-
 def test_chrf_pairs_zero_with_another_monitor_logs_no_val_chrf(numbers_data, tmp_path):
     run = train_translator(
         numbers_data,
@@ -367,12 +352,12 @@ def test_chrf_pairs_zero_with_another_monitor_logs_no_val_chrf(numbers_data, tmp
         assert json.load(settings_file)["settings"]["chrf_pairs"] == 0
 
 
-# --- the cosine schedule (issue 16: a time budget ends with the learning rate at 0) ---
+# --- the cosine schedule (a time budget ends with the learning rate at 0) ---
 
 
 def test_the_cosine_schedule_warms_up_to_the_inverse_sqrt_peak_and_ends_at_0():
-    from keras_transformer.training.losses import TransformerSchedule
-    from keras_transformer.training.translator import learning_rate_schedule_of
+    from keras_transformer.training.schedules import TransformerSchedule
+    from keras_transformer.training.translator.model import learning_rate_schedule_of
 
     settings = TranslatorSettings(
         d_model=256, warmup_steps=100, learning_rate_scale=0.75, schedule="cosine"
@@ -397,8 +382,8 @@ def test_the_cosine_schedule_warms_up_to_the_inverse_sqrt_peak_and_ends_at_0():
 
 
 def test_a_cosine_run_cut_short_by_its_budget_shortens_its_schedule(numbers_data, tmp_path):
-    from keras_transformer.training.fitting import learning_rate_schedule
-    from keras_transformer.training.losses import WarmupCosine
+    from keras_transformer.training.compiling import learning_rate_schedule
+    from keras_transformer.training.schedules import WarmupCosine
 
     settings = TranslatorSettings(epochs=50, schedule="cosine", **SETTINGS)
     # A budget spent by the first step: training stops after it.

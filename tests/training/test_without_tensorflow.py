@@ -31,7 +31,9 @@ cut, folder = run_classifier(os.path.join(root, "classifier_cut"), crash_after=0
 out["classifier_backup_after_crash"] = folder.has_backup()
 resumed, folder = run_classifier(os.path.join(root, "classifier_cut"))
 out["classifier_resumed"] = resumed.history
-budget, _ = run_classifier(os.path.join(root, "classifier_budget"), epochs=5, time_budget_minutes=1e-6)
+budget, _ = run_classifier(
+    os.path.join(root, "classifier_budget"), epochs=5, time_budget_minutes=1e-6
+)
 out["classifier_budget"] = [budget.stopped_by_time_budget, budget.history]
 whole, folder, samples = run_translator(os.path.join(root, "translator_whole"))
 out["translator_whole"] = whole.history

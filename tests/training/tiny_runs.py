@@ -50,17 +50,16 @@ def classifier_arrays(seed=0, count=96, width=16):
 
 
 def run_classifier(run_dir, epochs=2, crash_after=None, time_budget_minutes=None):
-    """Fits a tiny classifier in `run_dir` (resuming its backup); returns `(FitResult or None, folder)`."""
+    """Fits a tiny classifier in `run_dir` (resuming its backup); returns
+    `(FitResult or None, folder)`."""
     import keras
 
-    from keras_transformer.training.callbacks import FitScheduleToBudget, RunFolder
-    from keras_transformer.training.classifier import (
-        ClassifierSettings,
-        _batches,
-        build_classifier_model,
-    )
-    from keras_transformer.training.fitting import learning_rate_schedule
-    from keras_transformer.training.runs import fit_in_folder, save_model_and_curves
+    from keras_transformer.training.batching import ArrayBatches
+    from keras_transformer.training.callbacks import FitScheduleToBudget
+    from keras_transformer.training.classifier.model import build_classifier_model
+    from keras_transformer.training.classifier.settings import ClassifierSettings
+    from keras_transformer.training.compiling import learning_rate_schedule
+    from keras_transformer.training.runs import RunFolder, fit_in_folder, save_model_and_curves
 
     settings = ClassifierSettings(
         epochs=epochs,
@@ -89,8 +88,8 @@ def run_classifier(run_dir, epochs=2, crash_after=None, time_budget_minutes=None
             None,
             folder,
             settings,
-            _batches(train_ids, train_labels, settings.batch_size, shuffle_seed=settings.seed),
-            _batches(validation_ids, validation_labels, settings.batch_size),
+            ArrayBatches((train_ids, train_labels), settings.batch_size, seed=settings.seed),
+            ArrayBatches((validation_ids, validation_labels), settings.batch_size),
             time_budget_minutes=time_budget_minutes,
             verbose=0,
             callbacks=[
@@ -121,15 +120,14 @@ def run_translator(run_dir, epochs=2, crash_after=None):
     returns `(FitResult or None, folder, samples)`, the samples `translate_ids` of 4 sources."""
     import keras
 
-    from keras_transformer.training.callbacks import RunFolder
-    from keras_transformer.training.runs import fit_in_folder, save_model_and_curves
-    from keras_transformer.training.translator import (
-        TranslatorSettings,
+    from keras_transformer.training.runs import RunFolder, fit_in_folder, save_model_and_curves
+    from keras_transformer.training.translator.model import build_compiled_translator
+    from keras_transformer.training.translator.pipeline import (
         _translation_batches,
         _validation_chrf,
-        build_compiled_translator,
         translate_ids,
     )
+    from keras_transformer.training.translator.settings import TranslatorSettings
 
     settings = TranslatorSettings(
         epochs=epochs,

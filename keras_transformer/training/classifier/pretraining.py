@@ -1,4 +1,4 @@
-"""Masked-token pretraining of the classifier's encoder (issue 16).
+"""Masked-token pretraining of the classifier's encoder.
 
 Before fine-tuning, `train_classifier` (with `ClassifierSettings.pretrain_epochs`)
 calls `pretrain_encoder`: a `MaskedLanguageModel` with the classifier's
@@ -23,10 +23,12 @@ from keras_transformer.data.errors import DataError
 from keras_transformer.models import MaskedLanguageModel
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.text.vocabulary import MASK, RESERVED_TOKENS
-from keras_transformer.training.callbacks import FitScheduleToBudget, RunFolder
-from keras_transformer.training.fitting import learning_rate_schedule
-from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy, masked_accuracy
-from keras_transformer.training.runs import fit_in_folder, say
+from keras_transformer.training.callbacks import FitScheduleToBudget
+from keras_transformer.training.classifier.model import build_compiled_model
+from keras_transformer.training.compiling import learning_rate_schedule
+from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
+from keras_transformer.training.metrics import masked_accuracy
+from keras_transformer.training.runs import RunFolder, fit_in_folder, say
 
 PRETRAINING_DIR = "pretraining"  # inside the run folder
 PRETRAINED_WEIGHTS_FILE = (
@@ -64,7 +66,8 @@ def read_unlabeled_texts(path):
     except UnicodeDecodeError as error:
         line = raw[: error.start].count(b"\n") + 1
         raise DataError(
-            f"The unlabeled texts file {path} is not UTF-8: byte {raw[error.start]:#04x} on line {line}."
+            f"The unlabeled texts file {path} is not UTF-8: byte {raw[error.start]:#04x} on "
+            f"line {line}."
         ) from None
     texts = [line.strip() for line in content.splitlines() if line.strip()]
     if not texts:
@@ -134,9 +137,6 @@ def masked_batches(token_ids, batch_size, vocabulary_size, seed, training):
 def build_masked_lm(settings, vocabulary_size, steps_per_epoch, strategy=None):
     """The built and compiled `MaskedLanguageModel` for a classifier of `settings`,
     with the classifier's optimizer and a `WarmupCosine` sized by `settings.pretrain_epochs`."""
-    # Here, not at the top: the classifier pipeline imports this module.
-    from keras_transformer.training.classifier import build_compiled_model
-
     return build_compiled_model(
         settings,
         MaskedLanguageModel,
@@ -198,26 +198,33 @@ def pretrain_encoder(
     started = time.monotonic()
     pretraining = pretraining_folder(folder)
     weights_path = pretraining.file(PRETRAINED_WEIGHTS_FILE)
-    add_cls = settings.pooling == "cls"
-
-    def encode(split_texts):
-        import tensorflow as tf
-
-        return tokenizer.encode(
-            tf.constant(split_texts, tf.string), settings.sequence_length, add_cls=add_cls
-        ).numpy()
-
     if os.path.exists(weights_path):
         say(verbose, f"Pretraining already done: loading {weights_path}.")
         model = build_masked_lm(settings, tokenizer.vocabulary_size, 1, strategy)
         model.load_weights(weights_path)
         model.copy_encoder_to(classifier)
         return time_budget_minutes
+    budget = None if time_budget_minutes is None else time_budget_minutes * PRETRAINING_BUDGET_SHARE
+    model = _fit_masked_lm(
+        settings, tokenizer, texts, validation_texts, pretraining, strategy, budget, verbose
+    )
+    model.copy_encoder_to(classifier)
+    # Every worker, in its own run folder: a resumed cluster must agree on skipping pretraining.
+    model.save_weights(weights_path)
+    if time_budget_minutes is None:
+        return None
+    # TimeBudget wants a positive budget; one this small stops fine-tuning after its first step.
+    return max(time_budget_minutes - (time.monotonic() - started) / 60, 1e-9)
 
-    train_ids = encode(texts)
+
+def _fit_masked_lm(
+    settings, tokenizer, texts, validation_texts, pretraining, strategy, budget, verbose
+):
+    """The masked LM fit in the `pretraining` folder (resumed from its backup) within
+    `budget` minutes (None: no limit)."""
+    train_ids = _encoded(tokenizer, texts, settings)
     steps_per_epoch = math.ceil(len(train_ids) / settings.batch_size)
     model = build_masked_lm(settings, tokenizer.vocabulary_size, steps_per_epoch, strategy)
-    budget = None if time_budget_minutes is None else time_budget_minutes * PRETRAINING_BUDGET_SHARE
     say(
         verbose,
         f"Pretraining the encoder on {len(train_ids)} texts: masked-token prediction, "
@@ -229,33 +236,38 @@ def pretrain_encoder(
     phase_settings = dataclasses.replace(
         settings, epochs=settings.pretrain_epochs, monitor="val_loss", patience=0
     )
+    vocabulary_size, batch_size, seed = (
+        tokenizer.vocabulary_size,
+        settings.batch_size,
+        settings.seed,
+    )
     fitted = fit_in_folder(
         model,
         strategy,
         pretraining,
         phase_settings,
+        masked_batches(train_ids, batch_size, vocabulary_size, seed, training=True),
         masked_batches(
-            train_ids, settings.batch_size, tokenizer.vocabulary_size, settings.seed, training=True
-        ),
-        masked_batches(
-            encode(validation_texts),
-            settings.batch_size,
-            tokenizer.vocabulary_size,
-            settings.seed,
+            _encoded(tokenizer, validation_texts, settings),
+            batch_size,
+            vocabulary_size,
+            seed,
             training=False,
         ),
         time_budget_minutes=budget,
         verbose=verbose,
         callbacks=[FitScheduleToBudget(learning_rate_schedule(model), budget)],
     )
-    model = fitted.model if fitted is not None else model  # None on the other workers of a cluster
-    model.copy_encoder_to(classifier)
-    # Every worker, in its own run folder: a resumed cluster must agree on skipping pretraining.
-    model.save_weights(weights_path)
-    if time_budget_minutes is None:
-        return None
-    # TimeBudget wants a positive budget; one this small stops fine-tuning after its first step.
-    return max(time_budget_minutes - (time.monotonic() - started) / 60, 1e-9)
+    return fitted.model if fitted is not None else model  # None on the other workers of a cluster
+
+
+def _encoded(tokenizer, texts, settings):
+    """`texts` as id rows of the classifier's `sequence_length` (with [CLS] where it pools so)."""
+    import tensorflow as tf
+
+    return tokenizer.encode(
+        tf.constant(texts, tf.string), settings.sequence_length, add_cls=settings.pooling == "cls"
+    ).numpy()
 
 
 def clear_pretraining(folder):

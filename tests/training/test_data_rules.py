@@ -1,6 +1,6 @@
-"""Settings chosen from the training data (keras_transformer/training/data_defaults.py):
-the rules on small synthetic corpora, a set value winning, and what a run
-prints, records in settings.json and keeps on --resume."""
+"""Settings chosen from the training data (keras_transformer/training/data_rules.py and each
+task's data_rules.py): the rules on small synthetic corpora, a set value winning, and what a
+run prints, records in settings.json and keeps on --resume."""
 
 import json
 import os
@@ -10,15 +10,15 @@ import keras
 import pytest
 
 from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
-from keras_transformer.training.classifier import ClassifierSettings
-from keras_transformer.training.data_defaults import (
+from keras_transformer.training.classifier.data_rules import classifier_settings_from_data
+from keras_transformer.training.classifier.settings import ClassifierSettings
+from keras_transformer.training.data_rules import (
     check_chosen,
-    classifier_settings_from_data,
     large_corpus_settings,
-    translator_settings_from_data,
     vocabulary_size_for,
 )
-from keras_transformer.training.translator import TranslatorSettings
+from keras_transformer.training.translator.data_rules import translator_settings_from_data
+from keras_transformer.training.translator.settings import TranslatorSettings
 
 # Twenty lower-case words, each a whole WordPiece once a corpus repeats them:
 # a text of n of them is n WordPieces long.
@@ -131,9 +131,9 @@ def test_the_bag_of_ngrams_reads_nearly_whole_texts(tmp_path):
 
 
 def test_the_bag_of_ngrams_reach_is_capped(tmp_path, monkeypatch):
-    from keras_transformer.training import data_defaults
+    from keras_transformer.training.classifier import data_rules
 
-    monkeypatch.setattr(data_defaults, "NGRAM_MAX_LENGTH", 100)
+    monkeypatch.setattr(data_rules, "NGRAM_MAX_LENGTH", 100)
     texts = [text_of(300, offset) for offset in range(10)]
     settings, _ = classifier_settings_from_data(
         ClassifierSettings(max_length=60), texts, tokenizer_builder(tmp_path, texts)
@@ -350,7 +350,8 @@ def test_translator_size_and_regularization_follow_the_target_words(num_pairs, t
 
 @pytest.mark.parametrize("schedule, patience", [("cosine", 0), ("inverse_sqrt", 3)])
 def test_translator_patience_follows_a_schedule_the_user_set(schedule, patience):
-    # A Bible-sized corpus would get the paper's schedule; the user's cosine still turns early stopping off.
+    # A Bible-sized corpus would get the paper's schedule; the user's cosine still turns
+    # early stopping off.
     sources, targets = pairs(5000, 3, 80)
     settings, choices = translator_choices(
         TranslatorSettings(sequence_length=8, schedule=schedule), sources, targets
@@ -465,7 +466,7 @@ def translation_data(tmp_path, name, target_words):
 
 
 def test_a_run_prints_records_and_resumes_with_its_choices(tmp_path, capsys):
-    from keras_transformer.training.translator import train_translator
+    from keras_transformer.training.translator.pipeline import train_translator
 
     run_dir = str(tmp_path / "run")
     with pytest.raises(InterruptedError):
@@ -610,8 +611,8 @@ def test_flags_left_to_the_data_say_so(app, flags):
         assert "default: from the data" in helps[flag], flag
 
 
-def test_large_corpus_settings_are_the_sizes_before_defaults_followed_the_data():
-    # The fixed defaults these fields had, which benchmarks of speed and serving build.
+def test_large_corpus_settings_are_the_sizes_of_a_large_corpus():
+    # What benchmarks of speed and serving build without training data.
     translator = large_corpus_settings(TranslatorSettings(num_heads=8)).validate()
     assert (
         translator.vocabulary_size,

@@ -23,23 +23,8 @@ def classification_report(true_labels, predicted_labels, class_names):
     absent from this evaluation set reports F1 0 but does not pull the mean down.
     """
     names = _class_names(class_names)
-    true = _label_array(true_labels, "true_labels")
-    predicted = _label_array(predicted_labels, "predicted_labels")
-    if true.shape != predicted.shape:
-        raise ValueError(
-            f"true_labels has {true.size} labels but predicted_labels has {predicted.size}."
-        )
-    if true.size == 0:
-        raise ValueError("No labels to evaluate.")
+    true, predicted = _checked_labels(true_labels, predicted_labels, len(names))
     num_classes = len(names)
-    for labels, what in ((true, "true_labels"), (predicted, "predicted_labels")):
-        bad = (labels < 0) | (labels >= num_classes)
-        if bad.any():
-            raise ValueError(
-                f"{what} contains {int(labels[bad][0])}, outside 0..{num_classes - 1} "
-                f"({num_classes} class names)."
-            )
-
     matrix = np.bincount(true * num_classes + predicted, minlength=num_classes**2)
     matrix = matrix.reshape(num_classes, num_classes)
     true_positives = np.diag(matrix)
@@ -103,6 +88,26 @@ def format_classification_report(report, digits=3):
     lines.append(row("accuracy", "", "", number(report["accuracy"]), str(total)))
     lines.append(row("macro F1", "", "", number(report["macro_f1"]), str(total)))
     return "\n".join(lines)
+
+
+def _checked_labels(true_labels, predicted_labels, num_classes):
+    """Both label sequences as int64 arrays of class ids below `num_classes`, or ValueError."""
+    true = _label_array(true_labels, "true_labels")
+    predicted = _label_array(predicted_labels, "predicted_labels")
+    if true.shape != predicted.shape:
+        raise ValueError(
+            f"true_labels has {true.size} labels but predicted_labels has {predicted.size}."
+        )
+    if true.size == 0:
+        raise ValueError("No labels to evaluate.")
+    for labels, what in ((true, "true_labels"), (predicted, "predicted_labels")):
+        bad = (labels < 0) | (labels >= num_classes)
+        if bad.any():
+            raise ValueError(
+                f"{what} contains {int(labels[bad][0])}, outside 0..{num_classes - 1} "
+                f"({num_classes} class names)."
+            )
+    return true, predicted
 
 
 def _class_names(class_names):

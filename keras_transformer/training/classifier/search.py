@@ -28,7 +28,8 @@ except ImportError as error:  # an optional dependency: only --search needs it
     ) from error
 
 from keras_transformer.data.tokens import TokenizedClassificationData
-from keras_transformer.training.classifier import tokenize_classification_data, train_classifier
+from keras_transformer.training.classifier.pipeline import train_classifier
+from keras_transformer.training.classifier.tokenizing import tokenize_classification_data
 from keras_transformer.training.runs import say
 
 SEARCH_FILE = "search.json"
@@ -94,30 +95,7 @@ def search_classifier(
         ValueError: `trials` below 1, `fixed` naming no searched field,
             `resume`, pretraining, or a `strategy`.
     """
-    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
-        raise ValueError(
-            f"--search takes the number of configurations to try, at least 1; got {trials!r}."
-        )
-    unknown = sorted(set(fixed) - set(SEARCH_SPACE) - {"intermediate_dim"})
-    if unknown:
-        raise ValueError(
-            f"`fixed` names fields the search does not vary: {unknown}; it varies {sorted(SEARCH_SPACE)}."
-        )
-    if resume:
-        raise ValueError(
-            "--resume does not continue a --search: start the search again (or resume one trial's "
-            f"run folder under {os.path.join(run_dir, 'search')} without --search)."
-        )
-    if strategy is not None:
-        raise ValueError(
-            "--search trains its trials one after the other on this machine: drop --distribute."
-        )
-    if settings.pretrain_epochs:
-        raise ValueError(
-            "--search does not pretrain its trials: drop --pretrain-epochs (or search without it)."
-        )
-    settings.validate()
-
+    _check_search(settings, run_dir, trials, fixed, resume, strategy)
     started = time.monotonic()
     search_dir = os.path.join(run_dir, "search")
     shutil.rmtree(search_dir, ignore_errors=True)
@@ -145,24 +123,7 @@ def search_classifier(
     tuner.search(verbose=min(verbose, 1))
     if not tuner.finished:
         raise RuntimeError(f"No trial of the search in {search_dir} finished.")
-    best = min(
-        tuner.finished,
-        key=lambda trial: (trial.score if direction == "min" else -trial.score, trial.loss),
-    )
-    run = tuner.runs[best.trial_id]
-    _copy_run(run.run_dir, run_dir)
-    with open(os.path.join(run_dir, SEARCH_FILE), "w") as search_file:
-        json.dump(
-            {
-                "monitor": settings.monitor,
-                "kept": best.trial_id,
-                "trials": [dataclasses.asdict(trial) for trial in tuner.finished],
-            },
-            search_file,
-            indent=2,
-        )
-    say(verbose, format_search(tuner.finished, best, settings.monitor))
-    return dataclasses.replace(run, run_dir=os.fspath(run_dir))
+    return _keep_best(tuner, settings.monitor, direction, run_dir, verbose)
 
 
 def trial_settings(settings, hyperparameters, fixed):
@@ -224,6 +185,58 @@ def format_search(finished, best, monitor):
     ]:
         lines.append(f"{mark} " + "  ".join(cell.rjust(width) for cell, width in zip(row, widths)))
     return "\n".join(lines)
+
+
+def _keep_best(tuner, monitor, direction, run_dir, verbose):
+    """Copies the best finished trial's run folder (by `monitor`, which `direction`
+    optimizes) into `run_dir`, beside `search.json`; returns its `ClassifierRun`, its
+    `run_dir` set to `run_dir`."""
+    best = min(
+        tuner.finished,
+        key=lambda trial: (trial.score if direction == "min" else -trial.score, trial.loss),
+    )
+    run = tuner.runs[best.trial_id]
+    _copy_run(run.run_dir, run_dir)
+    with open(os.path.join(run_dir, SEARCH_FILE), "w") as search_file:
+        json.dump(
+            {
+                "monitor": monitor,
+                "kept": best.trial_id,
+                "trials": [dataclasses.asdict(trial) for trial in tuner.finished],
+            },
+            search_file,
+            indent=2,
+        )
+    say(verbose, format_search(tuner.finished, best, monitor))
+    return dataclasses.replace(run, run_dir=os.fspath(run_dir))
+
+
+def _check_search(settings, run_dir, trials, fixed, resume, strategy):
+    """Raises ValueError for what a search does not do (see `search_classifier`)."""
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise ValueError(
+            f"--search takes the number of configurations to try, at least 1; got {trials!r}."
+        )
+    unknown = sorted(set(fixed) - set(SEARCH_SPACE) - {"intermediate_dim"})
+    if unknown:
+        raise ValueError(
+            f"`fixed` names fields the search does not vary: {unknown}; it varies "
+            f"{sorted(SEARCH_SPACE)}."
+        )
+    if resume:
+        raise ValueError(
+            "--resume does not continue a --search: start the search again (or resume one trial's "
+            f"run folder under {os.path.join(run_dir, 'search')} without --search)."
+        )
+    if strategy is not None:
+        raise ValueError(
+            "--search trains its trials one after the other on this machine: drop --distribute."
+        )
+    if settings.pretrain_epochs:
+        raise ValueError(
+            "--search does not pretrain its trials: drop --pretrain-epochs (or search without it)."
+        )
+    settings.validate()
 
 
 def _copy_run(trial_dir, run_dir):

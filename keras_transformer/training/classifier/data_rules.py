@@ -1,0 +1,194 @@
+"""The classifier's settings chosen from the training texts when the user left them unset.
+
+The shared machinery and the vocabulary size rule are in
+`keras_transformer.training.data_rules`. The classifier's rules, and why:
+
+* Sequence length: the 95th percentile of the training texts' WordPiece
+  lengths (a truncated text keeps its label), rounded up to a multiple of 8,
+  capped by `max_length`.
+* The bag of n-grams' length: the 99th percentile, up to `NGRAM_MAX_LENGTH`:
+  long texts are classified by words the Transformer's first
+  `sequence_length` pieces do not reach.
+* Batch size and warmup: see `_batch_size` and `_warmup_fraction`.
+* The bag of n-grams' L2 penalty: see `_ngram_l2`.
+"""
+
+import functools
+import math
+
+import numpy as np
+
+from keras_transformer.training.data_rules import (
+    VOCABULARY_SIZE_RANGE,
+    fill_from_data,
+    length_percentile,
+    vocabulary_size_from_counts,
+    wordpiece_lengths,
+)
+
+CLASSIFIER_LENGTH_PERCENTILE = 95
+NGRAM_LENGTH_PERCENTILE = 99
+NGRAM_MAX_LENGTH = 4096
+CLASSIFIER_BATCH_SIZES = (32, 16, 8)  # the first that gives an epoch enough steps
+MIN_STEPS_PER_EPOCH = 50
+MIN_WARMUP_STEPS = 50
+WARMUP_FRACTION_RANGE = (0.1, 0.3)
+# The C of scikit-learn's LogisticRegression that `_ngram_l2` matches.
+NGRAM_INVERSE_REGULARIZATION = 10.0
+
+# What a large corpus (BBC News) gets; `sequence_length` is `max_length`.
+LARGE_CORPUS = {
+    "vocabulary_size": VOCABULARY_SIZE_RANGE[1],
+    "batch_size": CLASSIFIER_BATCH_SIZES[0],
+    "warmup_fraction": WARMUP_FRACTION_RANGE[0],
+    "ngram_length": None,  # the bag of n-grams reads what the Transformer reads
+    "ngram_l2": 1.0 / (2 * NGRAM_INVERSE_REGULARIZATION * 2000),  # BBC News' number of texts
+}
+
+
+def classifier_settings_from_data(settings, texts, build_tokenizer):
+    """Fills the None fields of a `ClassifierSettings` from the training texts.
+
+    Args:
+        settings: a `ClassifierSettings`; not changed.
+        texts: the training texts.
+        build_tokenizer: `vocabulary_size -> WordPieceTokenizer`, which builds
+            the run's vocabulary; lengths are measured in its WordPieces.
+
+    Returns:
+        `(settings, choices)`: a filled copy and a `Choice` per filled field.
+    """
+    settings, choices = classifier_tokenization_from_data(settings, texts, build_tokenizer)
+    settings, more_choices = classifier_settings_from_counts(settings, len(texts))
+    return settings, choices + more_choices
+
+
+def classifier_tokenization_from_data(settings, texts, build_tokenizer):
+    """`classifier_settings_from_data` for the fields tokenization fixes
+    (`vocabulary_size`, `sequence_length`, and `ngram_length` with
+    `bag_of_ngrams`) alone."""
+    from keras_transformer.text.wordpiece import count_words  # needs TensorFlow
+
+    settings, choices = fill_from_data(
+        settings,
+        [
+            (
+                "vocabulary_size",
+                lambda current: vocabulary_size_from_counts(
+                    count_words(texts), f"{len(texts):,} training texts"
+                ),
+            ),
+        ],
+    )
+    tokenizer = build_tokenizer(settings.vocabulary_size)
+    # Counted once, and only if a rule needs them.
+    lengths = functools.cache(functools.partial(_text_lengths, settings, tokenizer, texts))
+    rules = [("sequence_length", lambda current: _sequence_length(current, lengths()))]
+    if settings.bag_of_ngrams is not False:
+        rules.append(("ngram_length", lambda current: _ngram_length(current, lengths())))
+    more_settings, more_choices = fill_from_data(settings, rules)
+    return more_settings, choices + more_choices
+
+
+def classifier_settings_from_counts(settings, num_examples):
+    """`classifier_settings_from_data` for the fields chosen from the number
+    of training texts alone (`batch_size`, `warmup_fraction`, and `ngram_l2`
+    with `bag_of_ngrams`): what training from a token folder still chooses."""
+    return fill_from_data(
+        settings,
+        [
+            ("batch_size", lambda current: _batch_size(num_examples)),
+            (
+                "warmup_fraction",
+                lambda current: _warmup_fraction(num_examples, current.batch_size, current.epochs),
+            ),
+            *(
+                [("ngram_l2", lambda current: _ngram_l2(num_examples))]
+                if settings.bag_of_ngrams is not False
+                else []
+            ),
+        ],
+    )
+
+
+def _text_lengths(settings, tokenizer, texts):
+    """Each text's WordPiece length as the model sees it ([CLS] counted), up to the
+    longest either length rule may choose."""
+    longest = max(
+        settings.max_length, NGRAM_MAX_LENGTH if settings.bag_of_ngrams is not False else 0
+    )
+    return wordpiece_lengths(tokenizer, texts, longest) + int(settings.pooling == "cls")
+
+
+def _lengths_described(settings):
+    cls = " (+1 for [CLS])" if settings.pooling == "cls" else ""
+    return f"the training texts' WordPiece lengths{cls}"
+
+
+def _sequence_length(settings, lengths):
+    return length_percentile(
+        np.minimum(lengths, settings.max_length),
+        CLASSIFIER_LENGTH_PERCENTILE,
+        settings.max_length,
+        _lengths_described(settings),
+    )
+
+
+def _ngram_length(settings, lengths):
+    """The bag of n-grams' length: at least the Transformer's `sequence_length`."""
+    value, reason = length_percentile(
+        np.minimum(lengths, NGRAM_MAX_LENGTH),
+        NGRAM_LENGTH_PERCENTILE,
+        NGRAM_MAX_LENGTH,
+        _lengths_described(settings),
+    )
+    reason = reason.replace(f"(cap max_length {NGRAM_MAX_LENGTH})", f"(cap {NGRAM_MAX_LENGTH})")
+    if value <= settings.sequence_length:
+        return (
+            settings.sequence_length,
+            f"{reason}: the bag of n-grams reads what the Transformer reads",
+        )
+    return (
+        value,
+        f"{reason}: the bag of n-grams reads that far, the Transformer the first sequence_length",
+    )
+
+
+def _batch_size(num_examples):
+    """Small corpora get smaller batches, so that a run still makes enough
+    optimizer updates: the first of `CLASSIFIER_BATCH_SIZES` that gives an
+    epoch `MIN_STEPS_PER_EPOCH` steps, else the smallest."""
+    for batch_size in CLASSIFIER_BATCH_SIZES:
+        if math.ceil(num_examples / batch_size) >= MIN_STEPS_PER_EPOCH:
+            break
+    steps = math.ceil(num_examples / batch_size)
+    sizes = ", ".join(map(str, CLASSIFIER_BATCH_SIZES))
+    return batch_size, (
+        f"an epoch of the {num_examples:,} training texts takes {steps} steps; the largest of "
+        f"{sizes} that gives at least {MIN_STEPS_PER_EPOCH} steps (else the smallest)"
+    )
+
+
+def _warmup_fraction(num_examples, batch_size, epochs):
+    """10% of the planned steps, but at least `MIN_WARMUP_STEPS` (AdamW's
+    moment estimates are noisy for its first steps), and at most 30%."""
+    planned = epochs * math.ceil(num_examples / batch_size)
+    low, high = WARMUP_FRACTION_RANGE
+    value = round(min(max(low, MIN_WARMUP_STEPS / planned), high), 3)
+    return value, (
+        f"{math.floor(value * planned)} warmup steps of the {planned} planned ({epochs} epochs of "
+        f"{math.ceil(num_examples / batch_size)}): at least {MIN_WARMUP_STEPS} steps, within "
+        f"{low:.0%}-{high:.0%}"
+    )
+
+
+def _ngram_l2(num_examples):
+    """The penalty of scikit-learn's `LogisticRegression(C)` on `n` texts,
+    `||w||**2 / (2 C n)` against the mean loss, which Keras' per-batch mean
+    loss plus `l2 * ||w||**2` equals at `l2 = 1 / (2 C n)`: a bag of n-grams
+    regularized as the TF-IDF baseline it competes with."""
+    value = float(f"{1.0 / (2 * NGRAM_INVERSE_REGULARIZATION * num_examples):.3g}")
+    return value, (
+        f"1 / (2 C n) for the {num_examples:,} training texts: the penalty of a logistic "
+        f"regression with C = {NGRAM_INVERSE_REGULARIZATION:g}"
+    )
