@@ -54,27 +54,37 @@ SHARED_FIXTURES = {
     "exports": "serving_exports",
 }
 
-# Groups of a minute or more on two busy cores, longest first (measured);
-# the other groups follow in pytest-xdist's order (most tests first).
+# Groups of a minute or more on two busy cores, longest first (measured with
+# `--durations`, setup included); the other groups follow in pytest-xdist's
+# order (most tests first). A long group that starts last keeps its worker
+# running alone after the other has finished.
 LONGEST_FIRST = [
-    "serving_exports",
     "trained_classifier",
-    "tiny_translator",
-    "tests/apps/test_multi_worker.py",
-    "tests/apps/test_export_jax_runs.py",
-    "tests/training/test_without_tensorflow.py",
-    "tests/layers/test_crosscheck.py",
-    "tests/apps/test_train_translator.py",
-    "tests/apps/test_tokenize_app.py",
-    "tests/training/test_shared_vocabulary.py",
-    "tests/training/test_translation_selection.py",
+    "serving_exports",
+    "tests/training/test_data_defaults.py",
     "tests/training/test_pretraining.py",
-    "tests/training/test_data_parallel.py",
     "tests/apps/test_hardware_flags.py",
+    "tests/training/test_data_parallel.py",
+    "tests/apps/test_search.py",
+    "tests/apps/test_export_jax_runs.py",
+    "tests/training/test_translation_selection.py",
+    "tests/apps/test_tokenize_app.py",
+    "tests/training/test_bag_of_ngrams_combination.py",
     "tests/layers/test_mixed_precision.py",
+    "tests/apps/test_multi_worker.py",
+    "tests/training/test_without_tensorflow.py",
+    "tests/training/test_model_selection.py",
+    "tiny_translator",
+    "tests/test_packaging.py",
+    "tests/test_decode_loop.py",
+    "tests/training/test_retracing.py",
+    "tests/models/test_models_attention_class.py",
+    "tests/training/test_shared_vocabulary.py",
+    "tests/apps/test_train_translator.py",
+    "tests/training/test_losses.py",
+    "tests/layers/test_crosscheck.py",
     "tests/models/test_seq2seq.py",
     "tests/test_decoding.py",
-    "tests/test_packaging.py",
 ]
 
 
