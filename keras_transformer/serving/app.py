@@ -411,7 +411,8 @@ async def _disconnected(receive):
 def _version_number(text):
     if text is None:
         return None
-    # ASCII digits only: str.isdigit alone accepts "²", which int() refuses, and "١", which int() reads as 1.
+    # ASCII digits only: str.isdigit alone accepts "²", which int() refuses, and "١", which int()
+    # reads as 1.
     if not (text.isascii() and text.isdigit()) or not text.strip("0"):
         raise RequestError(400, f"A version is a positive integer, got {text[:50]!r}.")
     try:

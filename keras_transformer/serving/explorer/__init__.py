@@ -16,8 +16,8 @@ from keras_transformer.serving.protocol import RequestError
 
 ATTENTION_SIGNATURE = "attention"
 # A text's attention is layers x heads x tokens x tokens floats: the page asks
-# for one text at a time, and a client of the now public signature may not
-# ask for a server's worth of them in one request.
+# for one text at a time, and another client of the signature (public with
+# --explorer) may not ask for a server's worth of them in one request.
 ATTENTION_MAX_INSTANCES = 4
 
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
