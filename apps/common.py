@@ -33,7 +33,8 @@ def layer_index(layer, num_layers, blocks):
 
 
 def inference_parser(prog, description, texts_help, batch_size, plot_help, layer_help):
-    """A parser with MODEL, TEXTS, `--json`, `--batch-size`, `--plot-attention`, `--out`, `--layer`."""
+    """A parser with MODEL, TEXTS, `--json`, `--batch-size`, `--plot-attention`, `--out` and
+    `--layer`."""
     parser = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -49,7 +49,10 @@ def main(argv=None):
         f"tolerances: outputs and scores {crosscheck.OUTPUT_TOLERANCE:g}, "
         f"gradients {crosscheck.GRADIENT_TOLERANCE:g}\n"
     )
-    header = f"{'#':>3}  {'configuration':<58} {'direction':<12} {'output':>9} {'scores':>9} {'grads':>9}  ok"
+    header = (
+        f"{'#':>3}  {'configuration':<58} {'direction':<12} "
+        f"{'output':>9} {'scores':>9} {'grads':>9}  ok"
+    )
     print(header)
     print("-" * len(header))
     failures = 0

@@ -3,7 +3,8 @@
     python -m apps.predict exported_models/classifier "Shares fell as oil rose." "A new album"
     python -m apps.predict exported_models/classifier/3 < texts.txt     # one text per line
     python -m apps.predict exported_models/classifier --json "some text"
-    python -m apps.predict exported_models/classifier --plot-attention "some text" --out attention.png
+    python -m apps.predict exported_models/classifier --plot-attention "some text" \
+        --out attention.png
 
 MODEL is a version folder or a base folder (its newest version is used). Only
 `tensorflow` and `tensorflow_text` are needed to load the model; this app uses
@@ -65,7 +66,8 @@ def print_prediction(text, label, probabilities, class_names, as_json):
     preview = " ".join(text.split())
     preview = preview if len(preview) <= 70 else preview[:67] + "..."
     print(f"{label:<15} {max(probabilities):6.1%}  {preview!r}")
-    # Formatted from the model's values: rounding twice (to 4, then 3 places) can be off by one in the last place.
+    # Formatted from the model's values: rounding twice (to 4, then 3 places) can be off by one in
+    # the last place.
     print("    " + "  ".join(f"{name} {float(p):.3f}" for name, p in zip(names, probabilities)))
 
 
@@ -76,9 +78,7 @@ def plot_attention(model, text, out_path, layer):
     from keras_transformer import plots
 
     if "attention" not in model.signatures:
-        raise ValueError(
-            "This export has no `attention` signature (exported by an older version?)."
-        )
+        raise ValueError("This export has no `attention` signature (is it a classifier?).")
     outputs = model.signatures["attention"](text=tf.constant([text], tf.string))
     tokens = [token.decode("utf-8", errors="replace") for token in outputs["tokens"].numpy()[0]]
     scores = outputs["attention_scores"].numpy()[0]  # [layers, heads, T, T]

@@ -45,6 +45,27 @@ def cannot_listen(host, port):
 
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    _add_model_arguments(parser)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8501)
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        default=8500,
+        help="port of TensorFlow Serving's gRPC API (PredictionService, ModelService) on --host; "
+        "0 turns it off",
+    )
+    _add_request_arguments(parser)
+    _add_connection_arguments(parser)
+    parser.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+    return parser
+
+
+def _add_model_arguments(parser):
+    """What is served: the models and how often to look for their new versions, their
+    signatures, the explorer page."""
     models = parser.add_mutually_exclusive_group(required=True)
     models.add_argument(
         "--model",
@@ -74,21 +95,16 @@ def build_parser():
         "draws its answer and attention weights; also makes every model's `attention` "
         "signature public, at most 4 examples a request",
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8501)
-    parser.add_argument(
-        "--grpc-port",
-        type=int,
-        default=8500,
-        help="port of TensorFlow Serving's gRPC API (PredictionService, ModelService) on --host; "
-        "0 turns it off",
-    )
     parser.add_argument(
         "--poll-seconds",
         type=float,
         default=1.0,
         help="how often to look for new versions (0: never)",
     )
+
+
+def _add_request_arguments(parser):
+    """Limits on a request, and how requests are batched and queued."""
     parser.add_argument("--max-body-bytes", type=int, default=1 << 20)
     parser.add_argument(
         "--max-instances", type=int, default=256, help="most examples in one request"
@@ -132,9 +148,10 @@ def build_parser():
         default=8 << 20,
         help="largest JSON answer sent; a larger one gets 413 naming its size",
     )
-    parser.add_argument(
-        "--log-level", default="info", choices=("debug", "info", "warning", "error")
-    )
+
+
+def _add_connection_arguments(parser):
+    """Limits on connections, and the stop."""
     parser.add_argument(
         "--header-timeout",
         type=float,
@@ -169,7 +186,6 @@ def build_parser():
         help="on SIGTERM or SIGINT: stop accepting, let requests in flight finish, "
         "and exit within this many seconds whatever the clients do",
     )
-    return parser
 
 
 def served_models(args):
@@ -210,6 +226,32 @@ def main(argv=None):
         stream=sys.stderr,
     )
     configs = served_models(args)
+    check_arguments(args)
+
+    from keras_transformer.serving import ModelRepository, create_app
+    from keras_transformer.serving.http_server import ConnectionSettings, build_server, run_server
+
+    repository = ModelRepository(configs, poll_seconds=args.poll_seconds)
+    settings = server_settings(args)
+    connections = ConnectionSettings(
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        idle_timeout=args.idle_timeout,
+        max_connections=args.max_connections,
+        shutdown_grace=args.shutdown_grace,
+    )
+    if args.explorer:
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        logging.getLogger("keras_transformer.serving").info(
+            "Attention explorer at http://%s:%d/", host, args.port
+        )
+    app = create_app(repository, settings)
+    run_server(build_server(app, args.host, args.port, connections, args.log_level))
+
+
+def check_arguments(args):
+    """Exits with a message if a number among `args` is out of its range, or the gRPC
+    port cannot be listened on."""
     for value, flag in (
         (args.max_body_bytes, "--max-body-bytes"),
         (args.max_instances, "--max-instances"),
@@ -239,17 +281,19 @@ def main(argv=None):
         sys.exit(f"error: --max-queued-examples must be at least 1, got {args.max_queued_examples}")
     if not 0 < args.request_timeout < float("inf"):
         sys.exit(
-            f"error: --request-timeout must be a finite number of seconds above 0, got {args.request_timeout}"
+            "error: --request-timeout must be a finite number of seconds above 0, "
+            f"got {args.request_timeout}"
         )
     if args.max_response_bytes < 1:
         sys.exit(f"error: --max-response-bytes must be at least 1, got {args.max_response_bytes}")
 
-    from keras_transformer.serving import ModelRepository, ServerSettings, create_app
-    from keras_transformer.serving.explorer import ATTENTION_MAX_INSTANCES, ATTENTION_SIGNATURE
-    from keras_transformer.serving.http_server import ConnectionSettings, build_server, run_server
 
-    repository = ModelRepository(configs, poll_seconds=args.poll_seconds)
-    settings = ServerSettings(
+def server_settings(args):
+    """The `ServerSettings` that `args` ask for."""
+    from keras_transformer.serving import ServerSettings
+    from keras_transformer.serving.explorer import ATTENTION_MAX_INSTANCES, ATTENTION_SIGNATURE
+
+    return ServerSettings(
         max_body_bytes=args.max_body_bytes,
         max_instances=args.max_instances,
         batching=args.batching,
@@ -262,26 +306,9 @@ def main(argv=None):
         grpc_port=args.grpc_port,
         grpc_host=args.host,
         explorer=args.explorer,
-        signature_max_instances={ATTENTION_SIGNATURE: ATTENTION_MAX_INSTANCES}
-        if args.explorer
-        else None,
-    )
-    connections = ConnectionSettings(
-        header_timeout=args.header_timeout,
-        body_timeout=args.body_timeout,
-        idle_timeout=args.idle_timeout,
-        max_connections=args.max_connections,
-        shutdown_grace=args.shutdown_grace,
-    )
-    if args.explorer:
-        host = f"[{args.host}]" if ":" in args.host else args.host
-        logging.getLogger("keras_transformer.serving").info(
-            "Attention explorer at http://%s:%d/", host, args.port
-        )
-    run_server(
-        build_server(
-            create_app(repository, settings), args.host, args.port, connections, args.log_level
-        )
+        signature_max_instances=(
+            {ATTENTION_SIGNATURE: ATTENTION_MAX_INSTANCES} if args.explorer else None
+        ),
     )
 
 

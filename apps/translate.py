@@ -3,7 +3,8 @@
     python -m apps.translate exported_models/translator "El perro azul." "Buenos días"
     python -m apps.translate exported_models/translator/3 < texts.txt     # one text per line
     python -m apps.translate exported_models/translator --greedy --json "some text"
-    python -m apps.translate exported_models/translator --plot-attention "some text" --out attention.png
+    python -m apps.translate exported_models/translator --plot-attention "some text" \
+        --out attention.png
 
 MODEL is a version folder or a base folder (its newest version is used).
 Translations come from the beam search of `serving_default` (the export's

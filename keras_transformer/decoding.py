@@ -1,9 +1,10 @@
 """Greedy and beam search over a cached decoder.
 
-`greedy_decode` and `beam_search` are TensorFlow ops only: both run the encoder once per batch and then one decoder position per step
+`greedy_decode` and `beam_search` are TensorFlow ops only: both run the
+encoder once per batch and then one decoder position per step
 (`model.decode_step` with each block's key/value cache), inside one
-`tf.while_loop` with fixed-shape state, so they trace into a SavedModel and
-stop as soon as every sequence has produced `[END]`.
+`tf.while_loop` with fixed-shape state, so they trace into a SavedModel
+and stop as soon as every sequence has produced `[END]`.
 
 `model` is anything with the `Seq2SeqTransformer` decoding methods:
 `encode(source_ids)`, `initialize_cache(encoder_output, source_mask, max_length)`
@@ -145,27 +146,12 @@ def beam_search(
 
     def step(index, tokens, log_probs, sequences, finished, lengths, self_cache):
         logits, self_cache = model.decode_step(tokens[:, None], index, self_cache, step_constants)
-        step_log_probs = tf.nn.log_softmax(logits)
-        vocabulary_size = tf.shape(step_log_probs)[-1]
-        step_log_probs = tf.reshape(step_log_probs, [batch_size, beam_width, vocabulary_size])
-        # A finished hypothesis may only "continue" with padding, at no cost.
-        frozen = tf.one_hot(0, vocabulary_size, on_value=0.0, off_value=MASKED_LOGIT)
-        step_log_probs = tf.where(finished[:, :, None], frozen[None, None, :], step_log_probs)
-        candidates = tf.reshape(log_probs[:, :, None] + step_log_probs, [batch_size, -1])
-        log_probs, flat_choice = tf.math.top_k(candidates, k=beam_width)
-        parent = flat_choice // vocabulary_size
-        next_tokens = flat_choice % vocabulary_size
-
-        sequences = tf.gather(sequences, parent, batch_dims=1)
-        finished = tf.gather(finished, parent, batch_dims=1)
-        lengths = tf.gather(lengths, parent, batch_dims=1)
-        sequences = tf.tensor_scatter_nd_update(
-            tf.transpose(sequences, [2, 0, 1]), [[index]], next_tokens[None]
+        log_probs, parent, next_tokens = _extend_beams(
+            log_probs, logits, finished, batch_size, beam_width
         )
-        sequences = tf.transpose(sequences, [1, 2, 0])
-        lengths = lengths + tf.cast(tf.logical_not(finished), tf.int32)
-        finished = tf.logical_or(finished, tf.equal(next_tokens, end_id))
-
+        sequences, finished, lengths = _follow_parents(
+            parent, next_tokens, index, sequences, finished, lengths, end_id
+        )
         # Reorder every cache to follow its hypothesis' parent beam.
         parent_rows = tf.reshape(parent + tf.range(batch_size)[:, None] * beam_width, [-1])
         # Caches are [2 (keys, values), B * beam_width, ...].
@@ -193,6 +179,45 @@ def beam_search(
         return tf.gather(sequences, order, batch_dims=1), scores
     best = tf.argmax(scores, axis=-1, output_type=tf.int32)
     return tf.gather(sequences, best, batch_dims=1), tf.gather(scores, best, batch_dims=1)
+
+
+def _extend_beams(log_probs, logits, finished, batch_size, beam_width):
+    """One beam search step's choice: of every hypothesis extended by every token, the
+    `beam_width` most probable per source.
+
+    Takes the hypotheses' log-probabilities `[B, beam_width]`, the next token's logits
+    `[B * beam_width, vocabulary]` and which hypotheses are finished `[B, beam_width]`.
+    Returns the chosen extensions' log-probabilities `[B, beam_width]`, the beam each
+    extends (`parent`) and the token it adds, both int32 `[B, beam_width]`.
+    """
+    import tensorflow as tf
+
+    step_log_probs = tf.nn.log_softmax(logits)
+    vocabulary_size = tf.shape(step_log_probs)[-1]
+    step_log_probs = tf.reshape(step_log_probs, [batch_size, beam_width, vocabulary_size])
+    # A finished hypothesis may only "continue" with padding, at no cost.
+    frozen = tf.one_hot(0, vocabulary_size, on_value=0.0, off_value=MASKED_LOGIT)
+    step_log_probs = tf.where(finished[:, :, None], frozen[None, None, :], step_log_probs)
+    candidates = tf.reshape(log_probs[:, :, None] + step_log_probs, [batch_size, -1])
+    log_probs, flat_choice = tf.math.top_k(candidates, k=beam_width)
+    return log_probs, flat_choice // vocabulary_size, flat_choice % vocabulary_size
+
+
+def _follow_parents(parent, next_tokens, index, sequences, finished, lengths, end_id):
+    """The hypotheses `_extend_beams` chose: each is its parent's sequence with `next_tokens`
+    at `index`; a length grows unless the parent had finished, and `[END]` finishes."""
+    import tensorflow as tf
+
+    sequences = tf.gather(sequences, parent, batch_dims=1)
+    finished = tf.gather(finished, parent, batch_dims=1)
+    lengths = tf.gather(lengths, parent, batch_dims=1)
+    sequences = tf.tensor_scatter_nd_update(
+        tf.transpose(sequences, [2, 0, 1]), [[index]], next_tokens[None]
+    )
+    sequences = tf.transpose(sequences, [1, 2, 0])
+    lengths = lengths + tf.cast(tf.logical_not(finished), tf.int32)
+    finished = tf.logical_or(finished, tf.equal(next_tokens, end_id))
+    return sequences, finished, lengths
 
 
 def length_normalized(log_probs, lengths, length_penalty):

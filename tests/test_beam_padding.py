@@ -63,7 +63,8 @@ def first_end_positions(sequences):
 
 
 def assert_padded_after_end(sequences):
-    """`[..., MAX_LENGTH]`: after the first [END], only [PAD]; returns each row's [END] position (-1 if none)."""
+    """`[..., MAX_LENGTH]`: after the first [END], only [PAD]; returns each row's [END] position
+    (-1 if none)."""
     rows = sequences.reshape(-1, sequences.shape[-1])
     end_positions = first_end_positions(sequences)
     for row, first in zip(rows, end_positions):

@@ -40,45 +40,56 @@ def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None):
         )
     if add_cls is None:
         add_cls = model.pooling == "cls"
-    names = tf.constant([str(name) for name in class_names])
+    signatures = _ClassifierSignatures(model, tokenizer, class_names, add_cls)
+    return write_new_version(base_dir, lambda folder: _write(folder, signatures, class_names))
 
-    def encode(text, length):
-        return tokenizer.encode(text, length, add_cls=add_cls)
 
-    def serve(text):
+def _write(folder, signatures, class_names):
+    """The SavedModel of `signatures` in `folder`, the class names beside it."""
+    text_spec = [tf.TensorSpec([None], tf.string, name="text")]
+    archive = keras.export.ExportArchive()
+    archive.track(signatures.model)
+    archive.track(signatures.tokenizer)
+    archive.add_endpoint("serving_default", signatures.serve, input_signature=text_spec)
+    archive.add_endpoint("attention", signatures.attention, input_signature=text_spec)
+    archive.write_out(folder, verbose=False)
+    # Column names for clients; assets.extra is the SavedModel convention
+    # for files that serving ignores.
+    extra = os.path.join(folder, "assets.extra")
+    os.makedirs(extra, exist_ok=True)
+    with open(os.path.join(extra, "class_names.txt"), "w", encoding="utf-8") as names_file:
+        names_file.writelines(f"{name}\n" for name in class_names)
+
+
+class _ClassifierSignatures:
+    """The export's signature functions (traced by `ExportArchive.add_endpoint`), over one
+    model and its tokenizer; each takes a batch of strings."""
+
+    def __init__(self, model, tokenizer, class_names, add_cls):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.add_cls = add_cls
+        self.names = tf.constant([str(name) for name in class_names])
+
+    def serve(self, text):
         # Padding every row shares is dropped: a batch of short texts costs
         # their length, not `input_length`; the probabilities are the same.
-        token_ids = trim_shared_padding(encode(text, model.input_length))
-        probabilities = tf.cast(model(token_ids, training=False), tf.float32)
-        label = tf.gather(names, tf.argmax(probabilities, axis=-1))
+        token_ids = trim_shared_padding(self._encode(text, self.model.input_length))
+        probabilities = tf.cast(self.model(token_ids, training=False), tf.float32)
+        label = tf.gather(self.names, tf.argmax(probabilities, axis=-1))
         return {"probabilities": probabilities, "label": label}
 
-    def attention(text):
+    def attention(self, text):
         # Trimmed as in `serve`: the weights grow with T squared, and at
         # `sequence_length` a short text's would be megabytes of padding.
         # The Transformer's tokens: the bag of n-grams may read further, but attends to nothing.
-        token_ids = trim_shared_padding(encode(text, model.sequence_length))
-        _, scores = model(token_ids, training=False, return_attention_scores=True)
-        tokens = tf.where(token_ids > 0, tokenizer.id_to_token(token_ids), "")
+        token_ids = trim_shared_padding(self._encode(text, self.model.sequence_length))
+        _, scores = self.model(token_ids, training=False, return_attention_scores=True)
+        tokens = tf.where(token_ids > 0, self.tokenizer.id_to_token(token_ids), "")
         return {
             "tokens": tokens,
             "attention_scores": tf.cast(tf.stack(scores, axis=1), tf.float32),
         }
 
-    text_spec = [tf.TensorSpec([None], tf.string, name="text")]
-
-    def write(folder):
-        archive = keras.export.ExportArchive()
-        archive.track(model)
-        archive.track(tokenizer)
-        archive.add_endpoint("serving_default", serve, input_signature=text_spec)
-        archive.add_endpoint("attention", attention, input_signature=text_spec)
-        archive.write_out(folder, verbose=False)
-        # Column names for clients; assets.extra is the SavedModel convention
-        # for files that serving ignores.
-        extra = os.path.join(folder, "assets.extra")
-        os.makedirs(extra, exist_ok=True)
-        with open(os.path.join(extra, "class_names.txt"), "w", encoding="utf-8") as names_file:
-            names_file.writelines(f"{name}\n" for name in class_names)
-
-    return write_new_version(base_dir, write)
+    def _encode(self, text, length):
+        return self.tokenizer.encode(text, length, add_cls=self.add_cls)

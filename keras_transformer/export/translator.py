@@ -64,6 +64,32 @@ def export_translator(
         length_penalty: GNMT length penalty of the beam search.
         source_language, target_language: optional names for clients.
     """
+    _check_arguments(model, source_tokenizer, target_tokenizer, max_output_length, beam_width)
+    signatures = _TranslatorSignatures(
+        model,
+        source_tokenizer,
+        target_tokenizer,
+        max_length=min(int(max_output_length), model.sequence_length),
+        beam_width=int(beam_width),
+        length_penalty=float(length_penalty),
+    )
+    config = {
+        "beam_width": signatures.beam_width,
+        "length_penalty": signatures.length_penalty,
+        "max_output_length": signatures.max_length,
+        "sequence_length": model.sequence_length,
+        "source_language": source_language,
+        "target_language": target_language,
+        "signatures": {
+            "serving_default": "beam search",
+            "greedy": "greedy decoding",
+            "attention": "attention weights of the greedy translation",
+        },
+    }
+    return write_new_version(base_dir, lambda folder: _write(folder, signatures, config))
+
+
+def _check_arguments(model, source_tokenizer, target_tokenizer, max_output_length, beam_width):
     if int(beam_width) < 1:
         raise ValueError(f"`beam_width` must be at least 1, got {beam_width!r}.")
     if int(max_output_length) < 1:
@@ -78,42 +104,63 @@ def export_translator(
             f"The target tokenizer has {target_tokenizer.vocabulary_size} tokens but the model "
             f"expects {model.target_vocabulary_size}."
         )
-    beam_width = int(beam_width)
-    length_penalty = float(length_penalty)
-    sequence_length = model.sequence_length
-    max_length = min(int(max_output_length), sequence_length)
-    start_id = target_tokenizer.token_id(START)
-    end_id = target_tokenizer.token_id(END)
 
-    def encode(text):
-        return source_tokenizer.encode(text, sequence_length)
 
-    def encode_trimmed(text):
-        # The encoder and every step's cross-attention then cost the batch's
-        # longest source, not `sequence_length`; the outputs are the same.
-        return trim_shared_padding(encode(text))
+def _write(folder, signatures, config):
+    """The SavedModel of `signatures` in `folder`, `config` beside it."""
+    text_spec = [tf.TensorSpec([None], tf.string, name="text")]
+    archive = keras.export.ExportArchive()
+    archive.track(signatures.model)
+    archive.track(signatures.source_tokenizer)
+    if signatures.target_tokenizer is not signatures.source_tokenizer:
+        archive.track(signatures.target_tokenizer)
+    archive.add_endpoint("serving_default", signatures.translate_beam, input_signature=text_spec)
+    archive.add_endpoint("greedy", signatures.translate_greedy, input_signature=text_spec)
+    archive.add_endpoint("attention", signatures.attention, input_signature=text_spec)
+    archive.write_out(folder, verbose=False)
+    extra = os.path.join(folder, "assets.extra")
+    os.makedirs(extra, exist_ok=True)
+    with open(os.path.join(extra, CONFIG_FILE), "w", encoding="utf-8") as config_file:
+        json.dump(config, config_file, indent=2, ensure_ascii=False)
+        config_file.write("\n")
 
-    def translate_beam(text):
+
+class _TranslatorSignatures:
+    """The export's signature functions (traced by `ExportArchive.add_endpoint`), over one
+    model and its tokenizers; each takes a batch of strings."""
+
+    def __init__(
+        self, model, source_tokenizer, target_tokenizer, max_length, beam_width, length_penalty
+    ):
+        self.model = model
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer
+        self.max_length = max_length
+        self.beam_width = beam_width
+        self.length_penalty = length_penalty
+        self.start_id = target_tokenizer.token_id(START)
+        self.end_id = target_tokenizer.token_id(END)
+
+    def translate_beam(self, text):
         token_ids, _ = beam_search(
-            model,
-            encode_trimmed(text),
-            max_length,
-            start_id,
-            end_id,
-            beam_width=beam_width,
-            length_penalty=length_penalty,
+            self.model,
+            self._encode_trimmed(text),
+            self.max_length,
+            self.start_id,
+            self.end_id,
+            beam_width=self.beam_width,
+            length_penalty=self.length_penalty,
         )
-        return {"translation": target_tokenizer.detokenize(token_ids)}
+        return {"translation": self.target_tokenizer.detokenize(token_ids)}
 
-    def greedy(source_ids):
-        return greedy_decode(model, source_ids, max_length, start_id, end_id)
+    def translate_greedy(self, text):
+        token_ids = self._greedy(self._encode_trimmed(text))
+        return {"translation": self.target_tokenizer.detokenize(token_ids)}
 
-    def translate_greedy(text):
-        return {"translation": target_tokenizer.detokenize(greedy(encode_trimmed(text)))}
-
-    def attention(text):
-        source_ids = encode(text)
-        target_ids = tf.ensure_shape(greedy(source_ids), [None, max_length])
+    def attention(self, text):
+        model, start_id = self.model, self.start_id
+        source_ids = self._encode(text)
+        target_ids = tf.ensure_shape(self._greedy(source_ids), [None, self.max_length])
         encoder_output, source_mask, encoder_scores = model.encode(
             source_ids, training=False, return_attention_scores=True
         )
@@ -126,52 +173,32 @@ def export_translator(
         _, scores = model.decode(
             target_in, encoder_output, source_mask, training=False, return_attention_scores=True
         )
-
-        def by_layer(weights):
-            return tf.stack(
-                [tf.cast(layer_weights, tf.float32) for layer_weights in weights], axis=1
-            )
-
         return {
-            "source_tokens": tf.where(source_ids > 0, source_tokenizer.id_to_token(source_ids), ""),
-            "target_tokens": tf.where(target_ids > 0, target_tokenizer.id_to_token(target_ids), ""),
-            "decoder_input_tokens": tf.where(
-                target_in > 0, target_tokenizer.id_to_token(target_in), ""
-            ),
-            "cross_attention": by_layer([block["cross_attention"] for block in scores]),
-            "decoder_self_attention": by_layer([block["self_attention"] for block in scores]),
-            "encoder_self_attention": by_layer(encoder_scores),
+            "source_tokens": _tokens(self.source_tokenizer, source_ids),
+            "target_tokens": _tokens(self.target_tokenizer, target_ids),
+            "decoder_input_tokens": _tokens(self.target_tokenizer, target_in),
+            "cross_attention": _by_layer([block["cross_attention"] for block in scores]),
+            "decoder_self_attention": _by_layer([block["self_attention"] for block in scores]),
+            "encoder_self_attention": _by_layer(encoder_scores),
         }
 
-    text_spec = [tf.TensorSpec([None], tf.string, name="text")]
-    config = {
-        "beam_width": beam_width,
-        "length_penalty": length_penalty,
-        "max_output_length": max_length,
-        "sequence_length": sequence_length,
-        "source_language": source_language,
-        "target_language": target_language,
-        "signatures": {
-            "serving_default": "beam search",
-            "greedy": "greedy decoding",
-            "attention": "attention weights of the greedy translation",
-        },
-    }
+    def _encode(self, text):
+        return self.source_tokenizer.encode(text, self.model.sequence_length)
 
-    def write(folder):
-        archive = keras.export.ExportArchive()
-        archive.track(model)
-        archive.track(source_tokenizer)
-        if target_tokenizer is not source_tokenizer:
-            archive.track(target_tokenizer)
-        archive.add_endpoint("serving_default", translate_beam, input_signature=text_spec)
-        archive.add_endpoint("greedy", translate_greedy, input_signature=text_spec)
-        archive.add_endpoint("attention", attention, input_signature=text_spec)
-        archive.write_out(folder, verbose=False)
-        extra = os.path.join(folder, "assets.extra")
-        os.makedirs(extra, exist_ok=True)
-        with open(os.path.join(extra, CONFIG_FILE), "w", encoding="utf-8") as config_file:
-            json.dump(config, config_file, indent=2, ensure_ascii=False)
-            config_file.write("\n")
+    def _encode_trimmed(self, text):
+        # The encoder and every step's cross-attention then cost the batch's
+        # longest source, not `sequence_length`; the outputs are the same.
+        return trim_shared_padding(self._encode(text))
 
-    return write_new_version(base_dir, write)
+    def _greedy(self, source_ids):
+        return greedy_decode(self.model, source_ids, self.max_length, self.start_id, self.end_id)
+
+
+def _tokens(tokenizer, token_ids):
+    """The tokens of `token_ids`, `""` at padding (id 0)."""
+    return tf.where(token_ids > 0, tokenizer.id_to_token(token_ids), "")
+
+
+def _by_layer(weights):
+    """Per-layer attention weights stacked on axis 1, as float32."""
+    return tf.stack([tf.cast(layer_weights, tf.float32) for layer_weights in weights], axis=1)

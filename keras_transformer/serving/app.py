@@ -62,59 +62,114 @@ _MODEL_PATH = re.compile(
 
 def create_app(repository, settings=None):
     """A Starlette app serving `repository`; it loads every model when it starts."""
-    service = PredictionService(repository, settings)
-    settings = service.settings
-    json_executor = ThreadPoolExecutor(max_workers=_JSON_THREADS, thread_name_prefix="json")
+    return ServingApp(repository, settings).app
 
-    grpc_server, grpc_stop = [], []  # the gRPC server while it runs; its stop, once begun
 
-    def stop_accepting(grace):
-        """Ends the gRPC API's new calls at a stop signal, as the HTTP server ends its new
-        connections; its calls in flight get `grace` seconds."""
-        if grpc_server and not grpc_stop:
-            grpc_stop.append(asyncio.ensure_future(grpc_server[0].stop(grace)))
+class ServingApp:
+    """The REST API's handlers over one `PredictionService`, and the Starlette app that routes
+    to them (`app`). Its start loads the models and starts the gRPC API if one is configured;
+    its stop ends both.
+
+    The app keeps `repository`, `settings`, `service` and `stop_accepting` on `app.state`:
+    `http_server.GracefulServer` calls `stop_accepting` at a stop signal.
+    """
+
+    def __init__(self, repository, settings=None):
+        self.repository = repository
+        self.service = PredictionService(repository, settings)
+        self.settings = self.service.settings
+        self.json_executor = ThreadPoolExecutor(
+            max_workers=_JSON_THREADS, thread_name_prefix="json"
+        )
+        self.grpc_server = None  # while the gRPC API runs
+        self.grpc_stop = None  # the gRPC server's stop, once begun
+        self.app = self._build_app()
+
+    def _build_app(self):
+        routes = [
+            Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/monitoring/prometheus/metrics", self.service.metrics.endpoint, methods=["GET"]),
+            Route(
+                "/v1/models/{rest:path}",
+                self.models_route,
+                methods=["GET", "POST", "PUT", "DELETE", "PATCH"],
+            ),
+        ]
+        if self.settings.explorer:
+            from keras_transformer.serving.explorer import explorer_routes
+
+            routes += explorer_routes(self.service)
+        app = Starlette(
+            routes=routes,
+            exception_handlers={
+                RequestError: _request_error,
+                404: _not_found,
+                405: _method_not_allowed,
+            },
+            lifespan=self.lifespan,
+        )
+        app.add_middleware(RequestLog)
+        app.add_middleware(RequestMetrics, metrics=self.service.metrics)
+        app.state.repository = self.repository
+        app.state.settings = self.settings
+        app.state.service = self.service
+        app.state.stop_accepting = self.stop_accepting
+        return app
+
+    # Start and stop.
 
     @contextlib.asynccontextmanager
-    async def lifespan(app):
+    async def lifespan(self, app):
+        settings = self.settings
         if settings.grpc_port:
             from keras_transformer.serving import grpc_api
 
             # Bound before the models load, so a taken port fails the start at once.
-            grpc_server.append(
-                grpc_api.bind_grpc_server(service, settings.grpc_host, settings.grpc_port)
+            self.grpc_server = grpc_api.bind_grpc_server(
+                self.service, settings.grpc_host, settings.grpc_port
             )
         try:
-            await service.start()
-            if grpc_server:
-                await grpc_server[0].start()
+            await self.service.start()
+            if self.grpc_server is not None:
+                await self.grpc_server.start()
                 logger.info("gRPC API listening on %s:%d", settings.grpc_host, settings.grpc_port)
             yield
         finally:
-            if grpc_server:
-                stop_accepting(grpc_api.SHUTDOWN_GRACE_SECONDS)
-                await grpc_stop[0]
-            service.stop()
-            json_executor.shutdown(wait=False, cancel_futures=True)
+            if self.grpc_server is not None:
+                self.stop_accepting(grpc_api.SHUTDOWN_GRACE_SECONDS)
+                await self.grpc_stop
+            self.service.stop()
+            self.json_executor.shutdown(wait=False, cancel_futures=True)
 
-    async def healthz(request):
+    def stop_accepting(self, grace):
+        """Ends the gRPC API's new calls at a stop signal, as the HTTP server ends its new
+        connections; its calls in flight get `grace` seconds."""
+        if self.grpc_server is not None and self.grpc_stop is None:
+            self.grpc_stop = asyncio.ensure_future(self.grpc_server.stop(grace))
+
+    # Route handlers.
+
+    async def healthz(self, request):
         models = {
             name: (model.current.version if model.current else None)
-            for name, model in repository.models.items()
+            for name, model in self.repository.models.items()
         }
         return JSONResponse(
-            {"ready": repository.ready(), "models": models},
-            status_code=200 if repository.ready() else 503,
+            {"ready": self.repository.ready(), "models": models},
+            status_code=200 if self.repository.ready() else 503,
         )
 
-    async def models_route(request):
+    async def models_route(self, request):
+        """`/v1/models/...`: the path names a model, maybe a version or label, then a
+        verb (`:predict`), `/metadata`, or nothing (status)."""
         match = _MODEL_PATH.match(request.path_params["rest"])
         if match is None:
             raise RequestError(404, f"No such route: {request.url.path}")
         name, version = match["name"], _version_number(match["version"])
         request.state.model = name
-        model = service.model(name)
+        model = self.service.model(name)
         if match["label"] is not None:
-            version = service.label_version(model, match["label"])
+            version = self.service.label_version(model, match["label"])
         request.state.version = version
         if match["verb"] is not None:
             if match["verb"] != "predict":
@@ -123,26 +178,27 @@ def create_app(repository, settings=None):
                 )
             if request.method != "POST":
                 raise RequestError(405, f"':predict' takes POST, not {request.method}.")
-            return await predict(request, name, version)
+            return await self.predict(request, name, version)
         if request.method != "GET":
             raise RequestError(405, f"{request.url.path} takes GET, not {request.method}.")
         if match["metadata"]:
-            return metadata(name, version)
-        return status(name, version)
+            return self.metadata(name, version)
+        return self.status(name, version)
 
-    async def predict(request, name, version):
+    async def predict(self, request, name, version):
+        service, settings = self.service, self.settings
         served = service.servable(name, version)
         request.state.version = served.version
         raw_body = await _read_body(request, settings.max_body_bytes)
         # The deadline counts from here: reading the body has its own limits.
         started = time.monotonic()
-        off_loop = len(raw_body) > _INLINE_BODY_BYTES
-        body = await _call(json_executor if off_loop else None, parse_body, raw_body)
+        json_executor = self.json_executor if len(raw_body) > _INLINE_BODY_BYTES else None
+        body = await _call(json_executor, parse_body, raw_body)
         signature_name = body.pop("signature_name", DEFAULT_SIGNATURE)
         input_specs = service.signature_inputs(served, signature_name)
         request.state.signature = signature_name
         request_format, inputs, batch_size = await _call(
-            json_executor if off_loop else None,
+            json_executor,
             parse_predict_request,
             body,
             input_specs,
@@ -162,22 +218,17 @@ def create_app(repository, settings=None):
         elements = sum(value.size for value in outputs.values())
         try:
             encoded = await _call(
-                json_executor if elements > _INLINE_RESPONSE_ELEMENTS else None,
+                self.json_executor if elements > _INLINE_RESPONSE_ELEMENTS else None,
                 encode_predict_response,
                 request_format,
                 outputs,
                 settings.max_response_bytes,
             )
         except ResponseTooLarge as error:
-            raise RequestError(
-                413,
-                f"The answer would be {'at least' if error.estimate == error.lower_bound else 'about'} "
-                f"{error.estimate} bytes of JSON, over the limit of {error.limit} bytes (--max-response-bytes); "
-                "ask for fewer examples at a time.",
-            ) from None
+            raise _response_too_large(error) from None
         return Response(encoded, media_type="application/json")
 
-    def status(name, version):
+    def status(self, name, version):
         return JSONResponse(
             {
                 "model_version_status": [
@@ -189,13 +240,13 @@ def create_app(repository, settings=None):
                             "error_message": message,
                         },
                     }
-                    for number, state, message in service.version_states(name, version)
+                    for number, state, message in self.service.version_states(name, version)
                 ]
             }
         )
 
-    def metadata(name, version):
-        served = service.servable(name, version)
+    def metadata(self, name, version):
+        served = self.service.servable(name, version)
         signature_defs = {
             signature: {
                 "inputs": {
@@ -215,47 +266,31 @@ def create_app(repository, settings=None):
             }
         )
 
-    async def request_error(request, error):
-        # A message may quote the client's strings, and JSON can carry lone
-        # surrogates ("\ud800") that the UTF-8 response cannot: escape them.
-        message = error.message.encode("utf-8", "backslashreplace").decode("utf-8")
-        return JSONResponse({"error": message}, status_code=error.status)
 
-    async def not_found(request, error):
-        return JSONResponse(
-            {"error": f"No such route: {shorten(request.url.path)}"}, status_code=404
-        )
-
-    async def method_not_allowed(request, error):
-        message = f"{shorten(request.url.path)} does not take {shorten(request.method)}."
-        return JSONResponse({"error": message}, status_code=405)
-
-    routes = [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/monitoring/prometheus/metrics", service.metrics.endpoint, methods=["GET"]),
-        Route(
-            "/v1/models/{rest:path}",
-            models_route,
-            methods=["GET", "POST", "PUT", "DELETE", "PATCH"],
-        ),
-    ]
-    if settings.explorer:
-        from keras_transformer.serving.explorer import explorer_routes
-
-        routes += explorer_routes(service)
-    app = Starlette(
-        routes=routes,
-        exception_handlers={RequestError: request_error, 404: not_found, 405: method_not_allowed},
-        lifespan=lifespan,
+def _response_too_large(error):
+    """The 413 for a `ResponseTooLarge` from encoding an answer."""
+    size = "at least" if error.estimate == error.lower_bound else "about"
+    return RequestError(
+        413,
+        f"The answer would be {size} {error.estimate} bytes of JSON, over the limit of "
+        f"{error.limit} bytes (--max-response-bytes); ask for fewer examples at a time.",
     )
-    app.add_middleware(RequestLog)
-    app.add_middleware(RequestMetrics, metrics=service.metrics)
-    app.state.repository = repository
-    app.state.settings = settings
-    app.state.service = service
-    # Called by http_server.GracefulServer at a stop signal.
-    app.state.stop_accepting = stop_accepting
-    return app
+
+
+async def _request_error(request, error):
+    # A message may quote the client's strings, and JSON can carry lone
+    # surrogates ("\ud800") that the UTF-8 response cannot: escape them.
+    message = error.message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return JSONResponse({"error": message}, status_code=error.status)
+
+
+async def _not_found(request, error):
+    return JSONResponse({"error": f"No such route: {shorten(request.url.path)}"}, status_code=404)
+
+
+async def _method_not_allowed(request, error):
+    message = f"{shorten(request.url.path)} does not take {shorten(request.method)}."
+    return JSONResponse({"error": message}, status_code=405)
 
 
 class RequestLog:
@@ -376,7 +411,8 @@ async def _disconnected(receive):
 def _version_number(text):
     if text is None:
         return None
-    # ASCII digits only: str.isdigit alone accepts "²", which int() refuses, and "١", which int() reads as 1.
+    # ASCII digits only: str.isdigit alone accepts "²", which int() refuses, and "١", which int()
+    # reads as 1.
     if not (text.isascii() and text.isdigit()) or not text.strip("0"):
         raise RequestError(400, f"A version is a positive integer, got {text[:50]!r}.")
     try:

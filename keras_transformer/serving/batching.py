@@ -22,7 +22,8 @@ import numpy as np
 
 
 class QueueFull(Exception):
-    """A request refused because its queue already holds `queued` examples (the limit is `limit`)."""
+    """A request refused because its queue already holds `queued` examples (the limit is
+    `limit`)."""
 
     def __init__(self, served_version, signature_name, queued, limit):
         super().__init__(
@@ -35,7 +36,8 @@ class QueueFull(Exception):
 
 
 class DeadlineExceeded(Exception):
-    """A request that had no answer within its time; if its batch had not started, it was not computed."""
+    """A request that had no answer within its time; if its batch had not started, it was not
+    computed."""
 
 
 # A request's states: waiting in its queue (or in a batch being formed),
@@ -59,7 +61,8 @@ class _Queue:
     """The requests waiting for one (version, signature), oldest first."""
 
     def __init__(self, merge):
-        self.merge = merge  # False: every request runs alone (batching off, or a signature without a batch axis)
+        # False: every request runs alone (batching off, or a signature without a batch axis).
+        self.merge = merge
         self.waiting = collections.deque()  # may still hold dropped requests; they are skipped
         self.examples = 0  # weights of the requests waiting, dropped ones not counted
         self.arrived = asyncio.Event()
@@ -204,7 +207,8 @@ class Batcher:
                     request.future.set_exception(RuntimeError("the batching loop stopped"))
 
     async def _form_batch(self, key, queue, loop):
-        """Takes the oldest live requests that fit in one batch, waiting for company while others run."""
+        """Takes the oldest live requests that fit in one batch, waiting for company while others
+        run."""
         first = queue.next_live()
         if first is None:
             return []

@@ -54,12 +54,13 @@ _DETAILS_LIMIT = 1000
 
 
 def bind_grpc_server(service, host, port):
-    """A `grpc.aio.Server` of `service`, listening on `host:port` (an `OSError` naming the address if it
-    cannot); it answers once started (`await server.start()`, on the event loop the REST app runs on),
-    and `await server.stop(SHUTDOWN_GRACE_SECONDS)` stops it."""
+    """A `grpc.aio.Server` of `service`, listening on `host:port` (an `OSError` naming the address
+    if it cannot); it answers once started (`await server.start()`, on the event loop the REST app
+    runs on), and `await server.stop(SHUTDOWN_GRACE_SECONDS)` stops it."""
     server = grpc.aio.server(
         options=[
-            # A message over the REST body limit is refused before it is parsed (RESOURCE_EXHAUSTED).
+            # A message over the REST body limit is refused before it is parsed
+            # (RESOURCE_EXHAUSTED).
             ("grpc.max_receive_message_length", service.settings.max_body_bytes),
             # An answer over the REST answer cap is refused too, by grpcio (RESOURCE_EXHAUSTED).
             ("grpc.max_send_message_length", service.settings.max_response_bytes),
@@ -94,7 +95,8 @@ class _Call:
 
 async def _answer(method, context, handler, metrics):
     """Runs `handler(call)`; a `RequestError` ends the RPC with its mapped code, anything else with
-    INTERNAL (logged). Writes the RPC's log line and reports it to `metrics` (a `ServingMetrics`)."""
+    INTERNAL (logged). Writes the RPC's log line and reports it to `metrics` (a
+    `ServingMetrics`)."""
     call = _Call(method)
     started = time.perf_counter()
     in_flight = metrics.in_flight_requests.labels("grpc")
@@ -194,13 +196,15 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         if not request.metadata_field:
             raise RequestError(
                 400,
-                f"GetModelMetadataRequest must name a metadata_field; this server has '{SIGNATURE_DEF_FIELD}'.",
+                "GetModelMetadataRequest must name a metadata_field; this server has "
+                f"'{SIGNATURE_DEF_FIELD}'.",
             )
         for field in request.metadata_field:
             if field != SIGNATURE_DEF_FIELD:
                 raise RequestError(
                     400,
-                    f"Metadata field {_quote(field)} is not supported; only '{SIGNATURE_DEF_FIELD}' is.",
+                    f"Metadata field {_quote(field)} is not supported; only "
+                    f"'{SIGNATURE_DEF_FIELD}' is.",
                 )
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         _answered_spec(response.model_spec, served, "")
@@ -254,7 +258,8 @@ def _model_name(model_spec):
 
 
 def _servable(service, model_spec, call):
-    """The `ServedVersion` `model_spec` asks for (its version or label, else the latest), or the service's 400/404."""
+    """The `ServedVersion` `model_spec` asks for (its version or label, else the latest), or the
+    service's 400/404."""
     call.model = _model_name(model_spec)
     version = model_spec.version.value if model_spec.HasField("version") else None
     served = service.servable(call.model, version, model_spec.version_label or None)
@@ -269,7 +274,8 @@ def _answered_spec(model_spec, served, signature_name):
 
 
 def _output_names(output_filter, output_specs):
-    """The outputs to answer with: all (in the signature's order), or those `output_filter` names."""
+    """The outputs to answer with: all (in the signature's order), or those `output_filter`
+    names."""
     if not output_filter:
         return list(output_specs)
     names = []
@@ -287,10 +293,10 @@ def _output_names(output_filter, output_specs):
 
 
 def tensor_inputs(tensors, input_specs, max_instances, max_elements):
-    """A PredictRequest's `inputs` ({name: TensorProto}) -> ({name: numpy array}, batch size), checked
-    against the signature's `input_specs` ({name: TensorSpec}): every input present and no other, the
-    dtypes and shapes the specs give, one batch size, at most `max_instances` examples (413) and at most
-    `max_elements` values per tensor."""
+    """A PredictRequest's `inputs` ({name: TensorProto}) -> ({name: numpy array}, batch size),
+    checked against the signature's `input_specs` ({name: TensorSpec}): every input present and no
+    other, the dtypes and shapes the specs give, one batch size, at most `max_instances` examples
+    (413) and at most `max_elements` values per tensor."""
     import tensorflow as tf
     from tensorflow.core.framework import types_pb2
 
@@ -379,8 +385,8 @@ _RAW_DTYPES = {
 
 
 def signature_def_map(served):
-    """The served version's signatures as TensorFlow Serving's `SignatureDefMap`, from the same specs
-    the REST metadata shows."""
+    """The served version's signatures as TensorFlow Serving's `SignatureDefMap`, from the same
+    specs the REST metadata shows."""
     from tensorflow_serving.apis.get_model_metadata_pb2 import SignatureDefMap
 
     signature_defs = SignatureDefMap()

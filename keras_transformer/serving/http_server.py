@@ -163,7 +163,8 @@ class GuardedH11Protocol(H11Protocol):
         response, body = _json_response(
             503,
             b"Service Unavailable",
-            f"The server has {self.limits.max_connections} connections open, its limit; try again later.",
+            f"The server has {self.limits.max_connections} connections open, its limit; try again "
+            "later.",
         )
         # Written without h11: no request has been read, and none will be.
         headers = b"".join(
@@ -265,7 +266,8 @@ class GuardedH11Protocol(H11Protocol):
         super().send_400_response(msg)
 
     def _unsupported_upgrade_warning(self):
-        # uvicorn's warning advises installing a WebSocket library; this server has no WebSocket routes.
+        # uvicorn's warning advises installing a WebSocket library; this server has no WebSocket
+        # routes.
         logger.debug("An upgrade request was answered as plain HTTP.")
 
     def shutdown(self):
@@ -278,7 +280,8 @@ class GuardedH11Protocol(H11Protocol):
 
 
 class GracefulServer(uvicorn.Server):
-    """uvicorn's Server, stopping within `ServerConfig.connections.shutdown_grace` seconds of a signal."""
+    """uvicorn's Server, stopping within `ServerConfig.connections.shutdown_grace` seconds of a
+    signal."""
 
     def __init__(self, config):
         super().__init__(config)

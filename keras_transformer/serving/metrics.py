@@ -1,4 +1,5 @@
-"""Prometheus metrics of a server, scraped at `GET /monitoring/prometheus/metrics` (TensorFlow Serving's path).
+"""Prometheus metrics of a server, scraped at `GET /monitoring/prometheus/metrics`
+(TensorFlow Serving's path).
 
 Every series is labelled only by what the server itself knows: a model
 name, version or signature a client sent that did not resolve to a served
@@ -60,8 +61,8 @@ class ServingMetrics:
         self.registry = CollectorRegistry()
         self.requests = Histogram(
             f"{PREFIX}_request_duration_seconds",
-            "Requests answered, by API (rest, grpc), model, version, signature and status, and their latency "
-            "from arrival to the end of the answer. `_count` counts requests.",
+            "Requests answered, by API (rest, grpc), model, version, signature and status, and "
+            "their latency from arrival to the end of the answer. `_count` counts requests.",
             REQUEST_LABELS,
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
@@ -82,9 +83,9 @@ class ServingMetrics:
         self.registry.register(_StateCollector(service))
 
     def observe_request(self, api, model, version, signature, status, seconds):
-        """Counts one answered request of `api` ("rest", "grpc") and its latency. `model`, `version` and
-        `signature` are what the request asked for (None where it named none); those that do not resolve
-        to a served model, a known version or one of its signatures are labelled "-"."""
+        """Counts one answered request of `api` ("rest", "grpc") and its latency. `model`, `version`
+        and `signature` are what the request asked for (None where it named none); those that do not
+        resolve to a served model, a known version or one of its signatures are labelled "-"."""
         labels = self._servable_labels(model, version, signature)
         self.requests.labels(api, *labels, str(status)).observe(seconds)
 
@@ -120,7 +121,8 @@ class ServingMetrics:
 
 
 class _StateCollector:
-    """Reads the service's state at scrape time: queued examples, versions by state, load failures."""
+    """Reads the service's state at scrape time: queued examples, versions by state, load
+    failures."""
 
     def __init__(self, service):
         self.service = service
@@ -170,8 +172,9 @@ class _StateCollector:
 
 
 class RequestMetrics:
-    """ASGI middleware: times every HTTP request and reports it with the model, version and signature the
-    app resolved (`request.state.model`, `.version`, `.signature`) to `metrics.observe_request`."""
+    """ASGI middleware: times every HTTP request and reports it with the model, version and
+    signature the app resolved (`request.state.model`, `.version`, `.signature`) to
+    `metrics.observe_request`."""
 
     def __init__(self, app, metrics):
         self.app = app

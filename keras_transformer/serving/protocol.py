@@ -72,7 +72,8 @@ def parse_body(raw_body):
     except UnicodeDecodeError as error:
         raise RequestError(
             400,
-            f'The body is not valid UTF-8 (byte {error.start}); send binary strings as {{"b64": ...}}.',
+            f"The body is not valid UTF-8 (byte {error.start}); "
+            'send binary strings as {"b64": ...}.',
         ) from None
     try:
         body = json.loads(text, parse_constant=_reject_constant)
@@ -86,7 +87,8 @@ def parse_body(raw_body):
     except ValueError:
         raise RequestError(
             400,
-            f"JSON parse error: an integer has more than the {sys.get_int_max_str_digits()} digits this server reads.",
+            f"JSON parse error: an integer has more than the {sys.get_int_max_str_digits()} "
+            "digits this server reads.",
         ) from None
     if not isinstance(body, dict):
         raise RequestError(400, f"The body must be a JSON object, got {_json_type(body)}.")
@@ -109,12 +111,14 @@ def parse_predict_request(body, input_specs, max_instances):
     if unknown:
         raise RequestError(
             400,
-            f"Unknown key(s) {shorten(sorted(unknown))}; a predict body has 'instances' or 'inputs', and optionally 'signature_name'.",
+            f"Unknown key(s) {shorten(sorted(unknown))}; a predict body has 'instances' or "
+            "'inputs', and optionally 'signature_name'.",
         )
     if ("instances" in body) == ("inputs" in body):
         raise RequestError(
             400,
-            "A predict body needs exactly one of 'instances' (row format) or 'inputs' (columnar format).",
+            "A predict body needs exactly one of 'instances' (row format) or 'inputs' (columnar "
+            "format).",
         )
     if "instances" in body:
         return ("row", *_row_inputs(body["instances"], input_specs, max_instances))
@@ -134,13 +138,15 @@ def _row_inputs(instances, input_specs, max_instances):
         if not isinstance(instance, dict):
             raise RequestError(
                 400,
-                f"Instance {index} must be an object with keys {names}, got {_json_type(instance)}.",
+                f"Instance {index} must be an object with keys {names}, got "
+                f"{_json_type(instance)}.",
             )
         missing, extra = set(names) - set(instance), set(instance) - set(names)
         if missing or extra:
             raise RequestError(
                 400,
-                f"Instance {index} has keys {shorten(sorted(instance))}; the signature's inputs are {names}.",
+                f"Instance {index} has keys {shorten(sorted(instance))}; the signature's inputs "
+                f"are {names}.",
             )
         for name in names:
             columns[name].append(instance[name])
@@ -169,7 +175,8 @@ def _columnar_inputs(inputs, input_specs, max_instances):
         if not isinstance(values, list):
             raise RequestError(
                 400,
-                f"Input '{name}' must be a list with one entry per example, got {_json_type(values)}.",
+                f"Input '{name}' must be a list with one entry per example, got "
+                f"{_json_type(values)}.",
             )
         _check_count(len(values), max_instances)
         arrays[name] = _to_array(values, input_specs[name], f"input '{name}'")
@@ -221,7 +228,8 @@ def _convert(value, shape, dtype, where):
         if not isinstance(value, list):
             raise RequestError(
                 400,
-                f"{where}: expected a list of {shape[0] if shape[0] is not None else 'any number of'} values, got {_json_type(value)}.",
+                f"{where}: expected a list of "
+                f"{shape[0] if shape[0] is not None else 'any number of'} values, got {_json_type(value)}.",
             )
         if shape[0] is not None and len(value) != shape[0]:
             raise RequestError(400, f"{where}: expected {shape[0]} values, got {len(value)}.")
@@ -256,7 +264,8 @@ def _convert(value, shape, dtype, where):
 
 
 class ResponseTooLarge(Exception):
-    """An answer whose JSON would be over `limit` bytes: at least `lower_bound`, about `estimate`."""
+    """An answer whose JSON would be over `limit` bytes: at least `lower_bound`, about
+    `estimate`."""
 
     def __init__(self, limit, lower_bound, estimate):
         super().__init__(f"the answer would be about {estimate} bytes; the limit is {limit}")
@@ -269,7 +278,8 @@ def format_predict_response(request_format, outputs):
 
 
 def encode_predict_response(request_format, outputs, max_bytes=None):
-    """{output name: numpy array `[B, ...]`} -> the UTF-8 JSON answer (what `format_predict_response` gives, encoded
+    """{output name: numpy array `[B, ...]`} -> the UTF-8 JSON answer (what
+    `format_predict_response` gives, encoded
     compactly), or `ResponseTooLarge` once it passes `max_bytes` (None: no limit).
 
     The answer is encoded a row at a time into one buffer: no Python copy of
@@ -307,7 +317,8 @@ class _Row:
 
 
 def _response_layout(request_format, outputs):
-    """The answer's JSON structure with the output arrays (or their rows) still as numpy at its leaves."""
+    """The answer's JSON structure with the output arrays (or their rows) still as numpy at its
+    leaves."""
     names = list(outputs)
     if request_format == "columnar":
         return {"outputs": outputs[names[0]] if len(names) == 1 else dict(outputs)}
@@ -326,7 +337,8 @@ _LEAF_ELEMENTS = 4096  # most values of a one-dimensional array encoded in one s
 
 
 def _json_pieces(value):
-    """(JSON text, number of array elements in it) pieces that concatenate to `value`'s compact encoding."""
+    """(JSON text, number of array elements in it) pieces that concatenate to `value`'s compact
+    encoding."""
     if isinstance(value, dict):
         yield "{", 0
         for index, (key, item) in enumerate(value.items()):

@@ -125,7 +125,8 @@ class ServedModel:
         return served.get(version)
 
     def refresh(self):
-        """Loads the versions the policy wants and unloads the others. Returns True if the served set changed."""
+        """Loads the versions the policy wants and unloads the others. Returns True if the
+        served set changed."""
         with self._refresh_lock:
             return self._refresh()
 
@@ -172,7 +173,8 @@ class ServedModel:
         return self._unload_all_but(keep, folders) or changed
 
     def _load(self, version, path, last_delay):
-        """Loads `version` and serves it beside the others; False (and a retry scheduled) if it fails."""
+        """Loads `version` and serves it beside the others; False (and a retry scheduled) if it
+        fails."""
         self._set_state(version, LOADING)
         started = time.monotonic()
         try:

@@ -142,7 +142,8 @@ class PredictionService:
         return version
 
     def signature_inputs(self, served, signature_name):
-        """The input specs of `signature_name` on `served`, or TensorFlow Serving's 400 for an unknown one."""
+        """The input specs of `signature_name` on `served`, or TensorFlow Serving's 400 for an
+        unknown one."""
         if not isinstance(signature_name, str):
             raise RequestError(400, "'signature_name' must be a string.")
         if signature_name not in served.signatures:
@@ -154,7 +155,8 @@ class PredictionService:
         return served.inputs[signature_name]
 
     async def predict(self, served, signature_name, inputs, batch_size, timeout=None):
-        """Runs `inputs` ({name: array `[batch_size, ...]`}) on a signature checked by `signature_inputs`.
+        """Runs `inputs` ({name: array `[batch_size, ...]`}) on a signature checked by
+        `signature_inputs`.
 
         `timeout`: seconds left for this request (None: `settings.request_timeout`);
         past it a 504. A full queue is a 503 at once. Cancelling this call (a
@@ -174,8 +176,8 @@ class PredictionService:
             raise RequestError(
                 503,
                 f"Too many requests waiting for model {served.model_name} version {served.version} "
-                f"signature {signature_name}: {full.queued} examples are queued and the limit is {full.limit} "
-                "(--max-queued-examples); try again later.",
+                f"signature {signature_name}: {full.queued} examples are queued and the limit is "
+                f"{full.limit} (--max-queued-examples); try again later.",
             ) from None
         except DeadlineExceeded:
             raise RequestError(

@@ -26,7 +26,8 @@ from tests.serving.serving_helpers import CLASS_NAMES, ServerProcess
 CHROMIUM = "/usr/bin/chromium"
 WIDTHS = [390, 1280]
 WAIT_MS = 30_000
-# The attention outputs of the exports the page draws: output -> (map title, row tokens, column tokens).
+# The attention outputs of the exports the page draws:
+# output -> (map title, row tokens, column tokens).
 MAPS = {
     "attention_scores": ("Encoder self-attention", "tokens", "tokens"),
     "cross_attention": ("Cross-attention (target × source)", "target_tokens", "source_tokens"),
@@ -147,7 +148,8 @@ def assert_heatmaps(page, attention, outputs):
         columns = [token for token in attention[column_output] if token]
         weights = np.asarray(attention[name])
         page.select_option("#map", index=map_index)
-        # One colour scale per map, from 0 to its largest weight (any layer, head), the darkest cell.
+        # One colour scale per map, from 0 to its largest weight (any layer, head), the darkest
+        # cell.
         largest = weights[:, :, : len(rows), : len(columns)].max()
         expect_text(page, "#legend-low", "0")
         expect_text(page, "#legend-high", f"{largest:.3f}")

@@ -16,8 +16,8 @@ from keras_transformer.serving.protocol import RequestError
 
 ATTENTION_SIGNATURE = "attention"
 # A text's attention is layers x heads x tokens x tokens floats: the page asks
-# for one text at a time, and a client of the now public signature may not
-# ask for a server's worth of them in one request.
+# for one text at a time, and another client of the signature (public with
+# --explorer) may not ask for a server's worth of them in one request.
 ATTENTION_MAX_INSTANCES = 4
 
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
@@ -35,33 +35,38 @@ _HEADERS = {
 
 def explorer_routes(service):
     """The page's routes over `service` (a `PredictionService`)."""
-
-    async def page(request):
-        return Response(
-            _read("index.html"), media_type="text/html; charset=utf-8", headers=_HEADERS
-        )
-
-    async def asset(request):
-        name = request.path_params["name"]
-        if name not in _ASSETS:
-            raise RequestError(404, f"No such route: /explorer/assets/{name[:100]}")
-        return Response(_read(name), media_type=_ASSETS[name], headers=_HEADERS)
-
-    async def models(request):
-        return JSONResponse(
-            {
-                "models": [
-                    model_summary(model) for _, model in sorted(service.repository.models.items())
-                ]
-            },
-            headers={"Cache-Control": "no-store"},
-        )
-
+    models = ModelList(service)
     return [
         Route("/", page, methods=["GET"]),
-        Route("/explorer/models", models, methods=["GET"]),
+        Route("/explorer/models", models.endpoint, methods=["GET"]),
         Route("/explorer/assets/{name}", asset, methods=["GET"]),
     ]
+
+
+async def page(request):
+    """`GET /`: the page."""
+    return Response(_read("index.html"), media_type="text/html; charset=utf-8", headers=_HEADERS)
+
+
+async def asset(request):
+    """`GET /explorer/assets/NAME`: one of the page's stylesheet and script."""
+    name = request.path_params["name"]
+    if name not in _ASSETS:
+        raise RequestError(404, f"No such route: /explorer/assets/{name[:100]}")
+    return Response(_read(name), media_type=_ASSETS[name], headers=_HEADERS)
+
+
+class ModelList:
+    """`GET /explorer/models`: a `model_summary` of each model `service` serves, by name."""
+
+    def __init__(self, service):
+        self.service = service
+
+    async def endpoint(self, request):
+        summaries = [
+            model_summary(model) for _, model in sorted(self.service.repository.models.items())
+        ]
+        return JSONResponse({"models": summaries}, headers={"Cache-Control": "no-store"})
 
 
 def model_summary(model):
