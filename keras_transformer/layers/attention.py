@@ -491,7 +491,8 @@ class MultiHeadAttention(keras.layers.Layer):
         )
 
     def _resolve_mask(self, attention_mask, query_mask, prepared_mask):
-        """The `(bias, rows)` pair from either form of the masks, as `compute_attention` takes them."""
+        """The `(bias, rows)` pair from either form of the masks, as
+        `compute_attention` takes them."""
         if prepared_mask is None:
             return self.prepare_attention_mask(attention_mask, query_mask)
         if attention_mask is not None or query_mask is not None:

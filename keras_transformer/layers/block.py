@@ -52,7 +52,8 @@ class TransformerBlock(keras.layers.Layer):
     def _head_dim(self, model_dim):
         if model_dim is None or model_dim % self.num_heads:
             raise ValueError(
-                f"The input width ({model_dim}) must be a multiple of `num_heads` ({self.num_heads})."
+                f"The input width ({model_dim}) must be a multiple of "
+                f"`num_heads` ({self.num_heads})."
             )
         return model_dim // self.num_heads
 
@@ -92,17 +93,22 @@ class TransformerBlock(keras.layers.Layer):
         norm.build(input_shape)
         return norm
 
-    def _residual(self, sublayer, inputs, norm):
+    def _residual(self, sublayer, inputs, norm, *arguments):
         """`norm(x + f(x))` (post-norm, the paper) or `x + f(norm(x))` (pre-norm).
 
-        `sublayer` returns `(output, extra)`; `extra` (attention scores, a
-        cache) is passed through.
+        `sublayer(x, *arguments)` returns `(output, extra)`; `extra` (attention
+        scores, a cache) is passed through. Arguments rather than lambdas:
+        autograph, which converts the decoding loop, can mistake one lambda's
+        source for another function's.
         """
         if self.normalize_first:
-            output, extra = sublayer(norm(inputs))
+            output, extra = sublayer(norm(inputs), *arguments)
             return inputs + output, extra
-        output, extra = sublayer(inputs)
+        output, extra = sublayer(inputs, *arguments)
         return norm(inputs + output), extra
+
+    def _feed_forward_sublayer(self, x, training=None):
+        return self.feed_forward(x, training=training), None
 
     def compute_output_spec(self, *args, **kwargs):
         # Symbolic calls trace `call`, which knows every output it may return

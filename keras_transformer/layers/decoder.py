@@ -124,7 +124,8 @@ class TransformerDecoderBlock(TransformerBlock):
         """Projected keys and values of one source, `[2, B, heads, S, head_dim]`."""
         if self.cross_attention is None:
             raise ValueError(
-                "This decoder block has no cross-attention (it was built without an encoder sequence)."
+                "This decoder block has no cross-attention "
+                "(it was built without an encoder sequence)."
             )
         encoder_sequence = ops.cast(encoder_sequence, self.compute_dtype)
         return ops.stack(
@@ -192,7 +193,8 @@ class TransformerDecoderBlock(TransformerBlock):
         smaller ops: `[B, d]` rows and 2-D matmuls for the projections, the
         loop-invariant work done beforehand by `prepare_token_decoding`, and
         attention through the attention layers' own `attend` with one query
-        per head (fused unless the attention class overrides the scoring). The projections are read as matrices
+        per head (fused unless the attention class overrides the scoring).
+        The projections are read as matrices
         (`MultiHeadAttention.projection_matrix`), so a subclass that
         overrides `project_query` & co. (rather than the attention hooks)
         decodes with the plain projections here.
@@ -206,7 +208,6 @@ class TransformerDecoderBlock(TransformerBlock):
         Returns:
             `(outputs [B, d_model], updated self_attention_cache)`.
         """
-        heads, head_dim = self.num_heads, self.head_dim
         max_length = ops.shape(self_attention_cache)[3]
         # Cache slots past `index` hold zeros; this bias keeps them out. The
         # query attends at least itself, so no row needs zeroing.
@@ -214,45 +215,56 @@ class TransformerDecoderBlock(TransformerBlock):
             attention_bias(ops.arange(max_length, dtype="int32") <= ops.cast(index, "int32")),
             None,
         )
-
-        def self_attention(y):
-            qkv = _affine(y, constants["qkv_kernel"], constants.get("qkv_bias"))
-            # [B, 3 * d] -> [3 (query, key, value), B, heads, 1, head_dim]
-            qkv = ops.moveaxis(ops.reshape(qkv, (-1, 3, heads, 1, head_dim)), 1, 0)
-            cache = _write_cache(self_attention_cache, qkv[1:], index)
-            attended, _ = self.self_attention.attend(
-                qkv[0], cache[0], cache[1], training=False, prepared_mask=causal_mask
-            )
-            # [B, heads, 1, head_dim] -> [B, d]: with one position, no transpose.
-            attended = ops.reshape(attended, (-1, heads * head_dim))
-            output = _affine(
-                attended, constants["self_output_kernel"], constants.get("self_output_bias")
-            )
-            return output, cache
-
-        def cross_attention(y):
-            query = _affine(y, constants["cross_query_kernel"], constants.get("cross_query_bias"))
-            query = ops.reshape(query, (-1, heads, 1, head_dim))
-            attended, _ = self.cross_attention.attend(
-                query,
-                constants["cross_keys"],
-                constants["cross_values"],
-                training=False,
-                prepared_mask=(constants.get("cross_bias"), constants.get("cross_rows")),
-            )
-            attended = ops.reshape(attended, (-1, heads * head_dim))
-            return _affine(
-                attended, constants["cross_output_kernel"], constants.get("cross_output_bias")
-            ), None
-
-        def feed_forward(y):
-            return self.feed_forward(y), None
-
-        x, cache = self._residual(self_attention, x, self.self_attention_norm)
+        x, cache = self._residual(
+            self._decode_self_attention,
+            x,
+            self.self_attention_norm,
+            index,
+            self_attention_cache,
+            causal_mask,
+            constants,
+        )
         if self.cross_attention is not None:
-            x, _ = self._residual(cross_attention, x, self.cross_attention_norm)
-        x, _ = self._residual(feed_forward, x, self.feed_forward_norm)
+            x, _ = self._residual(
+                self._decode_cross_attention, x, self.cross_attention_norm, constants
+            )
+        x, _ = self._residual(self._feed_forward_sublayer, x, self.feed_forward_norm)
         return x, cache
+
+    def _decode_self_attention(self, y, index, cache, causal_mask, constants):
+        """`decode_token`'s self-attention: `(output [B, d], updated cache)`."""
+        heads, head_dim = self.num_heads, self.head_dim
+        qkv = _affine(y, constants["qkv_kernel"], constants.get("qkv_bias"))
+        # [B, 3 * d] -> [3 (query, key, value), B, heads, 1, head_dim]
+        qkv = ops.moveaxis(ops.reshape(qkv, (-1, 3, heads, 1, head_dim)), 1, 0)
+        cache = _write_cache(cache, qkv[1:], index)
+        attended, _ = self.self_attention.attend(
+            qkv[0], cache[0], cache[1], training=False, prepared_mask=causal_mask
+        )
+        # [B, heads, 1, head_dim] -> [B, d]: with one position, no transpose.
+        attended = ops.reshape(attended, (-1, heads * head_dim))
+        output = _affine(
+            attended, constants["self_output_kernel"], constants.get("self_output_bias")
+        )
+        return output, cache
+
+    def _decode_cross_attention(self, y, constants):
+        """`decode_token`'s cross-attention: `(output [B, d], None)`."""
+        heads, head_dim = self.num_heads, self.head_dim
+        query = _affine(y, constants["cross_query_kernel"], constants.get("cross_query_bias"))
+        query = ops.reshape(query, (-1, heads, 1, head_dim))
+        attended, _ = self.cross_attention.attend(
+            query,
+            constants["cross_keys"],
+            constants["cross_values"],
+            training=False,
+            prepared_mask=(constants.get("cross_bias"), constants.get("cross_rows")),
+        )
+        attended = ops.reshape(attended, (-1, heads * head_dim))
+        output = _affine(
+            attended, constants["cross_output_kernel"], constants.get("cross_output_bias")
+        )
+        return output, None
 
     def call(
         self,
@@ -271,18 +283,9 @@ class TransformerDecoderBlock(TransformerBlock):
         encoder_sequence_mask=None,
     ):
         has_source = encoder_sequence is not None or cross_attention_cache is not None
-        if has_source and self.cross_attention is None:
-            raise ValueError(
-                "This decoder block was built without cross-attention; it cannot attend to an encoder sequence."
-            )
-        if not has_source and self.cross_attention is not None:
-            raise ValueError(
-                "This decoder block has cross-attention: pass `encoder_sequence` or `cross_attention_cache`."
-            )
-        if self_attention_cache is not None and self_attention_cache_update_index is None:
-            raise ValueError(
-                "`self_attention_cache_update_index` is required with `self_attention_cache`."
-            )
+        self._check_call_arguments(
+            has_source, self_attention_cache, self_attention_cache_update_index
+        )
         # Keras fills `mask` (when `decoder_sequence` is the only tensor
         # argument) or `decoder_sequence_mask` and `encoder_sequence_mask`
         # (when there are more) with the inputs' Keras masks.
@@ -305,33 +308,20 @@ class TransformerDecoderBlock(TransformerBlock):
             return self.sublayer_dropout(output, training=training), new_cache
 
         def cross_attention(x):
-            attention = self.cross_attention
-            if cross_attention_cache is not None:
-                key_heads, value_heads = cross_attention_cache[0], cross_attention_cache[1]
-            else:
-                key_heads = attention.project_key(encoder_sequence)
-                value_heads = attention.project_value(encoder_sequence)
-            mask = merge_masks(
-                ops.shape(x)[1], ops.shape(key_heads)[2], key_mask=encoder_padding_mask
+            output, scores["cross_attention"] = self._cross_attention(
+                x,
+                encoder_sequence,
+                cross_attention_cache,
+                encoder_padding_mask,
+                training,
+                return_attention_scores,
             )
-            attended, scores["cross_attention"] = attention.attend(
-                attention.project_query(x),
-                key_heads,
-                value_heads,
-                mask,
-                training=training,
-                return_attention_scores=return_attention_scores,
-            )
-            output = attention.project_output(attended)
             return self.sublayer_dropout(output, training=training), None
-
-        def feed_forward(x):
-            return self.feed_forward(x, training=training), None
 
         x, new_cache = self._residual(self_attention, decoder_sequence, self.self_attention_norm)
         if has_source:
             x, _ = self._residual(cross_attention, x, self.cross_attention_norm)
-        x, _ = self._residual(feed_forward, x, self.feed_forward_norm)
+        x, _ = self._residual(self._feed_forward_sublayer, x, self.feed_forward_norm, training)
 
         outputs = (x,)
         if self_attention_cache is not None:
@@ -339,6 +329,42 @@ class TransformerDecoderBlock(TransformerBlock):
         if return_attention_scores:
             outputs += (scores,)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def _check_call_arguments(self, has_source, cache, cache_index):
+        if has_source and self.cross_attention is None:
+            raise ValueError(
+                "This decoder block was built without cross-attention; "
+                "it cannot attend to an encoder sequence."
+            )
+        if not has_source and self.cross_attention is not None:
+            raise ValueError(
+                "This decoder block has cross-attention: "
+                "pass `encoder_sequence` or `cross_attention_cache`."
+            )
+        if cache is not None and cache_index is None:
+            raise ValueError(
+                "`self_attention_cache_update_index` is required with `self_attention_cache`."
+            )
+
+    def _cross_attention(self, x, encoder_sequence, cache, padding_mask, training, return_weights):
+        """Returns `(output, weights)`; keys and values from `cache` when given,
+        else projected from `encoder_sequence`."""
+        attention = self.cross_attention
+        if cache is not None:
+            key_heads, value_heads = cache[0], cache[1]
+        else:
+            key_heads = attention.project_key(encoder_sequence)
+            value_heads = attention.project_value(encoder_sequence)
+        mask = merge_masks(ops.shape(x)[1], ops.shape(key_heads)[2], key_mask=padding_mask)
+        attended, weights = attention.attend(
+            attention.project_query(x),
+            key_heads,
+            value_heads,
+            mask,
+            training=training,
+            return_attention_scores=return_weights,
+        )
+        return attention.project_output(attended), weights
 
     def _self_attention(
         self, x, padding_mask, use_causal_mask, cache, cache_index, training, return_weights

@@ -88,11 +88,8 @@ class TransformerEncoderBlock(TransformerBlock):
             output, scores = attended if return_attention_scores else (attended, None)
             return self.self_attention_dropout(output, training=training), scores
 
-        def feed_forward(x):
-            return self.feed_forward(x, training=training), None
-
         x, scores = self._residual(self_attention, inputs, self.self_attention_norm)
-        x, _ = self._residual(feed_forward, x, self.feed_forward_norm)
+        x, _ = self._residual(self._feed_forward_sublayer, x, self.feed_forward_norm, training)
         if return_attention_scores:
             return x, scores
         return x

@@ -94,7 +94,8 @@ class BagOfNgrams(keras.layers.Layer):
     >>> layer = BagOfNgrams(vocabulary_size=7, units=2, num_buckets=101, num_word_buckets=101,
     ...                     min_document_frequency=1)
     >>> layer.set_vocabulary(vocabulary)
-    >>> token_ids = np.array([[2, 3, 5, 6], [2, 4, 5, 0]], "int32")  # "playing cards ." / "played cards"
+    >>> # "playing cards ." and "played cards"
+    >>> token_ids = np.array([[2, 3, 5, 6], [2, 4, 5, 0]], "int32")
     >>> layer.adapt(token_ids)
     >>> tuple(layer(token_ids).shape)
     (2, 2)
@@ -142,7 +143,8 @@ class BagOfNgrams(keras.layers.Layer):
         self.num_word_buckets = int(num_word_buckets)
         if self.num_word_buckets and self.vocabulary_size > 2**16:
             raise ValueError(
-                f"Word features take a vocabulary of at most {2**16} ids, got {self.vocabulary_size}."
+                f"Word features take a vocabulary of at most {2**16} ids, "
+                f"got {self.vocabulary_size}."
             )
         self.learning_rate_multiplier = float(learning_rate_multiplier)
         self.l2 = float(l2)
@@ -202,7 +204,8 @@ class BagOfNgrams(keras.layers.Layer):
             raise ValueError("This BagOfNgrams has no word features (`num_word_buckets=0`).")
         if len(vocabulary) != self.vocabulary_size:
             raise ValueError(
-                f"The vocabulary has {len(vocabulary)} tokens, the layer {self.vocabulary_size} ids."
+                f"The vocabulary has {len(vocabulary)} tokens, "
+                f"the layer {self.vocabulary_size} ids."
             )
         if not self.built:
             self.build()
@@ -290,7 +293,8 @@ class BagOfNgrams(keras.layers.Layer):
         token_ids = np.asarray(token_ids)
         if token_ids.ndim != 2 or not np.issubdtype(token_ids.dtype, np.integer):
             raise ValueError(
-                f"`adapt` takes integer token ids of shape [N, T], got {token_ids.dtype} {token_ids.shape}."
+                "`adapt` takes integer token ids of shape [N, T], "
+                f"got {token_ids.dtype} {token_ids.shape}."
             )
         features = self._families(features)
         if not self.built:

@@ -238,7 +238,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     def build(self, input_shape):
         if input_shape[-1] is not None and input_shape[-1] > self.sequence_length:
             raise ValueError(
-                f"Inputs have {input_shape[-1]} tokens but `sequence_length` is {self.sequence_length}."
+                f"Inputs have {input_shape[-1]} tokens but "
+                f"`sequence_length` is {self.sequence_length}."
             )
         self.token_embedding.build(input_shape)
         self.position_encoding.build((*input_shape, self.embedding_dim))

@@ -105,9 +105,13 @@ class TransformerClassifier(EncoderStack, keras.Model):
         self.head_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         # float32 logits and probabilities even under mixed precision.
         self.head = keras.layers.Dense(num_classes, dtype="float32", name="head")
+        self._create_bag_of_ngrams(vocabulary_size, num_classes, bag_of_ngrams, ngram_length)
+
+    def _create_bag_of_ngrams(self, vocabulary_size, num_classes, bag_of_ngrams, ngram_length):
         if bag_of_ngrams is not None and not isinstance(bag_of_ngrams, dict):
             raise ValueError(
-                f"`bag_of_ngrams` must be None or a dict of BagOfNgrams arguments, got {bag_of_ngrams!r}."
+                "`bag_of_ngrams` must be None or a dict of BagOfNgrams arguments, "
+                f"got {bag_of_ngrams!r}."
             )
         self.bag_of_ngrams = None if bag_of_ngrams is None else dict(bag_of_ngrams)
         self.ngrams = None

@@ -124,8 +124,9 @@ class MaskedLanguageModel(EncoderStack, keras.Model):
         targets = classifier.encoder_layers
         if [layer.name for layer in targets] != [layer.name for layer in self.encoder_layers]:
             raise ValueError(
-                f"The classifier's encoder ({', '.join(layer.name for layer in targets)}) is not this "
-                f"model's ({', '.join(layer.name for layer in self.encoder_layers)})."
+                "The classifier's encoder "
+                f"({', '.join(layer.name for layer in targets)}) is not this model's "
+                f"({', '.join(layer.name for layer in self.encoder_layers)})."
             )
         for source, target in zip(self.encoder_layers, targets, strict=True):
             target.set_weights(source.get_weights())

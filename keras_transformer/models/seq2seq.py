@@ -61,8 +61,10 @@ class Seq2SeqTransformer(keras.Model):
     (2, 3, 120)
     >>> # One decoding step with the caches, as `keras_transformer.decoding` runs it.
     >>> encoder_output, source_mask = model.encode(source_ids)
-    >>> self_cache, step_constants = model.initialize_cache(encoder_output, source_mask, max_length=8)
-    >>> step_logits, self_cache = model.decode_step(target_ids[:, :1], 0, self_cache, step_constants)
+    >>> self_cache, step_constants = model.initialize_cache(
+    ...     encoder_output, source_mask, max_length=8)
+    >>> step_logits, self_cache = model.decode_step(
+    ...     target_ids[:, :1], 0, self_cache, step_constants)
     >>> tuple(step_logits.shape)
     (2, 120)
 
@@ -109,62 +111,68 @@ class Seq2SeqTransformer(keras.Model):
         self.normalize_first = normalize_first
         self.attention_class = get_attention_class(attention_class)
 
-        def embedding(vocabulary_size, name):
-            return TokenAndPositionEmbedding(
-                vocabulary_size,
-                sequence_length,
-                d_model,
-                mask_zero=True,
-                positional="sinusoidal",
-                dtype=self.dtype_policy,
-                name=name,
-            )
+        self._create_layers()
 
-        def block_arguments(index, kind):
-            return dict(
-                num_heads=num_heads,
-                intermediate_dim=intermediate_dim,
-                dropout=dropout,
-                activation="relu",
-                normalize_first=normalize_first,
-                attention_class=self.attention_class,
-                dtype=self.dtype_policy,
-                name=f"{kind}_block_{index}",
-            )
-
-        self.source_embedding = embedding(source_vocabulary_size, "source_embedding")
+    def _create_layers(self):
+        """The embeddings, blocks, final norms and output projection, from the
+        arguments `__init__` stored; their attribute and layer names key the
+        saved weights."""
+        self.source_embedding = self._embedding(self.source_vocabulary_size, "source_embedding")
         self.target_embedding = (
             self.source_embedding
-            if share_embeddings
-            else embedding(target_vocabulary_size, "target_embedding")
+            if self.share_embeddings
+            else self._embedding(self.target_vocabulary_size, "target_embedding")
         )
-        self.embedding_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.embedding_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.encoder_blocks = [
-            TransformerEncoderBlock(**block_arguments(index, "encoder"))
-            for index in range(num_encoder_layers)
+            TransformerEncoderBlock(**self._block_arguments(index, "encoder"))
+            for index in range(self.num_encoder_layers)
         ]
         self.decoder_blocks = [
-            TransformerDecoderBlock(**block_arguments(index, "decoder"))
-            for index in range(num_decoder_layers)
+            TransformerDecoderBlock(**self._block_arguments(index, "decoder"))
+            for index in range(self.num_decoder_layers)
         ]
         norm = dict(epsilon=1e-5, dtype=self.dtype_policy)
         self.encoder_norm = (
             keras.layers.LayerNormalization(name="encoder_norm", **norm)
-            if normalize_first
+            if self.normalize_first
             else None
         )
         self.decoder_norm = (
             keras.layers.LayerNormalization(name="decoder_norm", **norm)
-            if normalize_first
+            if self.normalize_first
             else None
         )
         # With shared embeddings the output projection is the token table itself.
         self.output_projection = (
             None
-            if share_embeddings
+            if self.share_embeddings
             else keras.layers.Dense(
-                target_vocabulary_size, dtype=self.dtype_policy, name="output_projection"
+                self.target_vocabulary_size, dtype=self.dtype_policy, name="output_projection"
             )
+        )
+
+    def _embedding(self, vocabulary_size, name):
+        return TokenAndPositionEmbedding(
+            vocabulary_size,
+            self.sequence_length,
+            self.d_model,
+            mask_zero=True,
+            positional="sinusoidal",
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _block_arguments(self, index, kind):
+        return dict(
+            num_heads=self.num_heads,
+            intermediate_dim=self.intermediate_dim,
+            dropout=self.dropout,
+            activation="relu",
+            normalize_first=self.normalize_first,
+            attention_class=self.attention_class,
+            dtype=self.dtype_policy,
+            name=f"{kind}_block_{index}",
         )
 
     def build(self, input_shape=None):
@@ -258,7 +266,8 @@ class Seq2SeqTransformer(keras.Model):
         return self_cache, step_constants
 
     def decode_step(self, token_ids, index, self_cache, step_constants):
-        """One decoding step: `[B, 1]` ids at position `index` -> (logits `[B, V]`, new self cache)."""
+        """One decoding step: `[B, 1]` ids at position `index` -> (logits `[B, V]`,
+        new self cache)."""
         x = ops.reshape(self.target_embedding(token_ids, start_index=index), (-1, self.d_model))
         new_caches = []
         for block, block_cache, constants in zip(

@@ -158,7 +158,8 @@ class WordPieceTokenizer(tf.Module):
     Example:
 
     >>> tokenizer = WordPieceTokenizer("vocab.txt")
-    >>> token_ids = tokenizer.encode(tf.constant(["A short text."]), sequence_length=16, add_cls=True)
+    >>> token_ids = tokenizer.encode(
+    ...     tf.constant(["A short text."]), sequence_length=16, add_cls=True)
     """
 
     def __init__(self, vocabulary_path, lower_case=True, normalization_form="NFKC", name=None):

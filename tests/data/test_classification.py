@@ -234,7 +234,8 @@ def test_csv_numeric_labels_sort_numerically(tmp_path):
 
 def test_csv_custom_columns_and_texts_kept_as_read(tmp_path):
     content = (
-        "\ufeffbody,id,topic,extra\n"  # Excel's byte-order mark must not spoil the first column name
+        # Excel's byte-order mark must not spoil the first column name.
+        "\ufeffbody,id,topic,extra\n"
         '"  spaced, and\nmulti-line  ",1,a,x\n'
         "\n"
         "plain,2,b,y\n"

@@ -193,7 +193,8 @@ def test_bible_missing_package_says_how_to_install(monkeypatch):
 def test_loading_needs_no_tensorflow():
     code = (
         "import sys; from keras_transformer.data import load_translation_data; "
-        "load_translation_data('bible:fr-en'); assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
+        "load_translation_data('bible:fr-en'); "
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
 

@@ -221,7 +221,8 @@ def test_attention_dropout_drops_and_rescales_weights_in_training_only(rng):
     inference, weights, trained = (ops.convert_to_numpy(x) for x in (inference, weights, trained))
     np.testing.assert_allclose(inference, weights, atol=1e-6)
     dropped = trained == 0
-    # 84 weights, about half dropped; kept ones rescaled by 1 / (1 - rate) as keras.layers.Dropout does.
+    # 84 weights, about half dropped; kept ones rescaled by 1 / (1 - rate) as
+    # keras.layers.Dropout does.
     assert 15 < dropped.sum() < 69
     np.testing.assert_allclose(trained[~dropped], weights[~dropped] / (1 - rate), rtol=1e-5)
     # And the layer's own call applies it when training, only then.

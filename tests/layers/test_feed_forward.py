@@ -74,7 +74,8 @@ def test_dropout_only_in_training():
     dropped = trained == 0.0
     # About half the outputs are dropped (192 values: 40..152 is far outside chance).
     assert 40 < dropped.sum() < 152
-    # Survivors are rescaled by 1 / (1 - rate), the inverted dropout of the paper's sub-layer dropout.
+    # Survivors are rescaled by 1 / (1 - rate), the inverted dropout of the paper's
+    # sub-layer dropout.
     np.testing.assert_allclose(
         trained[~dropped], expected[~dropped] / (1 - rate), rtol=1e-5, atol=1e-5
     )

@@ -24,7 +24,8 @@ def random_ids(rows=30, length=12, seed=0):
 
 
 def sklearn_logits(train_ids, token_ids, layer, ngram_range, **options):
-    """TF-IDF of the ids as words (`t5 t7 ...`), fit on `train_ids`, times the layer's kernel as used."""
+    """TF-IDF of the ids as words (`t5 t7 ...`), fit on `train_ids`, times the layer's
+    kernel as used."""
 
     def documents(ids):
         return [" ".join(f"t{token}" for token in row if token > 0) for row in ids]
@@ -97,7 +98,8 @@ def test_before_adapt_every_idf_is_one():
         learning_rate_multiplier=1.0,
         sublinear_tf=False,
     )
-    # Token 5 twice and 6 once: L2-normalized counts (2, 1) / sqrt(5), summed by the all-ones kernel.
+    # Token 5 twice and 6 once: L2-normalized counts (2, 1) / sqrt(5), summed by the
+    # all-ones kernel.
     outputs = np.asarray(ops.convert_to_numpy(layer(np.array([[5, 6, 5, 0]], "int32"))))
     np.testing.assert_allclose(outputs, [[3 / np.sqrt(5)] * 2], rtol=1e-6)
 
@@ -135,8 +137,9 @@ def test_learning_rate_multiplier_scales_the_kernel_and_the_penalty():
 
 
 def rare_feature_margin(learning_rate_multiplier):
-    """Class 1 iff token 9 occurs, in 4 of 200 texts, one batch an epoch: after 5 epochs of Adam at
-    1e-3, how far the least likely positive's probability of class 1 exceeds the likeliest negative's."""
+    """Class 1 iff token 9 occurs, in 4 of 200 texts, one batch an epoch: after 5 epochs
+    of Adam at 1e-3, how far the least likely positive's probability of class 1 exceeds
+    the likeliest negative's."""
     rng = np.random.default_rng(5)
     token_ids = rng.integers(10, VOCABULARY, (200, 6)).astype("int32")
     labels = np.zeros(200, "int32")
@@ -223,13 +226,15 @@ WORD_VOCABULARY = [
     "!",
 ]
 WORD_BUCKETS = 100003
-# Each word is one segmentation; "ab" alone and "ab ##x" are different words, as are "ab ##x" and "ab ##ab".
+# Each word is one segmentation; "ab" alone and "ab ##x" are different words, as are
+# "ab ##x" and "ab ##ab".
 WORDS = [(7,), (8,), (7, 12), (7, 15), (8, 12, 13), (9, 14), (10,), (11, 13, 12, 14), (9, 15, 12)]
 PUNCTUATION = [16, 17, 18]
 
 
 def word_texts(rows, seed, length=14):
-    """0-padded ids of random words and punctuation, with an empty row and one cut in the middle of a word."""
+    """0-padded ids of random words and punctuation, with an empty row and one cut in
+    the middle of a word."""
     rng = np.random.default_rng(seed)
     token_ids = np.zeros((rows, length), "int32")
     for row in range(1, rows):
@@ -264,7 +269,8 @@ def spelled_words(row):
 
 
 def reference_word_rows(row, layer):
-    """Word unigram and bigram rows of one row of ids, hashed in plain Python as documented in the layer."""
+    """Word unigram and bigram rows of one row of ids, hashed in plain Python as
+    documented in the layer."""
     from keras_transformer.layers.ngrams import (
         WORD_BIGRAM_MULTIPLIER,
         WORD_HASH_MODULUS,
@@ -321,8 +327,9 @@ def test_words_are_hashed_from_their_pieces_in_order():
 
 @pytest.mark.parametrize("features", [("pieces", "words"), ("words",), ("pieces",)])
 def test_word_features_equal_tfidf_of_the_spelled_words(features):
-    """scikit-learn on documents of the pieces (`t7 t12 ...`) and the words they spell (`w_abx ...`),
-    one L2 norm over both, times the kernel rows the layer gives each of them."""
+    """scikit-learn on documents of the pieces (`t7 t12 ...`) and the words they spell
+    (`w_abx ...`), one L2 norm over both, times the kernel rows the layer gives each of
+    them."""
     train_ids, token_ids = word_texts(40, seed=0), word_texts(15, seed=1)
     layer = word_layer(min_document_frequency=2)
     layer.adapt(train_ids, features=features)
@@ -331,7 +338,8 @@ def test_word_features_equal_tfidf_of_the_spelled_words(features):
         return [*tokens, *(f"{first} {second}" for first, second in zip(tokens, tokens[1:]))]
 
     def documents(ids):
-        """Each row's n-grams: the pieces' (`t7`, `t7 t12`) and the words' (`w_abx`, `w_abx w_cd`), apart."""
+        """Each row's n-grams: the pieces' (`t7`, `t7 t12`) and the words' (`w_abx`,
+        `w_abx w_cd`), apart."""
         return [
             (ngrams([f"t{token}" for token in row if token > 0]) if "pieces" in features else [])
             + (

@@ -62,7 +62,8 @@ def built_models(randomize):
 
 
 def token_batch(lengths, total=LENGTH, seed=0, cls=False):
-    """Rows of random real ids (>= 3, so never [CLS] or padding) with the given lengths, 0-padded."""
+    """Rows of random real ids (>= 3, so never [CLS] or padding) with the given lengths,
+    0-padded."""
     rng = np.random.default_rng(seed)
     ids = np.zeros((len(lengths), total), "int32")
     for row, length in enumerate(lengths):
@@ -371,7 +372,7 @@ def test_mixed_float16_gives_float32_probabilities(pooling):
         keras.mixed_precision.set_global_policy("float32")
 
 
-# --- the bag of n-grams beside the Transformer (issue 16) ---------------------
+# --- the bag of n-grams beside the Transformer ----------------------------------
 
 
 def ngram_model(randomize, **bag_of_ngrams):

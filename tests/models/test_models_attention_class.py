@@ -1,4 +1,5 @@
-"""Models with `attention_class`: the README's CosineAttention through training, caching and greedy decoding."""
+"""Models with `attention_class`: the README's CosineAttention through training, caching
+and greedy decoding."""
 
 import keras
 import numpy as np
