@@ -2,7 +2,8 @@
 
     python -m apps.tokenize classifier --data bbc --out tokens/bbc
     python -m apps.tokenize translator --data bible:es-en --out tokens/bible-es-en
-    python -m apps.train_classifier --data tokens:tokens/bbc     # here, or on a machine without TensorFlow
+    # then train here, or on a machine without TensorFlow:
+    python -m apps.train_classifier --data tokens:tokens/bbc
 
 The data and vocabulary flags are the training app's: the folder holds the
 same split, vocabulary and token ids that a training run of the same flags

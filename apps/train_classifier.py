@@ -4,7 +4,8 @@
     python -m apps.train_classifier --data csv:reviews.csv --text-column review --label-column stars
     python -m apps.train_classifier --resume            # after a crash or Ctrl-C
     python -m apps.train_classifier --data csv:reviews.csv --search 4 --time-budget 20
-    python -m apps.train_classifier --mixed-precision bfloat16 --jit-compile --distribute mirrored  # GPUs
+    python -m apps.train_classifier --mixed-precision bfloat16 --jit-compile \
+        --distribute mirrored                           # GPUs
 
 Data: `bbc` (BBC News, offline), `csv:PATH` / `tsv:PATH` (your own file with a
 header row), `tfds:NAME` (TensorFlow Datasets, online, optional package),

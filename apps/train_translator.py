@@ -3,7 +3,8 @@
     python -m apps.train_translator --data bible:es-en --run-dir runs/translator
     python -m apps.train_translator --data tsv:spa.txt --max-examples 20000 --time-budget 30
     python -m apps.train_translator --resume            # after a crash or Ctrl-C
-    python -m apps.train_translator --mixed-precision bfloat16 --jit-compile --distribute mirrored  # GPUs
+    python -m apps.train_translator --mixed-precision bfloat16 --jit-compile \
+        --distribute mirrored                           # GPUs
 
 Data: `bible:SRC-TGT` (offline Bible verses: es, fr, it, kjv -> en, ...),
 `tsv:PATH` (Anki/Tatoeba pairs: source TAB target), `tfds:NAME` (online),

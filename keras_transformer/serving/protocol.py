@@ -228,8 +228,7 @@ def _convert(value, shape, dtype, where):
         if not isinstance(value, list):
             raise RequestError(
                 400,
-                f"{where}: expected a list of "
-                f"{shape[0] if shape[0] is not None else 'any number of'} values, got {_json_type(value)}.",
+                f"{where}: expected a list of {_count(shape[0])} values, got {_json_type(value)}.",
             )
         if shape[0] is not None and len(value) != shape[0]:
             raise RequestError(400, f"{where}: expected {shape[0]} values, got {len(value)}.")
@@ -397,6 +396,11 @@ def _floats_to_json(value):
     if isinstance(value, list):
         return [_floats_to_json(item) for item in value]
     return value if math.isfinite(value) else str(value)
+
+
+def _count(size):
+    """A dimension's size in an error message: the number, or "any number of" for None."""
+    return "any number of" if size is None else size
 
 
 def _json_type(value):

@@ -31,7 +31,9 @@ RUN_FILES = ("settings.json", "vocabulary.txt", "model.keras")  # what a classif
 
 @pytest.fixture(scope="module")
 def translator_run(tmp_path_factory):
-    """`(run folder, the training app's export folder)` of a tiny translator trained with TensorFlow."""
+    """`(run folder, the training app's export folder)` of a tiny translator trained with
+    TensorFlow.
+    """
     folder = tmp_path_factory.mktemp("translator")
     run_dir, export_dir = str(folder / "run"), str(folder / "app_export")
     status = train_translator.main(
@@ -128,7 +130,9 @@ def test_translator_run_exports_as_the_training_app_did(translator_run, tmp_path
 
 @pytest.fixture
 def classifier_copy(trained_classifier, tmp_path):
-    """The files of the trained classifier's run folder that its export reads, and its best checkpoint."""
+    """The files of the trained classifier's run folder that its export reads, and its best
+    checkpoint.
+    """
     run_dir = tmp_path / "run"
     os.makedirs(run_dir / "checkpoints")
     for name in (*RUN_FILES, os.path.join("checkpoints", "best.keras")):

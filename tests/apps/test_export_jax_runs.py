@@ -46,7 +46,8 @@ TEXTS = [
     "zebra quantum xylophone",
 ]
 
-# What shapes the tokens: given to apps.tokenize, not to training (which takes them from the folder).
+# What shapes the tokens: given to apps.tokenize, not to training (which takes them from the
+# folder).
 TRANSLATOR_TOKEN_FLAGS = [
     "--max-length",
     "12",
@@ -168,7 +169,9 @@ def token_folders(tmp_path_factory):
 
 
 def encode_texts(token_folder, task):
-    """`TEXTS` as the token folder's vocabulary and settings encode them (the model inputs the export makes)."""
+    """`TEXTS` as the token folder's vocabulary and settings encode them (the model inputs the
+    export makes).
+    """
     tokens = read_token_folder(token_folder, task)
     if task == "classifier":
         tokenizer = WordPieceTokenizer(tokens.vocabulary_files["vocabulary.txt"])
@@ -184,7 +187,9 @@ def encode_texts(token_folder, task):
 
 @pytest.fixture(scope="module")
 def jax_runs(token_folders, tmp_path_factory):
-    """The two run folders trained on JAX without TensorFlow, and the JAX models' answers to `TEXTS`."""
+    """The two run folders trained on JAX without TensorFlow, and the JAX models' answers to
+    `TEXTS`.
+    """
     classifier_tokens, translator_tokens = token_folders
     folder = tmp_path_factory.mktemp("jax_runs")
     classifier_run, translator_run = str(folder / "classifier_run"), str(folder / "translator_run")
@@ -241,7 +246,9 @@ def jax_runs(token_folders, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exported(jax_runs, tmp_path_factory):
-    """Both runs exported by `apps.export` here, under TensorFlow: `(classifier, translator)` version folders."""
+    """Both runs exported by `apps.export` here, under TensorFlow: `(classifier, translator)`
+    version folders.
+    """
     classifier_run, translator_run, _ = jax_runs
     folder = tmp_path_factory.mktemp("jax_exports")
     version_dirs = []
@@ -259,7 +266,8 @@ def loaded_fresh(exported, tmp_path_factory):
     texts_path = cwd / "texts.json"
     texts_path.write_text(json.dumps([text.encode().hex() for text in TEXTS]))
     done = subprocess.run(
-        # LOADER_HEADER gives sys.argv to saved_model_cli: the translator's folder goes by the environment.
+        # LOADER_HEADER gives sys.argv to saved_model_cli: the translator's folder goes by the
+        # environment.
         [sys.executable, "-c", LOADER, classifier_dir, str(texts_path)],
         cwd=cwd,
         env={**fresh_environment(), "TRANSLATOR_EXPORT": translator_dir},
@@ -339,7 +347,8 @@ def test_runs_without_matplotlib_skip_the_plots_and_say_so_once(jax_runs):
 
 
 def test_jax_compiles_the_training_step_with_xla_without_the_flag(jax_runs):
-    # Op by op, JAX runs a training step several times slower; TensorFlow keeps --jit-compile's choice.
+    # Op by op, JAX runs a training step several times slower; TensorFlow keeps --jit-compile's
+    # choice.
     from keras_transformer.training.distribute import compile_with_xla
 
     assert jax_runs[2]["xla_without_the_flag"] is True

@@ -44,7 +44,8 @@ def test_the_first_trial_is_the_settings_and_later_ones_vary_only_what_is_not_fi
     assert "pooling" not in cls.values
 
 
-# The tiny run of TRAIN_FLAGS, but with width, dropout, pooling and learning rate left to the search.
+# The tiny run of TRAIN_FLAGS, but with width, dropout, pooling and learning rate left to the
+# search.
 SEARCH_FLAGS = [
     "--sequence-length",
     "32",

@@ -485,10 +485,12 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
     best = keras.models.load_model(os.path.join(run_dir, "checkpoints", "best.keras"))
     assert not best.ngrams.trainable
     assert np.all(keras.ops.convert_to_numpy(best.ngrams(token_ids)) == 0.0)
-    # The finished model: the regression fit afterwards, the head scaled by the weight chosen on validation.
+    # The finished model: the regression fit afterwards, the head scaled by the weight chosen on
+    # validation.
     final = keras.models.load_model(os.path.join(run_dir, "model.keras"))
     idf = keras.ops.convert_to_numpy(final.ngrams.idf)
-    # Adapted to the training texts: filler words (in most texts) weigh less than keywords, unseen n-grams 0.
+    # Adapted to the training texts: filler words (in most texts) weigh less than keywords, unseen
+    # n-grams 0.
     assert 1.0 <= idf[idf > 0].min() < idf.max() and (idf == 0).mean() > 0.9
     ngram_logits = keras.ops.convert_to_numpy(final.ngrams(token_ids))
     assert np.argmax(ngram_logits, axis=1)[:3].tolist() == [
@@ -503,7 +505,8 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
     assert set(scores) == {str(each) for each in TRANSFORMER_WEIGHTS}
     assert scores[str(weight)]["accuracy"] == max(score["accuracy"] for score in scores.values())
     assert combination["logistic_regression"]["converged"]
-    # Words and pieces, or words alone, chosen on validation; the words spelled by the run's vocabulary.
+    # Words and pieces, or words alone, chosen on validation; the words spelled by the run's
+    # vocabulary.
     assert combination["features"] in (["pieces", "words"], ["words"])
     assert set(combination["validation_by_features"]) == {"pieces+words", "words"}
     with open(os.path.join(run_dir, "vocabulary.txt"), encoding="utf-8") as vocabulary_file:

@@ -1,4 +1,5 @@
-"""`python -m apps.train_classifier` with gradient clipping off, for tests/apps/test_multi_worker.py.
+"""`python -m apps.train_classifier` with gradient clipping off, for
+tests/apps/test_multi_worker.py.
 
 Keras clips each replica's gradient (from its share of the global batch)
 before the replicas' gradients are summed, so with clipping on, two

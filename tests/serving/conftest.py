@@ -64,7 +64,9 @@ def direct_answers(direct_models):
 
 @pytest.fixture
 def start_server(tmp_path):
-    """`start_server({name: base path}, *extra_args)` -> a running `ServerProcess`, stopped after the test."""
+    """`start_server({name: base path}, *extra_args)` -> a running `ServerProcess`, stopped after
+    the test.
+    """
     started = []
 
     def start(models, *extra_args):

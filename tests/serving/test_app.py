@@ -146,7 +146,8 @@ def test_classifier_metadata(client):
         },
         "method_name": "tensorflow/serving/predict",
     }
-    # attention: tokens [None, T], scores [None, layers 1, heads 2, T, T]; T = the longest text's tokens
+    # attention: tokens [None, T], scores [None, layers 1, heads 2, T, T]; T = the longest text's
+    # tokens
     assert signatures["attention"]["outputs"] == {
         "attention_scores": tensor_info("DT_FLOAT", -1, 1, 2, -1, -1),
         "tokens": tensor_info("DT_STRING", -1, -1),

@@ -137,7 +137,9 @@ class Trickler:
         return connection
 
     def run(self, timeout, between=None):
-        """Trickles until every connection is closed or `timeout` passes; calls `between()` once, early."""
+        """Trickles until every connection is closed or `timeout` passes; calls `between()` once,
+        early.
+        """
         deadline = time.monotonic() + timeout
         next_byte = time.monotonic()
         while time.monotonic() < deadline and any(

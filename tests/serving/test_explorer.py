@@ -52,7 +52,8 @@ def test_the_page_and_its_assets_are_served_from_the_package(serve):
         assert (
             page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
         )
-        # The page names only its own assets, by relative URL (the server may sit behind a path prefix).
+        # The page names only its own assets, by relative URL (the server may sit behind a path
+        # prefix).
         assets = re.findall(r'(?:src|href)="([^"]+)"', page.text)
         assert sorted(assets) == ["explorer/assets/explorer.css", "explorer/assets/explorer.js"]
         for asset, content_type in zip(sorted(assets), ("text/css", "text/javascript")):

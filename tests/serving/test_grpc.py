@@ -281,7 +281,8 @@ def test_refusals_over_a_real_server(server):
 
 @pytest.fixture(scope="module")
 def serve(exports, shared_loader):  # noqa: F811  the fixture imported above
-    """`with serve(**settings) as (client, stubs):` the app serving the classifier and the translator
+    """`with serve(**settings) as (client, stubs):` the app serving the classifier and the
+    translator
     over REST (a TestClient) and gRPC (stubs on a free port)."""
 
     @contextlib.contextmanager
@@ -586,7 +587,8 @@ def test_a_cancelled_call_cancels_its_handler(app, monkeypatch, caplog):
     assert cancelled.wait(30)
     _wait_for_log_lines(caplog, "status=CANCELLED", 1)
 
-    # A client's deadline passing does the same: it gets DEADLINE_EXCEEDED and the work is cancelled.
+    # A client's deadline passing does the same: it gets DEADLINE_EXCEEDED and the work is
+    # cancelled.
     started.clear()
     cancelled.clear()
     assert_grpc_error(
@@ -595,7 +597,8 @@ def test_a_cancelled_call_cancels_its_handler(app, monkeypatch, caplog):
         "Deadline Exceeded",
     )
     assert started.is_set() and cancelled.wait(30)
-    # The handler logs its line after the cancellation reaches it; wait for it here so that it cannot land in
+    # The handler logs its line after the cancellation reaches it; wait for it here so that it
+    # cannot land in
     # the log the next test captures.
     _wait_for_log_lines(caplog, "status=CANCELLED", 2)
 

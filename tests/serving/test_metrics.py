@@ -30,7 +30,9 @@ REQUESTS = PREFIX + "request_duration_seconds"
 
 
 def scrape(client):
-    """{(sample name, ((label, value), ...) sorted): value} of one scrape, checked to be Prometheus text."""
+    """{(sample name, ((label, value), ...) sorted): value} of one scrape, checked to be Prometheus
+    text.
+    """
     response = client.get(METRICS_PATH)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
@@ -65,7 +67,9 @@ def request_series(samples):
 
 @contextlib.contextmanager
 def app_client(models, loader, **repository_options):
-    """A TestClient of an app serving `models` with default settings, its repository as `.repository`."""
+    """A TestClient of an app serving `models` with default settings, its repository as
+    `.repository`.
+    """
     repository = ModelRepository(models, loader=loader, poll_seconds=0, **repository_options)
     with TestClient(
         create_app(repository, ServerSettings()), raise_server_exceptions=False
@@ -187,7 +191,8 @@ def test_unknown_names_from_clients_add_no_series(serve):  # noqa: F811
 
     assert statuses == {400, 404}
     assert request_series(after) == request_series(before)
-    # Counted in the series there were: per round, an unknown model's predict and status and an unknown path.
+    # Counted in the series there were: per round, an unknown model's predict and status and an
+    # unknown path.
     assert request_count(after, status=404) - request_count(before, status=404) == 60
     assert (
         request_count(after, model="classifier", status=404)

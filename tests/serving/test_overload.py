@@ -279,7 +279,9 @@ def test_past_the_request_timeout_the_client_gets_504_and_queued_work_is_dropped
 
 
 def _healthz_latencies_while(url, work):
-    """Runs `work()` in a thread; returns (its seconds, [seconds of each /healthz answer meanwhile])."""
+    """Runs `work()` in a thread; returns (its seconds, [seconds of each /healthz answer
+    meanwhile]).
+    """
     latencies, done, took = [], threading.Event(), []
 
     def run():
@@ -357,7 +359,9 @@ def test_an_answer_over_the_response_cap_gets_413_naming_its_size_the_limit_and_
 
 
 def _plain_json(request_format, outputs):
-    """The answer as `json.dumps` of Python values built by hand: what clients have always been sent."""
+    """The answer as `json.dumps` of Python values built by hand: what clients have always been
+    sent.
+    """
 
     def column(array):
         if array.dtype == object:
