@@ -326,14 +326,14 @@ class BagOfNgrams(keras.layers.Layer):
         return features
 
     def call(self, token_ids):
-        weighted = [self._tfidf_weights(rows) for rows in self.ngram_ids(token_ids)]
-        squared_norm = sum(ops.sum(ops.square(weight), axis=-1) for _, weight in weighted)
-        norm = ops.sqrt(ops.maximum(squared_norm, 1e-12))
-        outputs = 0.0
+        # The families' rows are disjoint ranges of features, so counting and weighting
+        # their concatenation is the same as each family alone, with one sort rather than
+        # four: a graph of the layer traces half the ops.
+        rows, weight = self._tfidf_weights(ops.concatenate(self.ngram_ids(token_ids), axis=1))
+        norm = ops.sqrt(ops.maximum(ops.sum(ops.square(weight), axis=-1), 1e-12))
         kernel = ops.cast(self.kernel, "float32") * self.learning_rate_multiplier
-        for rows, weight in weighted:
-            rows_kernel = ops.take(kernel, ops.maximum(rows, 0), axis=0)
-            outputs = outputs + ops.sum(rows_kernel * ops.expand_dims(weight, -1), axis=1)
+        rows_kernel = ops.take(kernel, ops.maximum(rows, 0), axis=0)
+        outputs = ops.sum(rows_kernel * ops.expand_dims(weight, -1), axis=1)
         outputs = outputs / ops.expand_dims(norm, -1)
         if self.bias is not None:
             outputs = outputs + ops.cast(self.bias, "float32")
