@@ -43,9 +43,10 @@ CHATTER = ("oneDNN", "cudart_stub", "absl::InitializeLog", "cpu_feature_guard", 
 LOG_LEVELS = {"json": None, "plain": "0"}  # the user's TF_CPP_MIN_LOG_LEVEL of each run
 
 
-def start_predict(args, log_level):
-    """`python -m apps.predict ARGS` in a fresh process: TensorFlow loads, then runs its
-    first ops (where a machine without a GPU logs cuInit's error)."""
+def start_predict(args, log_level, stdin):
+    """`python -m apps.predict ARGS` in a fresh process, reading `stdin` (a file or
+    DEVNULL): TensorFlow loads, then runs its first ops (where a machine without a GPU logs
+    cuInit's error)."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     env.update(PYTHONPATH=REPO_ROOT, KERAS_BACKEND="tensorflow")
     if log_level is not None:
@@ -54,7 +55,7 @@ def start_predict(args, log_level):
         [sys.executable, "-m", "apps.predict", *args],
         cwd=REPO_ROOT,
         env=env,
-        stdin=subprocess.PIPE,
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -63,19 +64,25 @@ def start_predict(args, log_level):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def predict_processes(trained_classifier):
+def predict_processes(trained_classifier, tmp_path_factory):
     """Both runs, started when the module starts: they run beside `saved_model_answers`."""
-    processes = {
-        # Texts as arguments, to the base folder.
-        "json": start_predict(
-            [trained_classifier.export_dir, "--json", "--batch-size", "2", *TEXTS],
-            LOG_LEVELS["json"],
-        ),
-        # One text per line on stdin, to the version folder.
-        "plain": start_predict(
-            [trained_classifier.version_dir, "--batch-size", "4"], LOG_LEVELS["plain"]
-        ),
-    }
+    stdin_path = tmp_path_factory.mktemp("predict_stdin") / "texts.txt"
+    stdin_path.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    with open(stdin_path, encoding="utf-8") as texts_file:
+        processes = {
+            # Texts as arguments, to the base folder.
+            "json": start_predict(
+                [trained_classifier.export_dir, "--json", "--batch-size", "2", *TEXTS],
+                LOG_LEVELS["json"],
+                subprocess.DEVNULL,
+            ),
+            # One text per line on stdin, to the version folder.
+            "plain": start_predict(
+                [trained_classifier.version_dir, "--batch-size", "4"],
+                LOG_LEVELS["plain"],
+                texts_file,
+            ),
+        }
     yield processes
     for process in processes.values():
         if process.poll() is None:
@@ -86,10 +93,9 @@ def predict_processes(trained_classifier):
 @pytest.fixture(scope="module")
 def predicted(predict_processes):
     """{run: (stdout, stderr)} once both runs ended, each with exit status 0."""
-    stdin = {"json": "", "plain": "\n".join(TEXTS) + "\n"}
     outputs = {}
     for name, process in predict_processes.items():
-        stdout, stderr = process.communicate(stdin[name], timeout=300)
+        stdout, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stderr[-3000:]
         outputs[name] = stdout, stderr
     return outputs
