@@ -1,10 +1,13 @@
 """One small classifier trained by `apps.train_classifier` and exported, shared by
-tests/apps and tests/export.
+tests/apps and tests/export, and a second run beside it that its time budget stops.
 
 The corpus is synthetic: each class has its own three keywords, mixed with
 filler words every class uses, so a one-block model learns it in three
-epochs. Training runs once per session (`trained_classifier`), however many
-conftest files expose the fixture.
+epochs. Training runs once per session (`trained_classifier`, `budget_classifier`),
+however many conftest files expose the fixtures. Each app run costs tens of seconds
+of graph tracing, so the tests share these two rather than train their own; the
+SavedModels and Keras files they read are loaded once per session too
+(`load_export`, `load_keras_model`).
 """
 
 import contextlib
@@ -13,6 +16,7 @@ import dataclasses
 import io
 import os
 import random
+import shutil
 
 import pytest
 
@@ -135,6 +139,98 @@ def train_and_export(tmp_path_factory):
 def trained_classifier(tmp_path_factory):
     """`TrainedClassifier`: a run folder and `export/1` from `apps.train_classifier`."""
     return train_and_export(tmp_path_factory)
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetClassifier:
+    run_dir: str
+    export_dir: str  # a copy of the trained classifier's, holding version 1
+    version_dir: str  # export_dir/2, this run's export
+    exit_status: int
+    version_1_before: dict  # `snapshot` of export_dir/1 before this run exported
+    batches: list  # the batches after which the time budget was checked
+
+
+def train_until_the_budget(tmp_path_factory):
+    """Runs `apps.train_classifier.main` for 50 epochs with a 0.001-minute budget, once per
+    session, exporting into a copy of the trained classifier's export folder.
+
+    Without the bag of n-grams: a run folder of the other kind than the trained classifier's,
+    and the cheapest to train and export (the bag's graph dominates a tiny model's tracing).
+    """
+    if "budget" not in _CACHE:
+        from apps import train_classifier
+        from keras_transformer.training import callbacks as training_callbacks
+
+        trained = train_and_export(tmp_path_factory)
+        folder = tmp_path_factory.mktemp("budget_classifier")
+        export_dir = str(folder / "export")
+        shutil.copytree(trained.export_dir, export_dir)  # copy2: keeps mtimes
+        before = snapshot(os.path.join(export_dir, "1"))
+        run_dir = str(folder / "run")
+        batches = []
+        original = training_callbacks.TimeBudget.on_train_batch_end
+
+        def counting(self, batch, logs=None):
+            batches.append(batch)
+            return original(self, batch, logs)
+
+        printed = io.StringIO()
+        with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+            patch.setattr(training_callbacks.TimeBudget, "on_train_batch_end", counting)
+            status = train_classifier.main(
+                [
+                    "--data",
+                    f"csv:{trained.csv_path}",
+                    *TRAIN_FLAGS,
+                    "--epochs",
+                    "50",
+                    "--time-budget",
+                    "0.001",
+                    "--no-bag-of-ngrams",
+                    "--run-dir",
+                    run_dir,
+                    "--export-dir",
+                    export_dir,
+                ]
+            )
+        _CACHE["budget"] = BudgetClassifier(
+            run_dir=run_dir,
+            export_dir=export_dir,
+            version_dir=os.path.join(export_dir, "2"),
+            exit_status=status,
+            version_1_before=before,
+            batches=batches,
+        )
+    return _CACHE["budget"]
+
+
+@pytest.fixture(scope="session")
+def budget_classifier(tmp_path_factory):
+    """`BudgetClassifier`: a run stopped by `--time-budget` after its first batch."""
+    return train_until_the_budget(tmp_path_factory)
+
+
+def load_export(path):
+    """`tf.saved_model.load(path)`, once per session for each path."""
+    key = ("export", os.path.abspath(path))
+    if key not in _CACHE:
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  registers the tokenizer ops of the export
+
+        _CACHE[key] = tf.saved_model.load(path)
+    return _CACHE[key]
+
+
+def load_keras_model(path):
+    """`keras.models.load_model(path)`, once per session for each path: only for tests that
+    call the model, never change it."""
+    key = ("keras", os.path.abspath(path))
+    if key not in _CACHE:
+        import keras
+
+        _CACHE[key] = keras.models.load_model(path)
+    return _CACHE[key]
 
 
 def expect_usage_error(main, argv, capsys):

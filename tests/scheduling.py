@@ -22,11 +22,10 @@ SHARED_GROUPS = {
     # build_translator (tests/export/test_translator_export.py)
     "tests/export/test_translator_export.py": "tiny_translator",
     "tests/apps/test_translate.py": "tiny_translator",
-    # trained_classifier (tests/classifier_fixtures.py)
+    # trained_classifier, budget_classifier (tests/classifier_fixtures.py)
     "tests/apps/test_export_app.py": "trained_classifier",
     "tests/apps/test_predict.py": "trained_classifier",
-    "tests/apps/test_predict_matches_export.py": "trained_classifier",
-    "tests/apps/test_quiet_tensorflow.py": "trained_classifier",
+    "tests/apps/test_predict_process.py": "trained_classifier",
     "tests/apps/test_train_classifier.py": "trained_classifier",
     "tests/export/test_classifier_export.py": "trained_classifier",
     # exports, and direct_models / direct_answers built on it (tests/serving/conftest.py;
@@ -51,6 +50,7 @@ SHARED_FIXTURES = {
     "tiny_translator": "tiny_translator",
     "translator": "tiny_translator",  # tests/apps/test_translate.py, through build_translator
     "trained_classifier": "trained_classifier",
+    "budget_classifier": "trained_classifier",
     "exports": "serving_exports",
 }
 

@@ -1,9 +1,9 @@
-"""Shares the session's trained and exported classifier (see tests/classifier_fixtures.py),
+"""Shares the session's two classifier runs (see tests/classifier_fixtures.py),
 and a module-wide cache of SavedModel loads for the apps that load exports."""
 
 import pytest
 
-from tests.classifier_fixtures import trained_classifier  # noqa: F401  (a fixture)
+from tests.classifier_fixtures import budget_classifier, trained_classifier  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")

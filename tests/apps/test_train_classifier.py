@@ -6,7 +6,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +17,6 @@ import numpy as np
 import pytest
 
 from apps import train_classifier
-from keras_transformer.training import callbacks as training_callbacks
 from keras_transformer.training.runs import RunFolder
 from tests.classifier_fixtures import (
     CLASS_NAMES,
@@ -26,6 +24,8 @@ from tests.classifier_fixtures import (
     TRAIN_FLAGS,
     expect_usage_error,
     is_png,
+    load_export,
+    load_keras_model,
     snapshot,
     write_keyword_csv,
 )
@@ -88,30 +88,50 @@ def test_run_folder_has_plots_history_and_tensorboard_logs(trained_classifier):
     assert events and all(os.path.getsize(path) > 0 for path in events)
 
 
-def test_checkpoints_load_and_best_is_the_exported_model(trained_classifier):
+PROBE_TEXTS = [
+    "goal match team",
+    "stocks market shares",
+    "film music actor",
+    "the news of the week",
+]
+
+
+@pytest.fixture(scope="module")
+def run_models(trained_classifier):
+    """The trained classifier's checkpoints, finished model and export, loaded once, with the
+    token ids of `PROBE_TEXTS` and the finished model's answers for them."""
     import tensorflow as tf
 
     from keras_transformer.text import WordPieceTokenizer
 
     run_dir = trained_classifier.run_dir
-    texts = ["goal match team", "stocks market shares", "film music actor", "the news of the week"]
     tokenizer = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt"))
-    token_ids = tokenizer.encode(tf.constant(texts), 32).numpy()
-    last = keras.models.load_model(os.path.join(run_dir, "checkpoints", "last.keras"))
-    best = keras.models.load_model(os.path.join(run_dir, "checkpoints", "best.keras"))
+    token_ids = tokenizer.encode(tf.constant(PROBE_TEXTS), 32).numpy()
+    finished = load_keras_model(os.path.join(run_dir, "model.keras"))
+    return {
+        "token_ids": token_ids,
+        "last": keras.models.load_model(os.path.join(run_dir, "checkpoints", "last.keras")),
+        "best": keras.models.load_model(os.path.join(run_dir, "checkpoints", "best.keras")),
+        "finished": finished,
+        "finished_answers": finished.predict(token_ids, verbose=0),
+        "served_answers": load_export(trained_classifier.version_dir)
+        .signatures["serving_default"](text=tf.constant(PROBE_TEXTS))["probabilities"]
+        .numpy(),
+    }
+
+
+def test_checkpoints_load_and_best_is_the_exported_model(run_models):
+    last, best, finished = run_models["last"], run_models["best"], run_models["finished"]
     for model in (last, best):
-        probabilities = model.predict(token_ids, verbose=0)
-        assert probabilities.shape == (len(texts), len(CLASS_NAMES))
+        probabilities = model.predict(run_models["token_ids"], verbose=0)
+        assert probabilities.shape == (len(PROBE_TEXTS), len(CLASS_NAMES))
         np.testing.assert_allclose(probabilities.sum(axis=-1), 1.0, atol=1e-5)
     # BestEpoch restores the best epoch's weights when training ends; the bag
     # of n-grams is fit after that (best.keras has it at zero), and the export
     # answers as the finished model.keras does.
-    finished = keras.models.load_model(os.path.join(run_dir, "model.keras"))
-    exported = tf.saved_model.load(trained_classifier.version_dir)
-    served = exported.signatures["serving_default"](text=tf.constant(texts))[
-        "probabilities"
-    ].numpy()
-    np.testing.assert_allclose(served, finished.predict(token_ids, verbose=0), atol=1e-5)
+    np.testing.assert_allclose(
+        run_models["served_answers"], run_models["finished_answers"], atol=1e-5
+    )
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(finished.encoder_blocks[0].weights[0]),
         keras.ops.convert_to_numpy(best.encoder_blocks[0].weights[0]),
@@ -199,64 +219,25 @@ def test_resume_of_a_finished_run_refuses_and_keeps_its_results(trained_classifi
 
 
 # --- time budget, and a second export next to the first ----------------------------
+# The run is tests/classifier_fixtures.py's `budget_classifier` (tests/apps/test_export_app.py
+# exports it again).
 
 
-@pytest.fixture(scope="module")
-def time_budget_run(trained_classifier, tmp_path_factory):
-    """A 50-epoch run with a 0.001-minute budget, exporting into a copy of the
-    session's export folder (which holds version 1)."""
-    folder = tmp_path_factory.mktemp("time_budget")
-    export_dir = str(folder / "export")
-    shutil.copytree(trained_classifier.export_dir, export_dir)  # copy2: keeps mtimes
-    before = snapshot(os.path.join(export_dir, "1"))
-    run_dir = str(folder / "run")
-    batches = []
-    original = training_callbacks.TimeBudget.on_train_batch_end
-
-    def counting(self, batch, logs=None):
-        batches.append(batch)
-        return original(self, batch, logs)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(training_callbacks.TimeBudget, "on_train_batch_end", counting)
-        status = train_classifier.main(
-            [
-                "--data",
-                f"csv:{trained_classifier.csv_path}",
-                *TRAIN_FLAGS,
-                "--epochs",
-                "50",
-                "--time-budget",
-                "0.001",
-                "--run-dir",
-                run_dir,
-                "--export-dir",
-                export_dir,
-            ]
-        )
-    return {
-        "status": status,
-        "run_dir": run_dir,
-        "export_dir": export_dir,
-        "before": before,
-        "batches": batches,
-    }
-
-
-def test_time_budget_stops_after_the_first_batch_and_still_exports(time_budget_run):
-    assert time_budget_run["status"] == 0
-    assert time_budget_run["batches"] == [0]
-    metrics = read_metrics(time_budget_run["run_dir"])
+def test_time_budget_stops_after_the_first_batch_and_still_exports(budget_classifier):
+    assert budget_classifier.exit_status == 0
+    assert budget_classifier.batches == [0]
+    metrics = read_metrics(budget_classifier.run_dir)
     assert metrics["stopped_by_time_budget"] is True
     assert metrics["epochs_completed"] == 1
-    assert len(read_history(time_budget_run["run_dir"])) == 1
-    assert os.path.isfile(os.path.join(time_budget_run["export_dir"], "2", "saved_model.pb"))
+    assert len(read_history(budget_classifier.run_dir)) == 1
+    assert os.path.isfile(os.path.join(budget_classifier.version_dir, "saved_model.pb"))
 
 
-def test_second_export_adds_a_version_and_leaves_the_first_untouched(time_budget_run):
-    export_dir = time_budget_run["export_dir"]
+def test_second_export_adds_a_version_and_leaves_the_first_untouched(budget_classifier):
+    export_dir = budget_classifier.export_dir
+    assert budget_classifier.version_dir == os.path.join(export_dir, "2")
     assert sorted(os.listdir(export_dir)) == ["1", "2"]  # no .staging-* leftover
-    assert snapshot(os.path.join(export_dir, "1")) == time_budget_run["before"]
+    assert snapshot(os.path.join(export_dir, "1")) == budget_classifier.version_1_before
     with open(
         os.path.join(export_dir, "2", "assets.extra", "class_names.txt"), encoding="utf-8"
     ) as names:
@@ -289,6 +270,9 @@ def kill_then_resume(folder):
         "8",
         "--patience",
         "0",
+        # The bag of n-grams is fit once training ends, after the kill's window; without it
+        # both processes trace far less (its graph dominates a tiny model's).
+        "--no-bag-of-ngrams",
         "--run-dir",
         run_dir,
         "--no-export",
@@ -444,50 +428,28 @@ def test_a_kill_between_the_backup_and_the_history_row_loses_no_epoch(tmp_path, 
 
 
 def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_exports_the_sum(
-    tmp_path,
+    trained_classifier, run_models
 ):
-    import tensorflow as tf
-
-    from keras_transformer.text import WordPieceTokenizer
+    """The trained classifier's run: the bag of n-grams is on by default (test_no_bag_of_ngrams_
+    builds_none checks that --bag-of-ngrams gives the same setting)."""
     from keras_transformer.training.classifier.bag_of_ngrams import TRANSFORMER_WEIGHTS
 
-    csv_path = write_keyword_csv(tmp_path / "keywords.csv")
-    run_dir, export_dir = str(tmp_path / "run"), str(tmp_path / "export")
-    status = train_classifier.main(
-        [
-            "--data",
-            f"csv:{csv_path}",
-            *TRAIN_FLAGS,
-            "--epochs",
-            "2",
-            "--bag-of-ngrams",
-            "--run-dir",
-            run_dir,
-            "--export-dir",
-            export_dir,
-        ]
-    )
-    assert status == 0
+    run_dir = trained_classifier.run_dir
     with open(os.path.join(run_dir, "settings.json")) as settings_file:
         saved = json.load(settings_file)
     assert saved["settings"]["bag_of_ngrams"] is True
     # 1 / (2 C n) with C = 10 for the 96 training texts of 120 (an 80/10/10 split)
     assert saved["settings"]["ngram_l2"] == pytest.approx(1 / (20 * 96), rel=1e-2)
     assert "logistic regression" in saved["chosen_from_data"]["ngram_l2"]["reason"]
-    texts = ["goal match team", "stocks market shares", "film music actor", "the news of the week"]
-    token_ids = (
-        WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt"))
-        .encode(tf.constant(texts), 32)
-        .numpy()
-    )
+    token_ids = run_models["token_ids"]
 
     # The kept epoch's checkpoint: the Transformer alone (the bag frozen at zero while it trained).
-    best = keras.models.load_model(os.path.join(run_dir, "checkpoints", "best.keras"))
+    best = run_models["best"]
     assert not best.ngrams.trainable
     assert np.all(keras.ops.convert_to_numpy(best.ngrams(token_ids)) == 0.0)
     # The finished model: the regression fit afterwards, the head scaled by the weight chosen on
     # validation.
-    final = keras.models.load_model(os.path.join(run_dir, "model.keras"))
+    final = run_models["finished"]
     idf = keras.ops.convert_to_numpy(final.ngrams.idf)
     # Adapted to the training texts: filler words (in most texts) weigh less than keywords, unseen
     # n-grams 0.
@@ -519,12 +481,9 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
         weight * keras.ops.convert_to_numpy(best.head.kernel),
         atol=1e-6,
     )
-    expected = final.predict(token_ids, verbose=0)
-    exported = tf.saved_model.load(os.path.join(export_dir, "1"))
-    served = exported.signatures["serving_default"](text=tf.constant(texts))[
-        "probabilities"
-    ].numpy()
-    np.testing.assert_allclose(served, expected, atol=1e-5)
+    np.testing.assert_allclose(
+        run_models["served_answers"], run_models["finished_answers"], atol=1e-5
+    )
 
 
 def test_no_bag_of_ngrams_builds_none(tmp_path):
@@ -532,6 +491,10 @@ def test_no_bag_of_ngrams_builds_none(tmp_path):
         train_classifier.build_parser().parse_args(["--no-bag-of-ngrams"])
     )
     assert settings.bag_of_ngrams is False
+    # --bag-of-ngrams is the default, which the trained classifier's run (above) used.
+    for argv in (["--bag-of-ngrams"], []):
+        parsed = train_classifier.build_parser().parse_args(argv)
+        assert train_classifier.settings_from(parsed).bag_of_ngrams is True
     from keras_transformer.training.classifier.model import bag_of_ngrams_arguments
 
     assert bag_of_ngrams_arguments(settings) is None

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.export import export_classifier
-from tests.classifier_fixtures import CLASS_NAMES, snapshot
+from tests.classifier_fixtures import CLASS_NAMES, load_export, load_keras_model, snapshot
 from tests.export.fresh_loader import LOADER_HEADER
 
 # Edge cases first, then one keyword text per class in CLASS_NAMES order
@@ -99,12 +99,12 @@ def test_export_answers_as_the_trained_model(trained_classifier):
     from keras_transformer.text import WordPieceTokenizer
 
     texts = [text.decode("utf-8", errors="replace") for text in TEXTS if len(text) < 1000]
-    model = keras.models.load_model(os.path.join(trained_classifier.run_dir, "model.keras"))
+    model = load_keras_model(os.path.join(trained_classifier.run_dir, "model.keras"))
     tokenizer = WordPieceTokenizer(os.path.join(trained_classifier.run_dir, "vocabulary.txt"))
     expected = model.predict(
         tokenizer.encode(tf.constant(texts), model.sequence_length).numpy(), verbose=0
     )
-    exported = tf.saved_model.load(trained_classifier.version_dir)
+    exported = load_export(trained_classifier.version_dir)
     served = exported.signatures["serving_default"](text=tf.constant(texts))[
         "probabilities"
     ].numpy()
@@ -119,7 +119,7 @@ def test_attention_signature_and_class_names(trained_classifier):
         encoding="utf-8",
     ) as names_file:
         assert names_file.read().splitlines() == CLASS_NAMES
-    exported = tf.saved_model.load(trained_classifier.version_dir)
+    exported = load_export(trained_classifier.version_dir)
     outputs = exported.signatures["attention"](text=tf.constant(["goal match team", ""]))
     tokens = outputs["tokens"].numpy()
     scores = outputs["attention_scores"].numpy()
@@ -138,7 +138,7 @@ def test_attention_signature_and_class_names(trained_classifier):
 def test_no_optimizer_state_in_the_export(trained_classifier):
     import tensorflow as tf
 
-    model = keras.models.load_model(os.path.join(trained_classifier.run_dir, "model.keras"))
+    model = load_keras_model(os.path.join(trained_classifier.run_dir, "model.keras"))
     weights = model.count_params()
     stored = sum(
         int(np.prod(shape))
