@@ -40,6 +40,8 @@ from tests.serving.serving_helpers import (
     fail_on_marked_texts,
     free_port,
     join_threads,
+    serve_process,
+    serve_refusal,
     start_threads,
     text_bytes,
     text_json,
@@ -775,22 +777,6 @@ def test_tensor_inputs_with_a_wrong_tensor_content_length():
 # apps.serve's flag
 
 
-def serve_command(*args):
-    """Runs `python -m apps.serve ARGS` (bounded: a server that started would be a failure)."""
-    import subprocess
-    import sys
-
-    from tests.serving.serving_helpers import REPO_ROOT
-
-    return subprocess.run(
-        [sys.executable, "-m", "apps.serve", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_a_taken_grpc_port_is_a_one_line_error(tmp_path):
     import socket
 
@@ -798,7 +784,7 @@ def test_a_taken_grpc_port_is_a_one_line_error(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = serve_command(
+        result = serve_process(
             "--model", f"m={tmp_path}", "--port", str(free_port()), "--grpc-port", str(port)
         )
     assert result.returncode != 0
@@ -838,7 +824,7 @@ def test_a_port_taken_after_the_check_still_stops_the_start(exports, monkeypatch
     ],
 )
 def test_grpc_port_values(tmp_path, args, message):
-    result = serve_command("--model", f"m={tmp_path}", *args)
+    result = serve_refusal("--model", f"m={tmp_path}", *args)
     assert result.returncode != 0 and result.stderr.strip() == message
 
 
