@@ -21,7 +21,6 @@ import pytest
 from keras_transformer.serving import ModelRepository, ServerSettings, create_app
 from keras_transformer.serving.http_server import build_server
 from keras_transformer.serving.protocol import ResponseTooLarge, encode_predict_response
-from keras_transformer.serving.repository import load_saved_model
 from tests.serving.serving_helpers import free_port, join_threads, serve_refusal, start_threads
 
 WARM_UP = b"warm up"  # the text the repository runs each signature with once it has loaded
@@ -69,10 +68,8 @@ class RecordingSignature:
 
 
 @pytest.fixture(scope="module")
-def loaded_models(exports):
-    return {
-        name: load_saved_model(exports.version_dir(name)) for name in ("classifier", "translator")
-    }
+def loaded_models(direct_models):
+    return {name: direct_models[(name, 1)] for name in ("classifier", "translator")}
 
 
 @pytest.fixture
