@@ -298,6 +298,30 @@ def serve_refusal(*args):
     return subprocess.CompletedProcess(args, 1, "", stderr.getvalue() + f"{code}\n")
 
 
+# The explorer's server, started once per process whichever test folder's fixture asks first.
+_EXPLORER_SERVERS = []
+
+
+def start_explorer_server(exports, tmp_path_factory):
+    """`python -m apps.serve --explorer` (a `ServerProcess`) on the exports and a third model,
+    `doomed` (a copy of the classifier at `.doomed`, which a browser test takes away): the
+    server of tests/browser and of test_explorer.py's check of the flag."""
+    if _EXPLORER_SERVERS:
+        return _EXPLORER_SERVERS[0]
+    folder = tmp_path_factory.mktemp("explorer")
+    doomed = folder / "doomed"
+    shutil.copytree(exports.classifier, doomed)
+    models = {
+        "classifier": exports.classifier,
+        "translator": exports.translator,
+        "doomed": str(doomed),
+    }
+    process = ServerProcess(models, folder / "server.log", ["--explorer", "--poll-seconds", "0.2"])
+    process.doomed = doomed
+    _EXPLORER_SERVERS.append(process)
+    return process
+
+
 def start_threads(targets, name):
     """Starts one daemon thread per target: a thread stuck on a hung server
     cannot keep the test process alive after the test has failed."""

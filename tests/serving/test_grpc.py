@@ -8,7 +8,6 @@ import contextlib
 import functools
 import logging
 import re
-import signal
 import threading
 import time
 
@@ -59,18 +58,15 @@ RPC_TIMEOUT = 120.0  # seconds; every call is bounded
 
 
 class Stubs:
-    """The official client's stubs on a channel to 127.0.0.1:`port`."""
+    """The official client's stubs on a channel to the gRPC API."""
 
-    def __init__(self, port):
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        self.prediction = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
-        self.models = model_service_pb2_grpc.ModelServiceStub(self.channel)
+    def __init__(self, channel):
+        self.channel = channel
+        self.prediction = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        self.models = model_service_pb2_grpc.ModelServiceStub(channel)
 
     def predict(self, request):
         return self.prediction.Predict(request, timeout=RPC_TIMEOUT)
-
-    def close(self):
-        self.channel.close()
 
 
 def predict_request(model, texts, signature=None, version=None, output_filter=()):
@@ -104,36 +100,11 @@ def assert_grpc_error(call, code, fragment):
 
 
 @pytest.fixture(scope="module")
-def server(exports, tmp_path_factory):
-    from tests.serving.serving_helpers import ServerProcess
-
-    root = tmp_path_factory.mktemp("grpc_server")
-    process = ServerProcess(
-        {"classifier": exports.classifier, "translator": exports.translator},
-        root / "server.log",
-        [
-            "--grpc-port",
-            str(free_port()),
-            "--max-instances",
-            "8",
-            "--signatures",
-            "translator:greedy",
-        ],
-    )
-    process.stubs = Stubs(process.grpc_port)
-    yield process
-    # SIGTERM with a client's channel still open: the gRPC server stops within
-    # its grace and the app shuts down cleanly (uvicorn then exits by the signal it got).
-    started = time.monotonic()
-    status = process.stop()
-    with open(process.log_path, errors="replace") as log_file:
-        log = log_file.read()
-    assert status in (0, -signal.SIGTERM) and "Application shutdown complete" in log, (
-        status,
-        log[-3000:],
-    )
-    assert time.monotonic() - started < 15
-    process.stubs.close()
+def server(api_server):
+    """The session's real server (tests/serving/conftest.py), with stubs on its client channel;
+    its stop with that channel open is checked where the session ends."""
+    api_server.stubs = Stubs(api_server.grpc_channel)
+    return api_server
 
 
 @pytest.mark.timeout(600)  # the session's exports and the server start inside it when it runs first
@@ -296,12 +267,11 @@ def serve(exports, shared_loader):  # noqa: F811  the fixture imported above
         repository = ModelRepository(configs, loader=shared_loader, poll_seconds=0)
         port = free_port()
         app = create_app(repository, ServerSettings(grpc_port=port, **settings))
-        with TestClient(app, raise_server_exceptions=False) as client:
-            stubs = Stubs(port)
-            try:
-                yield client, stubs
-            finally:
-                stubs.close()
+        with (
+            TestClient(app, raise_server_exceptions=False) as client,
+            grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
+        ):
+            yield client, Stubs(channel)
 
     return serve
 
