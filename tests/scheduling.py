@@ -52,6 +52,8 @@ SHARED_FIXTURES = {
     "trained_classifier": "trained_classifier",
     "budget_classifier": "trained_classifier",
     "exports": "serving_exports",
+    "api_server": "serving_exports",  # real servers on the exports (tests/serving/conftest.py)
+    "explorer_server": "serving_exports",
 }
 
 # Groups of a minute or more on two busy cores, longest first (measured with

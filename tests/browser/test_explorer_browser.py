@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.serving.serving_helpers import CLASS_NAMES, ServerProcess
+from tests.serving.serving_helpers import CLASS_NAMES
 
 CHROMIUM = "/usr/bin/chromium"
 WIDTHS = [390, 1280]
@@ -39,20 +39,9 @@ pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.fixture(scope="module")
-def server(exports, tmp_path_factory):
+def server(explorer_server):
     """The server, with a third model (a copy of the classifier) that a test takes away."""
-    folder = tmp_path_factory.mktemp("explorer")
-    doomed = folder / "doomed"
-    shutil.copytree(exports.classifier, doomed)
-    models = {
-        "classifier": exports.classifier,
-        "translator": exports.translator,
-        "doomed": str(doomed),
-    }
-    process = ServerProcess(models, folder / "server.log", ["--explorer", "--poll-seconds", "0.2"])
-    process.doomed = doomed
-    yield process
-    process.stop()
+    return explorer_server
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,10 @@ Their weights are random, so the tests compare the server's answers with what
 the same SavedModel answers when called directly, never with fixed texts.
 """
 
+import shutil
+import signal
+import time
+
 import pytest
 
 from keras_transformer.serving.repository import load_saved_model
@@ -16,7 +20,9 @@ from tests.serving.serving_helpers import (
     ServerProcess,
     build_exports,
     call_direct,
+    free_port,
     load_direct,
+    start_explorer_server,
 )
 
 
@@ -77,3 +83,62 @@ def start_server(tmp_path):
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def api_server(exports, tmp_path_factory):
+    """A real server of both exports and of `translator_copy`, a private copy of the translator
+    (`.models["translator_copy"]`: its base path) that test_load.py publishes version 2 to; its
+    gRPC API on (`.grpc_channel`: a client's channel to it); at most 8 examples and 64 KiB a
+    request; the translator's `greedy` signature public; its folders polled every second.
+    The server of test_grpc.py, test_load.py and test_signatures.py, whose tests leave the
+    exports' two models as they found them: a server start (a process importing TensorFlow)
+    costs seconds, and one serves them all."""
+    import grpc
+
+    root = tmp_path_factory.mktemp("api_server")
+    copy = str(root / "translator_copy")
+    shutil.copytree(exports.translator, copy)
+    process = ServerProcess(
+        {
+            "classifier": exports.classifier,
+            "translator": exports.translator,
+            "translator_copy": copy,
+        },
+        root / "server.log",
+        [
+            "--grpc-port",
+            str(free_port()),
+            "--max-instances",
+            "8",
+            "--max-body-bytes",
+            "65536",
+            "--signatures",
+            "translator:greedy",
+            "--poll-seconds",
+            "1",
+        ],
+    )
+    process.models = {"translator_copy": copy}
+    process.grpc_channel = grpc.insecure_channel(f"127.0.0.1:{process.grpc_port}")
+    yield process
+    # SIGTERM with a client's channel still open: the gRPC server stops within
+    # its grace and the app shuts down cleanly (uvicorn then exits by the signal it got).
+    started = time.monotonic()
+    status = process.stop()
+    with open(process.log_path, errors="replace") as log_file:
+        log = log_file.read()
+    assert status in (0, -signal.SIGTERM) and "Application shutdown complete" in log, (
+        status,
+        log[-3000:],
+    )
+    assert time.monotonic() - started < 15
+    process.grpc_channel.close()
+
+
+@pytest.fixture(scope="session")
+def explorer_server(exports, tmp_path_factory):
+    """`apps.serve --explorer` (see `start_explorer_server`), shared with tests/browser."""
+    server = start_explorer_server(exports, tmp_path_factory)
+    yield server
+    server.stop()

@@ -256,6 +256,72 @@ class ServerProcess:
         return self.process.returncode
 
 
+def serve_process(*args):
+    """`python -m apps.serve ARGS` run to its end: a `CompletedProcess` (text stderr). For
+    arguments it refuses; bounded, since a server that started would be a failure."""
+    return subprocess.run(
+        [sys.executable, "-m", "apps.serve", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def serve_refusal(*args):
+    """What `serve_process(*args)` gives (`.returncode`, `.stderr`), from `apps.serve.main` run
+    in this process: a refusal costs no interpreter start and no imports. A refusal is a
+    `SystemExit`, whose status and message are what the interpreter would make of it (a string
+    is printed to stderr, status 1); arguments that would start a server fail the test."""
+    import contextlib
+    import io
+    from unittest import mock
+
+    import apps.serve
+
+    def started(server):
+        raise AssertionError(f"apps.serve {list(args)} started a server instead of refusing")
+
+    stderr = io.StringIO()
+    with (
+        mock.patch("keras_transformer.serving.http_server.run_server", started),
+        contextlib.redirect_stderr(stderr),
+    ):
+        try:
+            apps.serve.main(list(args))
+        except SystemExit as exit_:
+            code = exit_.code
+        else:
+            raise AssertionError(f"apps.serve {list(args)} returned instead of exiting")
+    if code is None or isinstance(code, int):
+        return subprocess.CompletedProcess(args, code or 0, "", stderr.getvalue())
+    return subprocess.CompletedProcess(args, 1, "", stderr.getvalue() + f"{code}\n")
+
+
+# The explorer's server, started once per process whichever test folder's fixture asks first.
+_EXPLORER_SERVERS = []
+
+
+def start_explorer_server(exports, tmp_path_factory):
+    """`python -m apps.serve --explorer` (a `ServerProcess`) on the exports and a third model,
+    `doomed` (a copy of the classifier at `.doomed`, which a browser test takes away): the
+    server of tests/browser and of test_explorer.py's check of the flag."""
+    if _EXPLORER_SERVERS:
+        return _EXPLORER_SERVERS[0]
+    folder = tmp_path_factory.mktemp("explorer")
+    doomed = folder / "doomed"
+    shutil.copytree(exports.classifier, doomed)
+    models = {
+        "classifier": exports.classifier,
+        "translator": exports.translator,
+        "doomed": str(doomed),
+    }
+    process = ServerProcess(models, folder / "server.log", ["--explorer", "--poll-seconds", "0.2"])
+    process.doomed = doomed
+    _EXPLORER_SERVERS.append(process)
+    return process
+
+
 def start_threads(targets, name):
     """Starts one daemon thread per target: a thread stuck on a hung server
     cannot keep the test process alive after the test has failed."""

@@ -41,15 +41,22 @@ SOME_TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def shared_loader():
-    """Loads each SavedModel folder once for all the apps of this module."""
-    cache = {}
+def shared_loader(exports, direct_models):
+    """Loads each SavedModel folder once for all the apps of this module; the exports' own
+    version folders are the SavedModels `direct_models` already loaded (the files are the same).
+    `.loaded` maps folders to loaded SavedModels."""
+    loaded = {
+        exports.version_dir(model): direct_models[(model, 1)]
+        for model in ("classifier", "translator")
+    }
 
     def load(path):
-        if path not in cache:
-            cache[path] = load_saved_model(path)
-        return cache[path]
+        path = str(path)
+        if path not in loaded:
+            loaded[path] = load_saved_model(path)
+        return loaded[path]
 
+    load.loaded = loaded
     return load
 
 
@@ -561,9 +568,15 @@ def test_without_batching_one_call_per_request(serve, model_calls, direct_answer
 # Versions
 
 
-def test_version_switch_and_a_broken_version(serve, exports, direct_answers, tmp_path):
+def test_version_switch_and_a_broken_version(
+    serve, shared_loader, exports, direct_models, direct_answers, tmp_path
+):
     base = str(tmp_path / "translator")
     shutil.copytree(exports.translator, base)
+    # Versions 1 and 2 are copies of the folders `direct_models` loaded: the loader hands out
+    # those (loading a translator again costs seconds); what is tested here is the switch.
+    shared_loader.loaded[os.path.join(base, "1")] = direct_models[("translator", 1)]
+    shared_loader.loaded[os.path.join(base, "2")] = direct_models[("translator", 2)]
     texts = ["the cat sat on the mat", "la casa es azul", "", "stocks rose sharply today"]
     body = {"instances": texts}
     with serve({"translator": base}) as client:

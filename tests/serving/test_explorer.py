@@ -111,21 +111,20 @@ def test_the_model_list_names_each_model_its_version_and_kind(serve, exports, tm
     }
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # the session's exports and the server start inside it when it runs first
 def test_the_explorer_flag_serves_the_page_and_a_capped_attention_signature(
-    exports, start_server, direct_models
+    explorer_server, direct_models
 ):
-    server = start_server(
-        {"classifier": exports.classifier, "translator": exports.translator}, "--explorer"
-    )
+    """`apps.serve --explorer`: tests/serving/conftest.py's `explorer_server`, which the browser
+    tests share (its third model, `doomed`, is one a browser test takes away)."""
+    server = explorer_server
     texts = ["the cat sat on the mat", "la casa es azul", "", "dios luz"]
     with httpx.Client(base_url=server.url, timeout=60) as client:
         assert client.get("/").status_code == 200
         listed = client.get("/explorer/models").json()["models"]
-        assert [(model["name"], model["attention"]) for model in listed] == [
-            ("classifier", True),
-            ("translator", True),
-        ]
+        assert [
+            (model["name"], model["attention"]) for model in listed if model["name"] != "doomed"
+        ] == [("classifier", True), ("translator", True)]
         for model in ("classifier", "translator"):
             body = {"signature_name": "attention", "inputs": {"text": texts}}
             response = client.post(f"/v1/models/{model}:predict", json=body)

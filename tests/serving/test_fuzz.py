@@ -1,10 +1,16 @@
 """Generated request bodies against the in-process app: never a 5xx, always a JSON
 error for a refusal, every classifier answer the SavedModel's own values, and
 the app answers good requests afterwards. The edge strings the generator
-rarely produces are listed one by one in test_edge_strings.py."""
+rarely produces are listed one by one in test_edge_strings.py.
+
+The suite sends FUZZ_EXAMPLES generated requests (350: every kind of refusal, and some
+thirty good requests, among them); set the environment variable to send more,
+e.g. `FUZZ_EXAMPLES=1000 .venv/bin/python -m pytest tests/serving/test_fuzz.py`, as
+the suite did before."""
 
 import base64
 import json
+import os
 
 import hypothesis.strategies as st
 import numpy as np
@@ -27,6 +33,8 @@ ROUTES = ["/v1/models/classifier:predict"] * 10 + [
     "/v1/models/classifier/metadata",
 ]
 SIGNATURES = ["serving_default", "attention", "greedy", "", "Serving_Default"]
+# Hypothesis's examples, derandomized: the same requests every run.
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "350"))
 
 # Strings with lone surrogates and control characters, which JSON can carry
 # (as \ud800 escapes) but UTF-8 cannot.
@@ -195,7 +203,7 @@ def test_generated_bodies_never_get_a_5xx(exports, direct_models, direct_answers
     with TestClient(app, raise_server_exceptions=False) as client:
 
         @settings(
-            max_examples=1000,
+            max_examples=EXAMPLES,
             deadline=None,
             derandomize=True,
             database=None,
@@ -232,9 +240,9 @@ def test_generated_bodies_never_get_a_5xx(exports, direct_models, direct_answers
                     )
 
         send()
-        assert len(sent) >= 1000
-        # Not only refusals: some generated bodies were good requests.
-        assert sent.count(200) >= 50, sorted(set(sent))
+        assert len(sent) >= EXAMPLES
+        # Not only refusals: some generated bodies were good requests (one in 20 or more).
+        assert sent.count(200) >= EXAMPLES // 20, sorted(set(sent))
         assert {400, 404, 405, 413} <= set(sent), sorted(set(sent))
 
         text = "the cat sat on the mat"

@@ -8,7 +8,6 @@ import contextlib
 import functools
 import logging
 import re
-import signal
 import threading
 import time
 
@@ -40,6 +39,8 @@ from tests.serving.serving_helpers import (
     fail_on_marked_texts,
     free_port,
     join_threads,
+    serve_process,
+    serve_refusal,
     start_threads,
     text_bytes,
     text_json,
@@ -57,18 +58,15 @@ RPC_TIMEOUT = 120.0  # seconds; every call is bounded
 
 
 class Stubs:
-    """The official client's stubs on a channel to 127.0.0.1:`port`."""
+    """The official client's stubs on a channel to the gRPC API."""
 
-    def __init__(self, port):
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        self.prediction = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
-        self.models = model_service_pb2_grpc.ModelServiceStub(self.channel)
+    def __init__(self, channel):
+        self.channel = channel
+        self.prediction = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        self.models = model_service_pb2_grpc.ModelServiceStub(channel)
 
     def predict(self, request):
         return self.prediction.Predict(request, timeout=RPC_TIMEOUT)
-
-    def close(self):
-        self.channel.close()
 
 
 def predict_request(model, texts, signature=None, version=None, output_filter=()):
@@ -102,36 +100,11 @@ def assert_grpc_error(call, code, fragment):
 
 
 @pytest.fixture(scope="module")
-def server(exports, tmp_path_factory):
-    from tests.serving.serving_helpers import ServerProcess
-
-    root = tmp_path_factory.mktemp("grpc_server")
-    process = ServerProcess(
-        {"classifier": exports.classifier, "translator": exports.translator},
-        root / "server.log",
-        [
-            "--grpc-port",
-            str(free_port()),
-            "--max-instances",
-            "8",
-            "--signatures",
-            "translator:greedy",
-        ],
-    )
-    process.stubs = Stubs(process.grpc_port)
-    yield process
-    # SIGTERM with a client's channel still open: the gRPC server stops within
-    # its grace and the app shuts down cleanly (uvicorn then exits by the signal it got).
-    started = time.monotonic()
-    status = process.stop()
-    with open(process.log_path, errors="replace") as log_file:
-        log = log_file.read()
-    assert status in (0, -signal.SIGTERM) and "Application shutdown complete" in log, (
-        status,
-        log[-3000:],
-    )
-    assert time.monotonic() - started < 15
-    process.stubs.close()
+def server(api_server):
+    """The session's real server (tests/serving/conftest.py), with stubs on its client channel;
+    its stop with that channel open is checked where the session ends."""
+    api_server.stubs = Stubs(api_server.grpc_channel)
+    return api_server
 
 
 @pytest.mark.timeout(600)  # the session's exports and the server start inside it when it runs first
@@ -294,12 +267,11 @@ def serve(exports, shared_loader):  # noqa: F811  the fixture imported above
         repository = ModelRepository(configs, loader=shared_loader, poll_seconds=0)
         port = free_port()
         app = create_app(repository, ServerSettings(grpc_port=port, **settings))
-        with TestClient(app, raise_server_exceptions=False) as client:
-            stubs = Stubs(port)
-            try:
-                yield client, stubs
-            finally:
-                stubs.close()
+        with (
+            TestClient(app, raise_server_exceptions=False) as client,
+            grpc.insecure_channel(f"127.0.0.1:{port}") as channel,
+        ):
+            yield client, Stubs(channel)
 
     return serve
 
@@ -775,22 +747,6 @@ def test_tensor_inputs_with_a_wrong_tensor_content_length():
 # apps.serve's flag
 
 
-def serve_command(*args):
-    """Runs `python -m apps.serve ARGS` (bounded: a server that started would be a failure)."""
-    import subprocess
-    import sys
-
-    from tests.serving.serving_helpers import REPO_ROOT
-
-    return subprocess.run(
-        [sys.executable, "-m", "apps.serve", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_a_taken_grpc_port_is_a_one_line_error(tmp_path):
     import socket
 
@@ -798,7 +754,7 @@ def test_a_taken_grpc_port_is_a_one_line_error(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = serve_command(
+        result = serve_process(
             "--model", f"m={tmp_path}", "--port", str(free_port()), "--grpc-port", str(port)
         )
     assert result.returncode != 0
@@ -838,7 +794,7 @@ def test_a_port_taken_after_the_check_still_stops_the_start(exports, monkeypatch
     ],
 )
 def test_grpc_port_values(tmp_path, args, message):
-    result = serve_command("--model", f"m={tmp_path}", *args)
+    result = serve_refusal("--model", f"m={tmp_path}", *args)
     assert result.returncode != 0 and result.stderr.strip() == message
 
 

@@ -5,7 +5,6 @@ that loses no request."""
 import collections
 import os
 import random
-import shutil
 import threading
 import time
 
@@ -15,7 +14,6 @@ import pytest
 
 from tests.serving.serving_helpers import (
     TEXT_POOL,
-    ServerProcess,
     join_threads,
     publish_copy,
     start_threads,
@@ -25,26 +23,17 @@ from tests.serving.serving_helpers import (
 CLIENTS = 16
 # Enough for the switch to land mid-load (the clients keep going until version 2 has answered);
 # throughput and latency under longer load: benchmarks/serve_load.py.
-REQUESTS = 600
+REQUESTS = 300
 SWITCH_AFTER = 100  # requests answered before version 2 of the translator is published
+TRANSLATOR = "translator_copy"  # the served copy of the translator that gets version 2
 
 
 @pytest.fixture(scope="module")
-def server(exports, tmp_path_factory):
-    """A server of private copies of the two models (the load test publishes a translator version)."""
-    root = tmp_path_factory.mktemp("served")
-    models = {}
-    for name in ("classifier", "translator"):
-        models[name] = str(root / name)
-        shutil.copytree(getattr(exports, name), models[name])
-    process = ServerProcess(
-        models,
-        root / "server.log",
-        ["--poll-seconds", "1", "--max-instances", "16", "--max-body-bytes", "65536"],
-    )
-    process.models = models
-    yield process
-    process.stop()
+def server(api_server):
+    """The session's real server (tests/serving/conftest.py): the load goes to the classifier
+    and to TRANSLATOR, a private copy of the translator that the load test publishes a version
+    to; the server polls its folders every second, takes 64 KiB and 8 examples a request."""
+    return api_server
 
 
 @pytest.mark.timeout(600)  # the session's exports and the server start inside it when it runs first
@@ -57,7 +46,7 @@ def test_refusals_over_http_keep_the_server_up(server, direct_answers):
             (b'{"instances": ["' + b"x" * 70000 + b'"]}', 413),
             (b'{"instances": ', 400),
             (b'{"instances": ["caf\xe9"]}', 400),
-            (b'{"instances": [' + b'"a",' * 16 + b'"a"]}', 413),
+            (b'{"instances": [' + b'"a",' * 8 + b'"a"]}', 413),
             (b'{"instances": [{"text": 1}]}', 400),
             (b'{"inputs": {"texts": ["a"]}}', 400),
         ]:
@@ -89,7 +78,7 @@ def plan_requests(seed=0):
     rng = random.Random(seed)
     plan = []
     for _ in range(REQUESTS):
-        model = "classifier" if rng.random() < 2 / 3 else "translator"
+        model = "classifier" if rng.random() < 2 / 3 else TRANSLATOR
         texts = [rng.choice(TEXT_POOL) for _ in range(rng.choice([1, 1, 1, 2, 3]))]
         plan.append((model, texts, rng.random() < 0.3))
     return plan
@@ -108,10 +97,10 @@ def answers_of(model, body, columnar):
     """Per text, the answer: a translation, or (probabilities, label)."""
     if columnar:
         outputs = body["outputs"]
-        if model == "translator":
+        if model == TRANSLATOR:
             return list(outputs)
         return list(zip(outputs["probabilities"], outputs["label"]))
-    if model == "translator":
+    if model == TRANSLATOR:
         return list(body["predictions"])
     return [
         (prediction["probabilities"], prediction["label"]) for prediction in body["predictions"]
@@ -172,7 +161,7 @@ def test_load_with_a_version_switch(server, exports, direct_answers):
                     records.append((model, texts, answers, sent, answered))
                     done[0] += 1
                     if (
-                        model == "translator"
+                        model == TRANSLATOR
                         and switch["first_v2_answer"] is None
                         and any(
                             text in differing and answer == translator_v2[text].decode()
@@ -186,7 +175,7 @@ def test_load_with_a_version_switch(server, exports, direct_answers):
             if failures or time.monotonic() > deadline:
                 return
             time.sleep(0.05)
-        publish_copy(exports.spare_translator, server.models["translator"])
+        publish_copy(exports.spare_translator, server.models[TRANSLATOR])
         switch["published"] = time.monotonic()
 
     started = time.monotonic()
@@ -222,19 +211,23 @@ def test_load_with_a_version_switch(server, exports, direct_answers):
     assert classifier_answers > 0
 
     with httpx.Client(base_url=server.url, timeout=60) as client:
-        status = client.get("/v1/models/translator").json()["model_version_status"]
+        status = client.get(f"/v1/models/{TRANSLATOR}").json()["model_version_status"]
         assert [(entry["version"], entry["state"]) for entry in status] == [
             ("2", "AVAILABLE"),
             ("1", "END"),
         ]
-        assert client.get("/healthz").json()["models"] == {"classifier": 1, "translator": 2}
+        assert client.get("/healthz").json()["models"] == {
+            "classifier": 1,
+            "translator": 1,
+            TRANSLATOR: 2,
+        }
     assert server.process.poll() is None
     log = server.log()
-    assert "model=translator version=2 available" in log
+    assert f"model={TRANSLATOR} version=2 available" in log
     assert "Traceback" not in log and " ERROR " not in log
     print(
         f"{len(records)} requests ({sum(extra.values())} after the plan) in {elapsed:.1f} s; "
         f"version 2 published at {switch['published'] - started:.1f} s, "
         f"first answered at {switch['first_v2_answer'] - started:.1f} s"
     )
-    assert os.path.isdir(os.path.join(server.models["translator"], "2"))
+    assert os.path.isdir(os.path.join(server.models[TRANSLATOR], "2"))

@@ -5,8 +5,6 @@ TensorFlow Serving routes them (an unknown label 400, a label for a version
 not serving 404)."""
 
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -19,7 +17,7 @@ from keras_transformer.serving.model_config import (
     read_model_config_file,
     with_signatures,
 )
-from tests.serving.serving_helpers import REPO_ROOT
+from tests.serving.serving_helpers import REPO_ROOT, serve_process, serve_refusal
 from tests.serving.version_models import write_version_model
 
 
@@ -356,23 +354,13 @@ def test_latest_two_swaps_one_at_a_time(tmp_path):
 # The real server
 
 
-def serve(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "apps.serve", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_a_mistake_in_the_file_stops_the_server_with_its_line(tmp_path, folders):
     folder = folders["classifier"]
     path = write_config(
         tmp_path,
         f'model_config_list {{\n  config {{\n    name: "a"\n    bse_path: "{folder}"\n  }}\n}}\n',
     )
-    result = serve("--model-config-file", path)
+    result = serve_process("--model-config-file", path)
     assert result.returncode == 1
     assert f"error: {path}:4:" in result.stderr and "bse_path" in result.stderr
     assert "Traceback" not in result.stderr
@@ -383,7 +371,7 @@ def test_model_and_model_config_file_are_exclusive(tmp_path, folders):
     path = write_config(
         tmp_path, f'model_config_list {{ config {{ name: "a" base_path: "{folder}" }} }}'
     )
-    result = serve("--model", f"a={folder}", "--model-config-file", path)
+    result = serve_refusal("--model", f"a={folder}", "--model-config-file", path)
     assert result.returncode == 2 and "not allowed with argument" in result.stderr
 
 

@@ -10,8 +10,6 @@ computed rather than guessing it from timings.
 
 import contextlib
 import json
-import subprocess
-import sys
 import threading
 import time
 import types
@@ -23,8 +21,7 @@ import pytest
 from keras_transformer.serving import ModelRepository, ServerSettings, create_app
 from keras_transformer.serving.http_server import build_server
 from keras_transformer.serving.protocol import ResponseTooLarge, encode_predict_response
-from keras_transformer.serving.repository import load_saved_model
-from tests.serving.serving_helpers import REPO_ROOT, free_port, join_threads, start_threads
+from tests.serving.serving_helpers import free_port, join_threads, serve_refusal, start_threads
 
 WARM_UP = b"warm up"  # the text the repository runs each signature with once it has loaded
 WIDE_COLUMNS = 20000  # floats per example of the "wide" model's answer
@@ -71,10 +68,8 @@ class RecordingSignature:
 
 
 @pytest.fixture(scope="module")
-def loaded_models(exports):
-    return {
-        name: load_saved_model(exports.version_dir(name)) for name in ("classifier", "translator")
-    }
+def loaded_models(direct_models):
+    return {name: direct_models[(name, 1)] for name in ("classifier", "translator")}
 
 
 @pytest.fixture
@@ -445,12 +440,6 @@ def test_the_cap_is_exact_and_a_hopeless_answer_is_refused_before_encoding():
     ],
 )
 def test_bad_overload_flags_are_refused_before_anything_starts(tmp_path, flag, value, message):
-    result = subprocess.run(
-        [sys.executable, "-m", "apps.serve", "--model", f"m={tmp_path}", flag, value],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = serve_refusal("--model", f"m={tmp_path}", flag, value)
     assert result.returncode != 0
     assert result.stderr.strip() == f"error: {message}"

@@ -1,23 +1,12 @@
-"""apps/serve.py refuses bad arguments with a clear message, before starting anything."""
+"""apps/serve.py refuses bad arguments with a clear message, before starting anything.
 
-import os
-import subprocess
-import sys
+Two refusals run as real processes (their exit status and stderr); the others run `apps.serve`'s
+`main` in this process (`serve_refusal`: the same status and message, without an interpreter
+start per case)."""
 
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def serve(*args):
-    """Runs `python -m apps.serve ARGS` (a bounded time: a server that started would be a failure)."""
-    return subprocess.run(
-        [sys.executable, "-m", "apps.serve", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.serving.serving_helpers import serve_process, serve_refusal
 
 
 @pytest.fixture
@@ -38,25 +27,25 @@ def folder(tmp_path):
     ],
 )
 def test_bad_model_spec_is_a_usage_error(spec, message):
-    result = serve("--model", spec)
+    result = serve_refusal("--model", spec)
     assert result.returncode == 2
     assert "--model" in result.stderr and message in result.stderr
 
 
 def test_model_is_required():
-    result = serve()
+    result = serve_process()
     assert result.returncode == 2 and "--model" in result.stderr and "required" in result.stderr
 
 
 def test_missing_folder(tmp_path):
     missing = str(tmp_path / "nowhere")
-    result = serve("--model", f"classifier={missing}")
+    result = serve_process("--model", f"classifier={missing}")
     assert result.returncode != 0
     assert result.stderr.strip() == f"error: model 'classifier': no folder at {missing}"
 
 
 def test_a_name_given_twice(folder):
-    result = serve("--model", f"m={folder}", "--model", f"m={folder}")
+    result = serve_refusal("--model", f"m={folder}", "--model", f"m={folder}")
     assert result.returncode != 0
     assert result.stderr.startswith("error: a model name is given twice")
 
@@ -65,7 +54,7 @@ def test_a_name_given_twice(folder):
     "flag", ["--max-body-bytes", "--max-instances", "--max-batch-size", "--num-threads"]
 )
 def test_sizes_must_be_positive(folder, flag):
-    result = serve("--model", f"m={folder}", flag, "0")
+    result = serve_refusal("--model", f"m={folder}", flag, "0")
     assert result.returncode != 0
     assert result.stderr.strip() == f"error: {flag} must be at least 1, got 0"
 
@@ -79,13 +68,13 @@ def test_sizes_must_be_positive(folder, flag):
     ],
 )
 def test_malformed_values_are_usage_errors(folder, args, message):
-    result = serve("--model", f"m={folder}", *args)
+    result = serve_refusal("--model", f"m={folder}", *args)
     assert result.returncode == 2 and message in result.stderr
 
 
 @pytest.mark.parametrize("port", ["70000", "-1"])
 def test_port_out_of_range(folder, port):
-    result = serve("--model", f"m={folder}", "--port", port)
+    result = serve_refusal("--model", f"m={folder}", "--port", port)
     assert result.returncode != 0
     assert result.stderr.strip() == f"error: --port must be between 0 and 65535, got {port}"
 
@@ -95,7 +84,7 @@ def test_port_out_of_range(folder, port):
 )
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
 def test_timeouts_must_be_positive_and_finite(folder, flag, value):
-    result = serve("--model", f"m={folder}", flag, value)
+    result = serve_refusal("--model", f"m={folder}", flag, value)
     assert result.returncode != 0
     assert (
         result.stderr.strip()
@@ -104,6 +93,6 @@ def test_timeouts_must_be_positive_and_finite(folder, flag, value):
 
 
 def test_max_connections_must_be_positive(folder):
-    result = serve("--model", f"m={folder}", "--max-connections", "0")
+    result = serve_refusal("--model", f"m={folder}", "--max-connections", "0")
     assert result.returncode != 0
     assert result.stderr.strip() == "error: --max-connections must be at least 1, got 0"

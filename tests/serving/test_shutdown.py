@@ -1,7 +1,8 @@
-"""SIGTERM on a real `apps.serve` process: it stops accepting, finishes the
-request in flight, closes idle and slow connections, and exits within
-`--shutdown-grace` whatever its clients do; a stop that hangs is ended by the
-grace's watchdog."""
+"""SIGTERM on a real `apps.serve` process: it stops accepting (HTTP and gRPC),
+finishes the request in flight, closes idle and slow connections, and exits
+within `--shutdown-grace` whatever its clients do; a stop that hangs is ended
+by the grace's watchdog. Each server serves one stop, so the clients of every
+kind a stop must handle share one server."""
 
 import json
 import os
@@ -54,12 +55,29 @@ def refuses_connections(server, timeout=2.0):
     return False
 
 
-def test_sigterm_finishes_the_request_in_flight_and_exits_within_the_grace_despite_slow_clients(
+def test_sigterm_finishes_the_request_in_flight_stops_grpc_and_exits_within_the_grace_despite_slow_clients(
     exports, start_server
 ):
+    """One stop, with every kind of client at once: HTTP stops accepting and closes idle and
+    half-sent connections, the gRPC API stops taking calls while HTTP drains, the request in
+    flight is answered, a slow upload is cut at the grace."""
+    import grpc
+    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
+
+    grpc_port = free_port()
     server = start_server(
-        {"classifier": exports.classifier}, "--shutdown-grace", str(GRACE), *SLOW_CLIENT_FLAGS
+        {"classifier": exports.classifier},
+        "--grpc-port",
+        str(grpc_port),
+        "--shutdown-grace",
+        str(GRACE),
+        *SLOW_CLIENT_FLAGS,
     )
+    status_request = get_model_status_pb2.GetModelStatusRequest()
+    status_request.model_spec.name = "classifier"
+    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+    models = model_service_pb2_grpc.ModelServiceStub(channel)
+    assert models.GetModelStatus(status_request, timeout=10).model_version_status[0].version == 1
     body = json.dumps({"instances": ["the cat sat on the mat"]}).encode()
     in_flight = connect(server)
     in_flight.sendall(predict_request(body)[:-10])  # the last bytes come after the signal
@@ -86,10 +104,19 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_within_the_grace_despi
     assert status == 200 and json.loads(answer)["predictions"][0]["label"] in CLASS_NAMES
     # not kept alive past its answer
     assert seconds_until_closed(in_flight, timeout=1.0) is not None
+    # The slow upload keeps HTTP draining; meanwhile gRPC refuses calls.
+    try:
+        models.GetModelStatus(status_request, timeout=2)
+        refused = False
+    except grpc.RpcError as error:
+        refused = error.code() == grpc.StatusCode.UNAVAILABLE
+    assert refused, "the gRPC API still took calls after the stop signal"
+    assert server.process.poll() is None, "refused only because the server had exited"
     assert seconds_until_closed(slow_upload, timeout=GRACE + 2) is not None
     slow_upload_closed = time.monotonic() - signalled
 
     exited = time.monotonic() - signalled + wait_exit(server, timeout=GRACE + 10)
+    channel.close()
     # The slow upload had most of the grace to finish, and the stop no more than the grace.
     assert GRACE - 1.5 <= slow_upload_closed <= exited <= GRACE + 1.0, (slow_upload_closed, exited)
     assert server.process.returncode == -signal.SIGTERM  # uvicorn ends by its signal once stopped
@@ -179,46 +206,3 @@ def test_a_stop_that_hangs_is_ended_by_the_watchdog_at_the_grace(tmp_path):
         "Still running 1.5 s after the stop signal (--shutdown-grace): exiting now."
         in log_path.read_text()
     )
-
-
-def test_sigterm_stops_the_grpc_api_taking_calls_while_http_requests_drain(exports, start_server):
-    import grpc
-    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
-
-    grpc_port = free_port()
-    server = start_server(
-        {"classifier": exports.classifier},
-        "--grpc-port",
-        str(grpc_port),
-        "--shutdown-grace",
-        str(GRACE),
-        *SLOW_CLIENT_FLAGS,
-    )
-    status_request = get_model_status_pb2.GetModelStatusRequest()
-    status_request.model_spec.name = "classifier"
-    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-        models = model_service_pb2_grpc.ModelServiceStub(channel)
-        assert (
-            models.GetModelStatus(status_request, timeout=10).model_version_status[0].version == 1
-        )
-        # A slow upload keeps the HTTP side draining for most of the grace.
-        slow_upload = connect(server)
-        slow_upload.sendall(
-            request_head("POST", "/v1/models/classifier:predict", b"Content-Length: 1000\r\n")
-            + b"{"
-        )
-        time.sleep(0.3)
-        signalled = time.monotonic()
-        server.process.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
-        assert server.process.poll() is None  # still draining
-        try:
-            models.GetModelStatus(status_request, timeout=2)
-            refused = False
-        except grpc.RpcError as error:
-            refused = error.code() == grpc.StatusCode.UNAVAILABLE
-        assert refused, "the gRPC API still took calls after the stop signal"
-        exited = time.monotonic() - signalled + wait_exit(server, timeout=GRACE + 10)
-        slow_upload.close()
-    assert exited <= GRACE + 1.0
-    assert "Traceback" not in server.log()

@@ -115,13 +115,10 @@ def test_named_signatures_for_every_model_or_one(serve, direct_models, caplog):
     assert "model=classifier version=1 has no signature greedy" in caplog.text
 
 
-@pytest.mark.timeout(300)
-def test_the_server_serves_the_signatures_its_flag_names(exports, start_server):
-    server = start_server(
-        {"classifier": exports.classifier, "translator": exports.translator},
-        "--signatures",
-        "translator:greedy",
-    )
+@pytest.mark.timeout(600)  # the session's exports and the server start inside it when it runs first
+def test_the_server_serves_the_signatures_its_flag_names(api_server):
+    """`apps.serve --signatures translator:greedy` (tests/serving/conftest.py's `api_server`)."""
+    server = api_server
     with httpx.Client(base_url=server.url, timeout=60) as client:
         assert predict(client, "translator", "greedy").status_code == 200
         for model in ("classifier", "translator"):
