@@ -67,14 +67,15 @@ TRAIN_FLAGS = [
 ]
 
 
-def keyword_text(label, rng, filler_words=4):
-    words = list(KEYWORDS[label]) + rng.sample(FILLER, filler_words)
+def keyword_text(label, rng, filler_words=4, fillers=FILLER):
+    words = list(KEYWORDS[label]) + rng.sample(fillers, filler_words)
     rng.shuffle(words)
     return " ".join(words)
 
 
-def write_keyword_csv(path, num_examples=120, seed=0, classes=None):
-    """Writes a `text,label` CSV of `num_examples` keyword texts, classes in turn."""
+def write_keyword_csv(path, num_examples=120, seed=0, classes=None, fillers=FILLER):
+    """Writes a `text,label` CSV of `num_examples` keyword texts, classes in turn, their
+    filler words drawn from `fillers`."""
     rng = random.Random(seed)
     classes = list(classes or KEYWORDS)
     with open(path, "w", newline="", encoding="utf-8") as csv_file:
@@ -82,7 +83,7 @@ def write_keyword_csv(path, num_examples=120, seed=0, classes=None):
         writer.writerow(["text", "label"])
         for index in range(num_examples):
             label = classes[index % len(classes)]
-            writer.writerow([keyword_text(label, rng), label])
+            writer.writerow([keyword_text(label, rng, fillers=fillers), label])
     return str(path)
 
 

@@ -36,6 +36,12 @@ def model():
     return model
 
 
+@pytest.fixture(scope="module")
+def greedy(model):
+    """`greedy_decode` of SOURCES, eager, once for the tests that compare with it."""
+    return greedy_decode(model, SOURCES, MAX_LENGTH, START, END).numpy()
+
+
 def uncached_greedy(model, sources, max_length):
     """Recomputes the whole decoder prefix each step, as the TensorFlow tutorial does."""
     encoder_output, source_mask = model.encode(sources)
@@ -72,32 +78,28 @@ def sequence_score(model, source, sequence, length_penalty):
     return float(total / ((5.0 + length) / 6.0) ** length_penalty)
 
 
-def test_cached_greedy_equals_uncached_greedy(model):
-    cached = greedy_decode(model, SOURCES, MAX_LENGTH, START, END).numpy()
-    np.testing.assert_array_equal(cached, uncached_greedy(model, SOURCES, MAX_LENGTH))
-    assert cached.shape == (len(SOURCES), MAX_LENGTH)
+def test_cached_greedy_equals_uncached_greedy(model, greedy):
+    np.testing.assert_array_equal(greedy, uncached_greedy(model, SOURCES, MAX_LENGTH))
+    assert greedy.shape == (len(SOURCES), MAX_LENGTH)
 
 
-def test_greedy_stops_each_sequence_at_end_and_pads_after_it(model):
-    generated = greedy_decode(model, SOURCES, MAX_LENGTH, START, END).numpy()
-    assert (generated == END).any(), "the fixture should make [END] appear somewhere"
-    for row in generated:
+def test_greedy_stops_each_sequence_at_end_and_pads_after_it(greedy):
+    assert (greedy == END).any(), "the fixture should make [END] appear somewhere"
+    for row in greedy:
         if END in row:
             assert not row[list(row).index(END) + 1 :].any()
 
 
-def test_beam_width_one_is_greedy(model):
-    greedy = greedy_decode(model, SOURCES, MAX_LENGTH, START, END).numpy()
+def test_beam_width_one_is_greedy(model, greedy):
     beam, _ = beam_search(model, SOURCES, MAX_LENGTH, START, END, beam_width=1)
     np.testing.assert_array_equal(beam.numpy(), greedy)
 
 
 @pytest.mark.parametrize("length_penalty", [0.0, 0.6])
-def test_beam_score_is_the_models_score_of_the_returned_sequence(model, length_penalty):
+def test_beam_score_is_the_models_score_of_the_returned_sequence(model, greedy, length_penalty):
     sequences, scores = beam_search(
         model, SOURCES, MAX_LENGTH, START, END, beam_width=4, length_penalty=length_penalty
     )
-    greedy = greedy_decode(model, SOURCES, MAX_LENGTH, START, END).numpy()
     for source, sequence, score, greedy_sequence in zip(
         SOURCES, sequences.numpy(), scores.numpy(), greedy
     ):
@@ -130,15 +132,14 @@ def test_every_beam_is_scored_as_the_model_scores_it(model):
             assert score == pytest.approx(sequence_score(model, source, beam, 0.6), abs=1e-3)
 
 
-def test_a_batch_mixing_short_and_long_sources_decodes_each_as_alone(model):
+def test_a_batch_mixing_short_and_long_sources_decodes_each_as_alone(model, greedy):
     together, _ = beam_search(model, SOURCES, MAX_LENGTH, START, END, beam_width=3)
-    greedy_together = greedy_decode(model, SOURCES, MAX_LENGTH, START, END).numpy()
     for index, source in enumerate(SOURCES):
         length = int((source != 0).sum())
         alone, _ = beam_search(model, source[None, :length], MAX_LENGTH, START, END, beam_width=3)
         np.testing.assert_array_equal(alone.numpy()[0], together.numpy()[index])
         greedy_alone = greedy_decode(model, source[None, :length], MAX_LENGTH, START, END).numpy()
-        np.testing.assert_array_equal(greedy_alone[0], greedy_together[index])
+        np.testing.assert_array_equal(greedy_alone[0], greedy[index])
 
 
 def test_an_empty_source_decodes_the_same_in_any_batch(model):
@@ -155,15 +156,14 @@ def test_an_empty_source_decodes_the_same_in_any_batch(model):
     np.testing.assert_array_equal(together.numpy()[-1], alone.numpy()[0])
 
 
-def test_decoding_traces_with_unknown_batch_and_source_length(model):
+def test_decoding_traces_with_unknown_batch_and_source_length(model, greedy):
     signature = [tf.TensorSpec([None, None], tf.int32)]
-    greedy = tf.function(
+    traced_greedy = tf.function(
         lambda ids: greedy_decode(model, ids, MAX_LENGTH, START, END), input_signature=signature
     )
     beam = tf.function(
         lambda ids: beam_search(model, ids, MAX_LENGTH, START, END, beam_width=2)[0],
         input_signature=signature,
     )
-    eager = greedy_decode(model, SOURCES, MAX_LENGTH, START, END).numpy()
-    np.testing.assert_array_equal(greedy(tf.constant(SOURCES)).numpy(), eager)
+    np.testing.assert_array_equal(traced_greedy(tf.constant(SOURCES)).numpy(), greedy)
     assert beam(tf.constant(SOURCES[:1, :2])).shape == (1, MAX_LENGTH)
