@@ -5,11 +5,17 @@ As on the lent GPU machines: `KERAS_BACKEND=jax`, and `import tensorflow`
 fails the run if TensorFlow got into `sys.modules` anyway.
 
     result = run_without_tensorflow("import keras_transformer.training.runs")
+
+The subprocess has its own JAX compilation cache, kept for every compile
+however short: a model built again with the same shapes (a resumed run, a
+second model to compare with) loads its compiled steps instead of compiling
+them again, which is most of what a tiny run costs.
 """
 
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,22 +43,26 @@ def run_without_tensorflow(code, timeout=300, env=None, cwd=REPOSITORY):
     Raises AssertionError with the subprocess's output when it fails or
     imported TensorFlow; `subprocess.TimeoutExpired` after `timeout` seconds.
     """
-    environment = {
-        **os.environ,
-        "KERAS_BACKEND": "jax",
-        "JAX_PLATFORMS": "cpu",
-        "PYTHONPATH": REPOSITORY,
-        **(env or {}),
-    }
     program = PRELUDE + textwrap.dedent(code) + POSTLUDE
-    result = subprocess.run(
-        [sys.executable, "-c", program],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=environment,
-        cwd=cwd,
-    )
+    with tempfile.TemporaryDirectory(prefix="jax_compilation_cache_") as cache:
+        environment = {
+            **os.environ,
+            "KERAS_BACKEND": "jax",
+            "JAX_PLATFORMS": "cpu",
+            "PYTHONPATH": REPOSITORY,
+            "JAX_COMPILATION_CACHE_DIR": cache,
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+            **(env or {}),
+        }
+        result = subprocess.run(
+            [sys.executable, "-c", program],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=environment,
+            cwd=cwd,
+        )
     assert result.returncode == 0, (
         f"exit status {result.returncode} without TensorFlow\n--- stdout\n{result.stdout[-6000:]}"
         f"\n--- stderr\n{result.stderr[-6000:]}"

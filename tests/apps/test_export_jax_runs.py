@@ -6,11 +6,14 @@ subprocess with `KERAS_BACKEND=jax`, where `import tensorflow` fails
 (`tests/no_tensorflow.py`), trains both with the training apps from
 `--data tokens:DIR` and computes the models' own answers from their
 `model.keras`: probabilities, and greedy translations by the library's
-TensorFlow-free decode loop and detokenizer. This process exports both run
-folders with `apps.export`; a fresh process that cannot import the project
-loads the exports with `tf.saved_model.load` and answers the raw strings.
+TensorFlow-free decode loop and detokenizer. `apps.export` exports both run
+folders (the classifier's in a TensorFlow process of its own, as a JAX
+training app does); a fresh process that cannot import the project loads the
+exports with `tf.saved_model.load` and answers the raw strings.
 """
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -246,22 +249,24 @@ def jax_runs(token_folders, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exported(jax_runs, tmp_path_factory):
-    """Both runs exported by `apps.export` here, under TensorFlow: `(classifier, translator)`
-    version folders.
+    """Both runs exported under TensorFlow: `(classifier, translator)` version folders, and what
+    the classifier's export said.
+
+    The classifier as a JAX training app with TensorFlow installed exports its run: by
+    `apps.export` in a TensorFlow process of its own. The translator by `apps.export` here.
     """
     classifier_run, translator_run, _ = jax_runs
     folder = tmp_path_factory.mktemp("jax_exports")
-    version_dirs = []
-    for run_dir, name in ((classifier_run, "classifier"), (translator_run, "translator")):
-        assert export_app.main([run_dir, "--export-dir", str(folder / name)]) == 0
-        version_dirs.append(str(folder / name / "1"))
-    return version_dirs
+    with contextlib.redirect_stdout(io.StringIO()) as said:
+        export_app._export_in_tensorflow_process(classifier_run, str(folder / "classifier"))
+    assert export_app.main([translator_run, "--export-dir", str(folder / "translator")]) == 0
+    return str(folder / "classifier" / "1"), str(folder / "translator" / "1"), said.getvalue()
 
 
 @pytest.fixture(scope="module")
 def loaded_fresh(exported, tmp_path_factory):
     """The exports' answers to `TEXTS` in a process with only tensorflow and tensorflow_text."""
-    classifier_dir, translator_dir = exported
+    classifier_dir, translator_dir, _ = exported
     cwd = tmp_path_factory.mktemp("elsewhere")
     texts_path = cwd / "texts.json"
     texts_path.write_text(json.dumps([text.encode().hex() for text in TEXTS]))
@@ -328,13 +333,12 @@ def test_a_training_app_without_tensorflow_says_how_to_export_instead(jax_runs):
     assert not os.path.exists(answers["not_exported"])
 
 
-def test_a_training_app_on_another_backend_exports_in_a_tensorflow_process(
-    jax_runs, tmp_path, capfd
-):
-    # What a JAX training app with TensorFlow installed does after training.
-    export_app._export_in_tensorflow_process(jax_runs[0], str(tmp_path / "classifier"))
-    assert "Exporting under TensorFlow" in capfd.readouterr().out
-    assert os.path.isfile(tmp_path / "classifier" / "1" / "saved_model.pb")
+def test_a_training_app_on_another_backend_exports_in_a_tensorflow_process(exported):
+    # What a JAX training app with TensorFlow installed does after training: the classifier's
+    # export, which the tests above load.
+    classifier_dir, _, said = exported
+    assert "Exporting under TensorFlow" in said
+    assert os.path.isfile(os.path.join(classifier_dir, "saved_model.pb"))
 
 
 def test_runs_without_matplotlib_skip_the_plots_and_say_so_once(jax_runs):
