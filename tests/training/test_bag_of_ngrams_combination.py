@@ -27,7 +27,13 @@ def keyword_split(rows, seed, keyword=None):
     return ClassificationTokens(token_ids, labels)
 
 
-def classifier_and_tokens():
+# Each test's add_bag_of_ngrams refits the whole bag (`adapt` sets every family's idf, the
+# fit every weight) and the test sets the head, so one model per module serves every test:
+# tracing its predict function is most of a test's time.
+
+
+@pytest.fixture(scope="module")
+def keyword_classifier():
     keras.utils.set_random_seed(0)
     model = TransformerClassifier(
         vocabulary_size=VOCABULARY,
@@ -41,6 +47,10 @@ def classifier_and_tokens():
         bag_of_ngrams={"use_bias": True, "trainable": False, "num_buckets": 101},
     )
     model.build((None, LENGTH))
+    return model
+
+
+def classifier_and_tokens(model):
     tokens = types.SimpleNamespace(
         train=keyword_split(60, 1), validation=keyword_split(30, 2, VALIDATION_ONLY)
     )
@@ -48,12 +58,15 @@ def classifier_and_tokens():
     # A Transformer that learned nothing, loudly: any weight of it above 0 spoils the sum.
     rng = np.random.default_rng(3)
     model.head.kernel.assign(100.0 * rng.normal(size=model.head.kernel.shape).astype("float32"))
+    model.head.bias.assign(np.zeros(model.head.bias.shape, "float32"))
     return model, tokens
 
 
 @pytest.mark.parametrize("refit", [True, False])
-def test_a_useless_transformer_gets_weight_zero_and_validation_is_fit_after(refit):
-    model, tokens = classifier_and_tokens()
+def test_a_useless_transformer_gets_weight_zero_and_validation_is_fit_after(
+    keyword_classifier, refit
+):
+    model, tokens = classifier_and_tokens(keyword_classifier)
     settings = ClassifierSettings(batch_size=8, ngram_l2=1 / (2 * 10 * 60), ngram_refit=refit)
     record = add_bag_of_ngrams(model, settings, tokens, verbose=0)
 
@@ -117,7 +130,8 @@ def units_split(rows, seed, named_by):
     return ClassificationTokens(token_ids, labels)
 
 
-def words_classifier_and_tokens(named_by, l2=1 / (2 * 10 * 90)):
+@pytest.fixture(scope="module")
+def words_classifier():
     keras.utils.set_random_seed(0)
     model = TransformerClassifier(
         vocabulary_size=len(WORD_VOCABULARY),
@@ -133,25 +147,30 @@ def words_classifier_and_tokens(named_by, l2=1 / (2 * 10 * 90)):
             "trainable": False,
             "num_buckets": 1009,
             "num_word_buckets": 1009,
-            "l2": l2,
+            "l2": 1 / (2 * 10 * 90),
         },
     )
     model.build((None, 12))
     model.ngrams.set_vocabulary(WORD_VOCABULARY)
+    return model
+
+
+def words_classifier_and_tokens(model, named_by):
     tokens = types.SimpleNamespace(
         train=units_split(90, 1, named_by), validation=units_split(60, 2, named_by)
     )
     model.ngrams.adapt(tokens.train.token_ids)
     # a Transformer that knows nothing
     model.head.kernel.assign(np.zeros(model.head.kernel.shape, "float32"))
+    model.head.bias.assign(np.zeros(model.head.bias.shape, "float32"))
     return model, tokens
 
 
 @pytest.mark.parametrize(
     "named_by, kept", [("words", ["words"]), ("punctuation", ["pieces", "words"])]
 )
-def test_choose_keeps_the_units_that_name_the_class_on_validation(named_by, kept):
-    model, tokens = words_classifier_and_tokens(named_by)
+def test_choose_keeps_the_units_that_name_the_class_on_validation(words_classifier, named_by, kept):
+    model, tokens = words_classifier_and_tokens(words_classifier, named_by)
     settings = ClassifierSettings(
         batch_size=16, ngram_l2=1 / (2 * 10 * 90), ngram_units="choose", ngram_refit=False
     )
@@ -185,8 +204,8 @@ def test_choose_keeps_the_units_that_name_the_class_on_validation(named_by, kept
 @pytest.mark.parametrize(
     "units, kept", [("pieces", ["pieces"]), ("words", ["words"]), ("both", ["pieces", "words"])]
 )
-def test_fixed_units_are_the_ones_fit(units, kept):
-    model, tokens = words_classifier_and_tokens("words")
+def test_fixed_units_are_the_ones_fit(words_classifier, units, kept):
+    model, tokens = words_classifier_and_tokens(words_classifier, "words")
     settings = ClassifierSettings(batch_size=16, ngram_l2=1 / (2 * 10 * 90), ngram_units=units)
     record = add_bag_of_ngrams(model, settings, tokens, verbose=0)
     assert record["features"] == kept and "validation_by_features" not in record

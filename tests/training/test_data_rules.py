@@ -435,6 +435,9 @@ def test_translator_sequence_length_covers_the_longer_side_and_its_end_token(tmp
 
 
 # --- a run: printed, recorded, kept on --resume -------------------------------------------
+# What the classifier app says and records of its choices is checked on the app run of
+# tests/training/test_pretraining.py (`test_the_classifier_app_chooses_what_no_flag_set`),
+# which pretrains under a time budget with these settings left to the data.
 
 
 class StopAfterFirstEpoch(keras.callbacks.Callback):
@@ -451,6 +454,10 @@ TINY_TRANSLATOR = {
     "num_heads": 2,
     "intermediate_dim": 32,
     "batch_size": 16,
+    # No greedy translation of validation pairs after each epoch: the choices are what is
+    # checked, and each run would trace the decoding loop for it.
+    "chrf_pairs": 0,
+    "monitor": "val_loss",
 }
 
 
@@ -508,69 +515,6 @@ def test_a_run_prints_records_and_resumes_with_its_choices(tmp_path, capsys):
     )
     with open(os.path.join(run_dir, "settings.json")) as settings_file:
         assert json.load(settings_file)["chosen_from_data"] == chosen
-
-
-def test_the_classifier_app_chooses_what_no_flag_set(tmp_path, capsys):
-    from apps import train_classifier
-    from tests.classifier_fixtures import write_keyword_csv
-
-    data = write_keyword_csv(tmp_path / "keywords.csv", num_examples=60)
-    flags = [
-        "--data",
-        f"csv:{data}",
-        "--epochs",
-        "1",
-        "--num-layers",
-        "1",
-        "--d-model",
-        "16",
-        "--num-heads",
-        "2",
-        "--intermediate-dim",
-        "32",
-        "--no-export",
-        "--verbose",
-        "2",
-    ]
-    # Keyword texts are 7 WordPieces: 8 after rounding, held at --max-length 4.
-    assert (
-        train_classifier.main([*flags, "--max-length", "4", "--run-dir", str(tmp_path / "capped")])
-        == 0
-    )
-    printed = capsys.readouterr().out.splitlines()
-    with open(tmp_path / "capped" / "settings.json") as settings_file:
-        saved = json.load(settings_file)
-    assert (
-        saved["settings"]["sequence_length"]
-        == saved["chosen_from_data"]["sequence_length"]["value"]
-        == 4
-    )
-    assert [line for line in printed if line.startswith("sequence_length 4: the 95th percentile")]
-    assert [line for line in printed if line.startswith("batch_size 8: ")]  # 48 texts: 6 steps at 8
-
-    assert (
-        train_classifier.main(
-            [
-                *flags,
-                "--sequence-length",
-                "24",
-                "--batch-size",
-                "12",
-                "--run-dir",
-                str(tmp_path / "set"),
-            ]
-        )
-        == 0
-    )
-    with open(tmp_path / "set" / "settings.json") as settings_file:
-        saved = json.load(settings_file)
-    assert (saved["settings"]["sequence_length"], saved["settings"]["batch_size"]) == (24, 12)
-    assert set(saved["chosen_from_data"]) == {
-        "vocabulary_size",
-        "warmup_fraction",
-        "ngram_l2",
-        "ngram_length",
-    }
 
 
 @pytest.mark.parametrize(

@@ -202,8 +202,20 @@ def test_a_run_on_macro_f1_keeps_and_records_its_best_epoch(tmp_path, capsys):
     assert kept["value"] == pytest.approx(best_value) and kept["val_loss"] == pytest.approx(
         history["val_loss"][best_index]
     )
-    assert f"Kept epoch {kept['epoch']} (val_macro_f1 " in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"Kept epoch {kept['epoch']} (val_macro_f1 " in printed
     assert os.path.isfile(run_dir / "checkpoints" / "best.keras")
+    # The same run shows the data rules giving way to flags: the sequence length, vocabulary
+    # and batch size TRAIN_FLAGS set are kept, neither chosen nor said; what no flag set is
+    # chosen (tests/training/test_data_rules.py runs the app with them left to the data).
+    saved = json.loads((run_dir / "settings.json").read_text())
+    assert (
+        saved["settings"]["sequence_length"],
+        saved["settings"]["vocabulary_size"],
+        saved["settings"]["batch_size"],
+    ) == (32, 200, 16)
+    assert set(saved["chosen_from_data"]) == {"warmup_fraction", "ngram_l2", "ngram_length"}
+    assert not [line for line in printed.splitlines() if line.startswith("batch_size ")]
 
 
 class StopInEpoch(keras.callbacks.Callback):
@@ -295,20 +307,3 @@ def test_the_schedule_ends_when_the_time_budget_does(monkeypatch):
     for batch in range(10):
         fitting.on_train_batch_end(batch)
     assert float(without_budget.total_steps.numpy()) == 1000.0
-
-
-def test_a_classifier_run_cut_short_by_its_budget_shortens_its_schedule(tmp_path):
-    from keras_transformer.data import load_classification_data
-    from keras_transformer.training.classifier.pipeline import train_classifier as train
-    from keras_transformer.training.compiling import learning_rate_schedule
-
-    csv_path = write_keyword_csv(tmp_path / "keywords.csv")
-    settings = train_classifier.settings_from(
-        train_classifier.build_parser().parse_args(TRAIN_FLAGS)
-    )
-    data = load_classification_data(f"csv:{csv_path}")
-    # A budget spent by the first step: training stops after it.
-    run = train(data, settings, tmp_path / "run", time_budget_minutes=1e-6, verbose=0)
-    assert run.stopped_by_time_budget
-    planned = settings.epochs * -(-len(data.train) // settings.batch_size)
-    assert float(learning_rate_schedule(run.model).total_steps.numpy()) < planned

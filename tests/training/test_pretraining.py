@@ -1,6 +1,8 @@
 """Masked-token pretraining of the classifier's encoder on its texts and unlabelled
 ones: the masking, the tied head, the loss going down, the hand-over
-to the classifier, `--unlabeled` files, the time budget, and `--resume` in each phase."""
+to the classifier, `--unlabeled` files, the time budget, and `--resume` in each phase.
+The app run under a time budget also shows what the classifier app chooses from the data
+(the rules themselves: tests/training/test_data_rules.py)."""
 
 import contextlib
 import dataclasses
@@ -20,6 +22,7 @@ from keras_transformer.text.vocabulary import CLS, MASK, RESERVED_TOKENS
 from keras_transformer.training.classifier import pipeline as classifier_training
 from keras_transformer.training.classifier import pretraining as pretraining
 from keras_transformer.training.classifier.settings import ClassifierSettings
+from keras_transformer.training.compiling import learning_rate_schedule
 from keras_transformer.training.runs import RunFolder
 from tests.classifier_fixtures import TRAIN_FLAGS, expect_usage_error, write_keyword_csv
 
@@ -265,62 +268,107 @@ def test_an_unlabeled_folder_is_a_data_error(tmp_path):
 # --- the time budget -------------------------------------------------------------------
 
 
-def test_pretraining_and_fine_tuning_share_one_time_budget(tmp_path, keyword_csv, monkeypatch):
-    from keras_transformer.data import load_classification_data
+BUDGET = 1e-6  # minutes: spent by the first step of each phase
 
-    budgets = {}
+
+@pytest.fixture(scope="module")
+def budget_run(tmp_path_factory, keyword_csv):
+    """`apps.train_classifier` pretraining under a `--time-budget`, with the sequence length,
+    vocabulary, batch size, warmup and bag of n-grams left to the data (`--max-length 4`
+    caps the length); the time budget each phase's `fit_in_folder` got, the fine-tuned
+    model, and what the run printed. One run for the budget and for the data rules: each
+    app run costs its tracing."""
+    run_dir = tmp_path_factory.mktemp("pretraining_budget") / "run"
+    budgets, models = {}, {}
 
     def recording(name, fit):
-        def fit_in_folder(*args, time_budget_minutes=None, **kwargs):
-            budgets[name] = time_budget_minutes
-            return fit(*args, time_budget_minutes=time_budget_minutes, **kwargs)
+        def fit_in_folder(model, *args, time_budget_minutes=None, **kwargs):
+            budgets[name], models[name] = time_budget_minutes, model
+            return fit(model, *args, time_budget_minutes=time_budget_minutes, **kwargs)
 
         return fit_in_folder
 
-    monkeypatch.setattr(
-        pretraining, "fit_in_folder", recording("pretraining", pretraining.fit_in_folder)
-    )
-    monkeypatch.setattr(
-        classifier_training,
-        "fit_in_folder",
-        recording("fine-tuning", classifier_training.fit_in_folder),
-    )
-    settings = dataclasses.replace(TINY, pretrain_epochs=20, epochs=20)
-    budget = 1e-6  # spent by the first step of each phase
-    run = classifier_training.train_classifier(
-        load_classification_data(f"csv:{keyword_csv}"),
-        settings,
-        tmp_path / "run",
-        time_budget_minutes=budget,
-        verbose=0,
-    )
-    assert budgets["pretraining"] == pytest.approx(budget * pretraining.PRETRAINING_BUDGET_SHARE)
-    assert 0 < budgets["fine-tuning"] <= budget
-    # Each phase stopped early, after one epoch of its twenty.
-    assert len(RunFolder(tmp_path / "run" / "pretraining").read_history()["loss"]) == 1
-    assert run.stopped_by_time_budget and run.epochs_completed == 1
+    printed = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(printed):
+        patch.setattr(
+            pretraining, "fit_in_folder", recording("pretraining", pretraining.fit_in_folder)
+        )
+        patch.setattr(
+            classifier_training,
+            "fit_in_folder",
+            recording("fine-tuning", classifier_training.fit_in_folder),
+        )
+        status = train_classifier.main(
+            [
+                "--data",
+                f"csv:{keyword_csv}",
+                "--num-layers",
+                "1",
+                "--d-model",
+                "16",
+                "--num-heads",
+                "2",
+                "--intermediate-dim",
+                "32",
+                "--max-length",
+                "4",
+                "--pretrain-epochs",
+                "20",
+                "--epochs",
+                "20",
+                "--time-budget",
+                str(BUDGET),
+                "--run-dir",
+                str(run_dir),
+                "--no-export",
+                "--verbose",
+                "2",
+            ]
+        )
+    assert status == 0
+    return run_dir, budgets, models["fine-tuning"], printed.getvalue().splitlines()
 
 
-def test_a_new_run_pretrains_again_whatever_an_earlier_run_left(tmp_path, keyword_csv, monkeypatch):
+def test_pretraining_and_fine_tuning_share_one_time_budget(budget_run, keyword_csv):
     from keras_transformer.data import load_classification_data
 
-    stale = tmp_path / "run" / pretraining.PRETRAINING_DIR / pretraining.PRETRAINED_WEIGHTS_FILE
-    stale.parent.mkdir(parents=True)
-    stale.write_bytes(b"not the weights of this run")
-    fits = []
-    fit = pretraining.fit_in_folder
-    monkeypatch.setattr(
-        pretraining, "fit_in_folder", lambda *args, **kwargs: fits.append(1) or fit(*args, **kwargs)
+    run_dir, budgets, model, _ = budget_run
+    assert budgets["pretraining"] == pytest.approx(BUDGET * pretraining.PRETRAINING_BUDGET_SHARE)
+    assert 0 < budgets["fine-tuning"] <= BUDGET
+    # Each phase stopped early, after one epoch of its twenty.
+    assert len(RunFolder(run_dir / "pretraining").read_history()["loss"]) == 1
+    report = json.loads((run_dir / "metrics.json").read_text())
+    assert report["stopped_by_time_budget"] and report["epochs_completed"] == 1
+    # Fine-tuning cut short by its budget shortened its learning-rate schedule to the steps
+    # the budget allowed.
+    settings = report["settings"]
+    train_texts = len(load_classification_data(f"csv:{keyword_csv}").train)
+    planned = settings["epochs"] * -(-train_texts // settings["batch_size"])
+    assert float(learning_rate_schedule(model).total_steps.numpy()) < planned
+
+
+def test_the_classifier_app_chooses_what_no_flag_set(budget_run):
+    """The data rules (tests/training/test_data_rules.py) as an app run says and records them."""
+    run_dir, _, _, printed = budget_run
+    saved = json.loads((run_dir / "settings.json").read_text())
+    # Keyword texts are 7 WordPieces: 8 after rounding, held at --max-length 4.
+    assert (
+        saved["settings"]["sequence_length"]
+        == saved["chosen_from_data"]["sequence_length"]["value"]
+        == 4
     )
-    classifier_training.train_classifier(
-        load_classification_data(f"csv:{keyword_csv}"),
-        dataclasses.replace(TINY, pretrain_epochs=1, epochs=1),
-        tmp_path / "run",
-        time_budget_minutes=1e-6,
-        verbose=0,
-    )
-    assert fits == [1]
-    assert stale.read_bytes() != b"not the weights of this run"
+    assert [line for line in printed if line.startswith("sequence_length 4: the 95th percentile")]
+    assert [line for line in printed if line.startswith("batch_size 8: ")]  # 48 texts: 6 steps at 8
+    # Everything no flag set is chosen. Flags that are set win, neither chosen nor said: the
+    # app run of tests/training/test_model_selection.py (TRAIN_FLAGS) checks that.
+    assert set(saved["chosen_from_data"]) == {
+        "sequence_length",
+        "vocabulary_size",
+        "batch_size",
+        "warmup_fraction",
+        "ngram_l2",
+        "ngram_length",
+    }
 
 
 # --- a run killed in each phase, resumed ------------------------------------------------
@@ -370,6 +418,9 @@ def run_app(argv, kill_after=None):
     }
 
 
+STALE_WEIGHTS = b"not the weights of this run"
+
+
 def folder_state(run_dir):
     weights = os.path.join(run_dir, "pretraining", pretraining.PRETRAINED_WEIGHTS_FILE)
     return {
@@ -381,9 +432,16 @@ def folder_state(run_dir):
 @pytest.fixture(scope="module")
 def killed_twice(tmp_path_factory, keyword_csv):
     """One run killed after its first pretraining epoch, resumed and killed after its
-    first fine-tuning epoch, resumed again to the end; two epochs in each phase."""
+    first fine-tuning epoch, resumed again to the end; two epochs in each phase.
+
+    The run folder starts with the weights file an earlier, finished pretraining would have
+    left, not of this run: the new run must pretrain again rather than load it."""
     folder = tmp_path_factory.mktemp("pretraining_resume")
     run_dir = str(folder / "run")
+    stale = os.path.join(run_dir, pretraining.PRETRAINING_DIR, pretraining.PRETRAINED_WEIGHTS_FILE)
+    os.makedirs(os.path.dirname(stale))
+    with open(stale, "wb") as stale_file:
+        stale_file.write(STALE_WEIGHTS)
     argv = [
         "--data",
         f"csv:{keyword_csv}",
@@ -406,6 +464,18 @@ def killed_twice(tmp_path_factory, keyword_csv):
     runs.append(run_app([*argv, "--resume"]))
     runs[2].update(folder_state(run_dir))
     return run_dir, runs
+
+
+def test_a_new_run_pretrains_again_whatever_an_earlier_run_left(killed_twice):
+    run_dir, (first, _, _) = killed_twice
+    # Pretraining ran rather than loading the stale weights, which the new run removed.
+    assert first["epochs"] == [("MaskedLanguageModel", 0)]
+    assert first["weights_mtime"] is None
+    weights = os.path.join(
+        run_dir, pretraining.PRETRAINING_DIR, pretraining.PRETRAINED_WEIGHTS_FILE
+    )
+    with open(weights, "rb") as weights_file:
+        assert weights_file.read() != STALE_WEIGHTS
 
 
 def test_a_run_killed_in_pretraining_resumes_pretraining(killed_twice):
