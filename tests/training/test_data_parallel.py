@@ -133,8 +133,8 @@ def two_device_runs(tmp_path_factory):
     data = write_keyword_csv(folder / "data.csv", 120)
     # Two host devices, and LLVM's expensive passes off: the script's run is mostly XLA
     # compiling its seven tiny models, and without those passes it no longer ran past the
-    # timeout below on a loaded machine. Not the suite's lower XLA optimization level
-    # (tests/conftest.py): under it XLA's CPU code gets this model's gradients below its output
+    # timeout below on a loaded machine. Not a lower XLA optimization level (see
+    # tests/conftest.py): under it XLA's CPU code gets this model's gradients below its output
     # layer wrong (the same loss, gradients off by up to their own size, on one device as on
     # two, against three programs that agree to 1e-7 at the default level), and the two
     # devices' losses part from one device's by ~1e-3.

@@ -13,10 +13,9 @@ import pytest
 
 from tests.no_tensorflow import run_without_tensorflow
 
-# Less XLA optimization: the runs are compiled once and train a few steps.
-FAST_COMPILE = {
-    "XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-}
+# LLVM's expensive passes off, as in tests/conftest.py (which says why not a lower
+# XLA optimization level): the runs are compiled once and train a few steps.
+FAST_COMPILE = {"XLA_FLAGS": "--xla_llvm_disable_expensive_passes=true"}
 
 RUNS = """
 import json, os, sys
