@@ -220,8 +220,9 @@ class CrashAfterEpoch(keras.callbacks.Callback):
 
 
 def fixed_shape_data(train_size, held_out_size):
-    """Pairs of 16-word texts, longer than `SETTINGS`' sequence length: every
-    batch of `train_size / batch_size` is truncated to one shape."""
+    """Pairs of 16-word texts, longer than `SETTINGS`' sequence length, so every
+    row is truncated to it: with `train_size` a multiple of the batch size, every
+    training batch has one shape."""
 
     def split(count, seed):
         return PairSplit(long_texts(count, seed, words=16), long_texts(count, seed + 100, words=16))
@@ -253,9 +254,7 @@ def resumed_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         traces_before = count_train_step_traces(patch, Seq2SeqTransformer)
         with pytest.raises(Crash):
-            train_translator(
-                data, settings, run_dir, verbose=0, callbacks=[CrashAfterEpoch(1)], num_samples=1
-            )
+            train_translator(data, settings, run_dir, verbose=0, callbacks=[CrashAfterEpoch(1)])
     history_before = RunFolder(run_dir).read_history()
     clock = {"now": 0.0}
     decode = ValidationChrF.on_epoch_end
