@@ -22,6 +22,9 @@ SHARED_GROUPS = {
     # build_translator (tests/export/test_translator_export.py)
     "tests/export/test_translator_export.py": "tiny_translator",
     "tests/apps/test_translate.py": "tiny_translator",
+    # translator_runs (tests/apps/translator_runs.py)
+    "tests/apps/test_tokenize_app.py": "translator_runs",
+    "tests/apps/test_train_translator.py": "translator_runs",
     # trained_classifier, budget_classifier (tests/classifier_fixtures.py)
     "tests/apps/test_export_app.py": "trained_classifier",
     "tests/apps/test_predict.py": "trained_classifier",
@@ -51,6 +54,7 @@ SHARED_FIXTURES = {
     "translator": "tiny_translator",  # tests/apps/test_translate.py, through build_translator
     "trained_classifier": "trained_classifier",
     "budget_classifier": "trained_classifier",
+    "translator_runs": "translator_runs",
     "exports": "serving_exports",
     "api_server": "serving_exports",  # real servers on the exports (tests/serving/conftest.py)
     "explorer_server": "serving_exports",
@@ -70,7 +74,7 @@ LONGEST_FIRST = [
     "tests/apps/test_search.py",
     "tests/apps/test_export_jax_runs.py",
     "tests/training/test_translation_selection.py",
-    "tests/apps/test_tokenize_app.py",
+    "translator_runs",
     "tests/training/test_bag_of_ngrams_combination.py",
     "tests/layers/test_mixed_precision.py",
     "tests/apps/test_multi_worker.py",
@@ -82,7 +86,6 @@ LONGEST_FIRST = [
     "tests/training/test_retracing.py",
     "tests/models/test_models_attention_class.py",
     "tests/training/test_shared_vocabulary.py",
-    "tests/apps/test_train_translator.py",
     "tests/training/test_losses.py",
     "tests/layers/test_crosscheck.py",
     "tests/models/test_seq2seq.py",

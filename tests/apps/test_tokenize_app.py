@@ -1,6 +1,10 @@
 """`python -m apps.tokenize` and `--data tokens:DIR`: a run from a token folder
 is the run from the raw data (same settings, same batches, same history),
-flags that contradict the folder are usage errors, and a tokens run resumes."""
+flags that contradict the folder are usage errors, and a tokens run resumes.
+
+The classifier's tokens run is the one interrupted and resumed, so that it
+also resumes into the raw run; the translator's runs are those of
+tests/apps/translator_runs.py, shared with tests/apps/test_train_translator.py."""
 
 import contextlib
 import csv
@@ -17,6 +21,12 @@ from apps import tokenize, train_classifier, train_translator
 from keras_transformer.data.tokens import read_token_folder
 from keras_transformer.training.runs import RunFolder
 from tests.apps.test_train_translator import write_pairs
+from tests.apps.translator_runs import (
+    TRANSLATOR_TOKEN_FLAGS,
+    TRANSLATOR_TRAIN_FLAGS,
+    run_main,
+    translator_app_runs,
+)
 from tests.classifier_fixtures import expect_usage_error, write_keyword_csv
 
 CLASSIFIER_TOKEN_FLAGS = ["--vocab-size", "200", "--pooling", "cls", "--max-examples", "90"]
@@ -33,53 +43,15 @@ CLASSIFIER_TRAIN_FLAGS = [
     "0.1",
     "--learning-rate",
     "0.005",
+    # Two epochs: the tokens run is interrupted after the first and resumed.
     "--epochs",
-    "1",
-    "--verbose",
     "2",
-    "--no-export",
-]
-TRANSLATOR_TOKEN_FLAGS = [
-    "--vocab-size",
-    "120",
-    "--max-length",
-    "12",
-    "--validation-size",
-    "8",
-    "--test-size",
-    "8",
-]
-TRANSLATOR_TRAIN_FLAGS = [
-    "--num-layers",
-    "1",
-    "--d-model",
-    "32",
-    "--num-heads",
-    "2",
-    "--intermediate-dim",
-    "64",
-    "--batch-size",
-    "16",
-    "--warmup-steps",
-    "10",
-    "--chrf-pairs",
-    "4",
-    "--epochs",
-    "1",
     "--verbose",
     "2",
     "--no-export",
 ]
 # "name value: reason", as data_rules' `Choice.line` prints a chosen setting.
 CHOICE_LINE = re.compile(r"^[a-z_]+ [^ :]+: ")
-
-
-def run_main(main, argv):
-    """`(exit status, stdout)` of an app's `main`."""
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output):
-        status = main(argv)
-    return status, output.getvalue()
 
 
 def choice_lines(output):
@@ -123,71 +95,57 @@ def classifier_runs(corpora, tmp_path_factory):
             str(folder / "raw"),
         ],
     )
-    # --vocab-size agrees with the folder, so it is no contradiction.
-    outputs["tokens"] = run_main(
-        train_classifier.main,
-        [
-            "--data",
-            f"tokens:{tokens_dir}",
-            "--vocab-size",
-            "200",
-            *CLASSIFIER_TRAIN_FLAGS,
-            "--run-dir",
-            str(folder / "tokens_run"),
-        ],
-    )
+    # The tokens run is interrupted after its first epoch (backed up), then resumed: the
+    # first epoch is the raw run's. (The resumed one is not compared: on TensorFlow the
+    # dropout after a resume does not replay the uninterrupted run's.) --vocab-size agrees
+    # with the folder, so it is no contradiction.
+    tokens_argv = [
+        "--data",
+        f"tokens:{tokens_dir}",
+        "--vocab-size",
+        "200",
+        *CLASSIFIER_TRAIN_FLAGS,
+        "--run-dir",
+        str(folder / "tokens_run"),
+    ]
+    printed = io.StringIO()
+    real_callbacks = RunFolder.callbacks
+    with pytest.MonkeyPatch.context() as patch:
+        # After the folder's own callbacks, so the first epoch is backed up before the "crash".
+        patch.setattr(
+            RunFolder,
+            "callbacks",
+            lambda self, *args, **kwargs: [
+                *real_callbacks(self, *args, **kwargs),
+                InterruptAfterFirstEpoch(),
+            ],
+        )
+        with pytest.raises(Interrupted), contextlib.redirect_stdout(printed):
+            train_classifier.main(tokens_argv)
+    outputs["tokens"] = printed.getvalue()
+    epochs_before_resume = len(read_history(str(folder / "tokens_run")))
+    outputs["resumed"] = run_main(train_classifier.main, [*tokens_argv, "--resume"])
     return {
         "tokens_dir": tokens_dir,
         "raw": str(folder / "raw"),
         "tokens_run": str(folder / "tokens_run"),
         "outputs": outputs,
+        "epochs_before_resume": epochs_before_resume,
     }
+
+
+class Interrupted(Exception):
+    pass
+
+
+class InterruptAfterFirstEpoch(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        raise Interrupted()
 
 
 @pytest.fixture(scope="module")
-def translator_runs(corpora, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("translator")
-    tokens_dir = str(folder / "tokens")
-    outputs = {
-        "tokenize": run_main(
-            tokenize.main,
-            [
-                "translator",
-                "--data",
-                f"tsv:{corpora['tsv']}",
-                *TRANSLATOR_TOKEN_FLAGS,
-                "--out",
-                tokens_dir,
-            ],
-        )
-    }
-    outputs["raw"] = run_main(
-        train_translator.main,
-        [
-            "--data",
-            f"tsv:{corpora['tsv']}",
-            *TRANSLATOR_TOKEN_FLAGS,
-            *TRANSLATOR_TRAIN_FLAGS,
-            "--run-dir",
-            str(folder / "raw"),
-        ],
-    )
-    outputs["tokens"] = run_main(
-        train_translator.main,
-        [
-            "--data",
-            f"tokens:{tokens_dir}",
-            *TRANSLATOR_TRAIN_FLAGS,
-            "--run-dir",
-            str(folder / "tokens_run"),
-        ],
-    )
-    return {
-        "tokens_dir": tokens_dir,
-        "raw": str(folder / "raw"),
-        "tokens_run": str(folder / "tokens_run"),
-        "outputs": outputs,
-    }
+def translator_runs(tmp_path_factory):
+    return translator_app_runs(tmp_path_factory)
 
 
 def read_json(path):
@@ -200,7 +158,9 @@ def read_history(run_dir):
         return list(csv.DictReader(history_file))
 
 
-def assert_same_run(raw_dir, tokens_dir, tokens_name):
+def assert_same_run(raw_dir, tokens_dir, tokens_name, epochs_compared=None):
+    """The same settings, folder and history; the history's first `epochs_compared`
+    epochs (None: all) to the last digits."""
     raw_settings = read_json(os.path.join(raw_dir, "settings.json"))
     tokens_settings = read_json(os.path.join(tokens_dir, "settings.json"))
     assert tokens_settings.pop("data") == tokens_name
@@ -208,7 +168,9 @@ def assert_same_run(raw_dir, tokens_dir, tokens_name):
     assert tokens_settings == raw_settings
     raw_history, tokens_history = read_history(raw_dir), read_history(tokens_dir)
     assert [row.keys() for row in raw_history] == [row.keys() for row in tokens_history]
-    for raw_row, tokens_row in zip(raw_history, tokens_history, strict=True):
+    for raw_row, tokens_row in zip(
+        raw_history[:epochs_compared], tokens_history[:epochs_compared], strict=True
+    ):
         np.testing.assert_allclose(
             [float(v) for v in tokens_row.values()], [float(v) for v in raw_row.values()], rtol=1e-5
         )
@@ -286,11 +248,12 @@ def test_tokenize_refuses_a_token_folder_as_its_data(tmp_path, capsys):
 
 
 def test_classifier_from_tokens_is_the_raw_run(classifier_runs):
-    assert classifier_runs["outputs"]["raw"][0] == classifier_runs["outputs"]["tokens"][0] == 0
+    assert classifier_runs["outputs"]["raw"][0] == classifier_runs["outputs"]["resumed"][0] == 0
     assert_same_run(
         classifier_runs["raw"],
         classifier_runs["tokens_run"],
         f"tokens:{classifier_runs['tokens_dir']}",
+        epochs_compared=1,
     )
     saved = read_json(os.path.join(classifier_runs["tokens_run"], "settings.json"))
     assert saved["settings"]["pooling"] == "cls"
@@ -305,7 +268,7 @@ def test_classifier_from_tokens_is_the_raw_run(classifier_runs):
     # The same choices, printed the same way.
     raw_lines = choice_lines(classifier_runs["outputs"]["raw"][1])
     assert "batch_size" in " ".join(raw_lines)
-    assert choice_lines(classifier_runs["outputs"]["tokens"][1]) == raw_lines
+    assert choice_lines(classifier_runs["outputs"]["tokens"]) == raw_lines
 
 
 def test_translator_from_tokens_is_the_raw_run(translator_runs):
@@ -407,41 +370,12 @@ def test_a_folder_of_the_other_task_or_none_is_a_usage_error(translator_runs, tm
 # --- --resume ----------------------------------------------------------------------
 
 
-class Interrupted(Exception):
-    pass
-
-
-class InterruptAfterFirstEpoch(keras.callbacks.Callback):
-    def on_epoch_end(self, epoch, logs=None):
-        raise Interrupted()
-
-
-def test_a_tokens_run_resumes(classifier_runs, tmp_path, monkeypatch):
-    run_dir = str(tmp_path / "run")
-    argv = [
-        "--data",
-        f"tokens:{classifier_runs['tokens_dir']}",
-        *CLASSIFIER_TRAIN_FLAGS,
-        "--epochs",
-        "2",
-        "--run-dir",
-        run_dir,
-    ]
-    real_callbacks = RunFolder.callbacks
-    # After the folder's own callbacks, so the first epoch is backed up before the "crash".
-    monkeypatch.setattr(
-        RunFolder,
-        "callbacks",
-        lambda self, *args, **kwargs: [
-            *real_callbacks(self, *args, **kwargs),
-            InterruptAfterFirstEpoch(),
-        ],
-    )
-    with pytest.raises(Interrupted):
-        run_main(train_classifier.main, argv)
-    assert len(read_history(run_dir)) == 1
-    monkeypatch.setattr(RunFolder, "callbacks", real_callbacks)
-    status, output = run_main(train_classifier.main, [*argv, "--resume"])
+def test_a_tokens_run_resumes(classifier_runs):
+    # Its settings, folder and first epoch are the raw run's:
+    # test_classifier_from_tokens_is_the_raw_run.
+    run_dir = classifier_runs["tokens_run"]
+    assert classifier_runs["epochs_before_resume"] == 1
+    status, output = classifier_runs["outputs"]["resumed"]
     assert status == 0 and "Resuming" in output
     assert [row["epoch"] for row in read_history(run_dir)] == ["0", "1"]
     assert (

@@ -1,15 +1,19 @@
-"""`python -m apps.train_translator` on a tiny TSV: the run folder and bad input."""
+"""`python -m apps.train_translator` on a tiny TSV: the run folder and bad input.
+
+The run is tests/apps/translator_runs.py's raw run, which test_tokenize_app.py
+shares; it does not export: that an app run exports its first version is
+checked on the run of tests/training/test_shared_vocabulary.py."""
 
 import csv
 import json
 import os
-import warnings
 
 import keras
 import numpy as np
 import pytest
 
 from apps import train_translator
+from tests.apps.translator_runs import translator_app_runs
 from tests.classifier_fixtures import expect_usage_error
 
 NUMBERS = ["uno", "dos", "tres", "cuatro", "cinco", "seis"]
@@ -52,45 +56,21 @@ def write_pairs(path, count=96, seed=0):
 
 
 @pytest.fixture(scope="module")
-def translator_run_and_warnings(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("translator")
-    data = write_pairs(folder / "pairs.tsv")
-    run_dir = str(folder / "run")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        status = train_translator.main(
-            [
-                "--data",
-                f"tsv:{data}",
-                *FLAGS,
-                "--epochs",
-                "3",
-                "--run-dir",
-                run_dir,
-                "--export-dir",
-                str(folder / "export"),
-            ]
-        )
-    return (status, run_dir), [str(warning.message) for warning in caught]
+def translator_runs(tmp_path_factory):
+    return translator_app_runs(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
-def translator_run(translator_run_and_warnings):
-    return translator_run_and_warnings[0]
+def translator_run(translator_runs):
+    """`(exit status, run folder)` of the raw TSV run of tests/apps/translator_runs.py."""
+    return translator_runs["outputs"]["raw"][0], translator_runs["raw"]
 
 
-def test_length_bucketed_epochs_do_not_run_out_of_data(translator_run_and_warnings):
+def test_length_bucketed_epochs_do_not_run_out_of_data(translator_runs):
     # Bucketing leaves the number of batches unknown; an epoch of fixed steps
     # over a repeated stream keeps Keras from warning (and stopping) each epoch.
-    _, messages = translator_run_and_warnings
+    messages = translator_runs["raw_warnings"]
     assert not [message for message in messages if "ran out of data" in message]
-
-
-def test_run_exports_a_first_version(translator_run):
-    _, run_dir = translator_run
-    export_dir = os.path.join(os.path.dirname(run_dir), "export")
-    assert os.listdir(export_dir) == ["1"]
-    assert os.path.exists(os.path.join(export_dir, "1", "saved_model.pb"))
 
 
 def test_run_trains_and_writes_its_folder(translator_run):

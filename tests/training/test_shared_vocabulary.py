@@ -1,7 +1,11 @@
 """`--shared-vocabulary`: one cased WordPiece vocabulary from both
 languages, one token embedding for the encoder, the decoder and the output
 projection; the run exports, loads in a process without the project, and
-serves as a translator with two vocabularies does."""
+serves as a translator with two vocabularies does.
+
+The run is also the app run whose export the translator's other tests check
+(the first version; `val_chrf` is the chrF of its greedy translations), so
+that they need no export of their own."""
 
 import json
 import os
@@ -14,10 +18,13 @@ import tensorflow as tf
 from starlette.testclient import TestClient
 
 from apps import train_translator
+from apps.training_flags import translation_data_from_flags
 from keras_transformer.decoding import greedy_decode
 from keras_transformer.serving import ModelRepository, ServerSettings, create_app
 from keras_transformer.serving.model_config import model_configs
 from keras_transformer.text import WordPieceTokenizer
+from keras_transformer.training.runs import RunFolder
+from keras_transformer.training.translator.chrf import chrf_subset, corpus_chrf
 from tests.apps.test_train_translator import ENGLISH, FLAGS, NUMBERS, write_pairs
 from tests.export.test_translator_export import LOADER, fresh_environment
 
@@ -28,25 +35,26 @@ TEXTS = ["uno dos tres", "seis cinco", "", "cuatro cuatro uno dos"]
 def shared_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("shared")
     data = write_pairs(folder / "pairs.tsv")
-    status = train_translator.main(
-        [
-            "--data",
-            f"tsv:{data}",
-            *FLAGS,
-            "--epochs",
-            "2",
-            "--shared-vocabulary",
-            "--run-dir",
-            str(folder / "run"),
-            "--export-dir",
-            str(folder / "export"),
-        ]
-    )
+    argv = [
+        "--data",
+        f"tsv:{data}",
+        *FLAGS,
+        "--epochs",
+        "2",
+        "--shared-vocabulary",
+        "--run-dir",
+        str(folder / "run"),
+        "--export-dir",
+        str(folder / "export"),
+    ]
+    status = train_translator.main(argv)
     assert status == 0
     return {
         "run_dir": str(folder / "run"),
+        "export_dir": str(folder / "export"),
         "version_dir": str(folder / "export" / "1"),
         "folder": folder,
+        "argv": argv,
     }
 
 
@@ -63,8 +71,19 @@ def test_one_cased_vocabulary_holds_both_languages(shared_run, outside_process):
         assert json.load(settings_file)["settings"]["shared_vocabulary"] is True
 
 
-def test_one_token_table_embeds_both_sides_and_projects_the_output(shared_run):
-    model = keras.models.load_model(os.path.join(shared_run["run_dir"], "model.keras"))
+def test_run_exports_a_first_version(shared_run):
+    assert os.listdir(shared_run["export_dir"]) == ["1"]
+    assert os.path.exists(os.path.join(shared_run["version_dir"], "saved_model.pb"))
+
+
+@pytest.fixture(scope="module")
+def trained_model(shared_run):
+    """The run's `model.keras`, loaded once for the module."""
+    return keras.models.load_model(os.path.join(shared_run["run_dir"], "model.keras"))
+
+
+def test_one_token_table_embeds_both_sides_and_projects_the_output(trained_model):
+    model = trained_model
     assert model.share_embeddings and model.source_vocabulary_size == model.target_vocabulary_size
     assert model.source_embedding is model.target_embedding and model.output_projection is None
     vocabulary_size = model.source_vocabulary_size
@@ -80,9 +99,9 @@ def exported(shared_run):
     return tf.saved_model.load(shared_run["version_dir"])
 
 
-def test_the_export_translates_as_the_trained_model(shared_run, exported):
+def test_the_export_translates_as_the_trained_model(shared_run, trained_model, exported):
     run_dir = shared_run["run_dir"]
-    model = keras.models.load_model(os.path.join(run_dir, "model.keras"))
+    model = trained_model
     tokenizer = WordPieceTokenizer(os.path.join(run_dir, "vocabulary.txt"), lower_case=False)
     source_ids = tokenizer.encode(tf.constant(TEXTS), model.sequence_length)
     token_ids = greedy_decode(
@@ -150,3 +169,25 @@ def test_the_export_loads_without_the_project(outside_process, exported):
             for text in exported.signatures[name](text=tf.constant(TEXTS))["translation"].numpy()
         ]
         assert result[name]["translations"] == expected == result["tf1_" + name]
+
+
+def test_val_chrf_is_the_chrf_of_the_exported_greedy_translations(shared_run, exported):
+    # The run ends on the kept epoch's weights: the export's `greedy`
+    # signature on the run's validation subset scores what that epoch logged.
+    folder = RunFolder(shared_run["run_dir"])
+    kept = folder.read_best_epoch()
+    assert kept["monitor"] == "val_chrf"
+    with open(folder.file("settings.json")) as settings_file:
+        settings = json.load(settings_file)["settings"]
+    # The pairs the app split off for validation, as it loaded them.
+    validation = translation_data_from_flags(
+        train_translator.build_parser().parse_args(shared_run["argv"])
+    ).validation
+    subset = chrf_subset(len(validation), settings["chrf_pairs"], settings["seed"])
+    sources = [validation.sources[index] for index in subset]
+    references = [validation.targets[index] for index in subset]
+    translations = [
+        text.decode("utf-8")
+        for text in exported.signatures["greedy"](text=tf.constant(sources))["translation"].numpy()
+    ]
+    assert corpus_chrf(translations, references) == pytest.approx(kept["value"], abs=1e-9)

@@ -12,6 +12,8 @@ import tensorflow as tf
 
 from apps import train_translator as train_translator_app
 from keras_transformer.data import load_translation_data
+from keras_transformer.data.translation import PairSplit, TranslationData
+from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
 from keras_transformer.training import callbacks as training_callbacks
 from keras_transformer.training.runs import RunFolder
@@ -20,6 +22,7 @@ from keras_transformer.training.translator.pipeline import train_translator
 from keras_transformer.training.translator.settings import TranslatorSettings
 from tests.apps.test_train_translator import FLAGS, write_pairs
 from tests.classifier_fixtures import expect_usage_error
+from tests.training.test_retracing import count_train_step_traces, long_texts
 
 # --- chrF, by hand ------------------------------------------------------------------
 
@@ -216,32 +219,71 @@ class CrashAfterEpoch(keras.callbacks.Callback):
             raise Crash
 
 
-@pytest.fixture(scope="module")
-def resumed_run(numbers_data, tmp_path_factory):
-    """Three epochs of the numbers translator, interrupted after the second and resumed."""
-    run_dir = tmp_path_factory.mktemp("resumed") / "run"
-    with pytest.raises(Crash):
-        train_translator(
-            numbers_data,
-            TranslatorSettings(epochs=3, **SETTINGS),
-            run_dir,
-            verbose=0,
-            callbacks=[CrashAfterEpoch(1)],
-        )
-    history_before = RunFolder(run_dir).read_history()
-    # Settings given on resume are ignored for the saved ones (val_chrf on 200 pairs).
-    run = train_translator(
-        numbers_data,
-        TranslatorSettings(epochs=3, monitor="val_loss", chrf_pairs=0, **SETTINGS),
-        run_dir,
-        resume=True,
-        verbose=0,
+def fixed_shape_data(train_size, held_out_size):
+    """Pairs of 16-word texts, longer than `SETTINGS`' sequence length, so every
+    row is truncated to it: with `train_size` a multiple of the batch size, every
+    training batch has one shape."""
+
+    def split(count, seed):
+        return PairSplit(long_texts(count, seed, words=16), long_texts(count, seed + 100, words=16))
+
+    return TranslationData(
+        "synthetic",
+        split(train_size, 0),
+        split(held_out_size, 1),
+        split(held_out_size, 2),
+        "source",
+        "target",
+        0,
+        0,
     )
-    return run, history_before
+
+
+@pytest.fixture(scope="module")
+def resumed_run(tmp_path_factory):
+    """Four epochs of a cosine-scheduled translator: interrupted after the second,
+    resumed with a time budget that the third epoch's chrF decode spends.
+
+    The decode moves a clock of the callbacks module only (the time budget's and
+    the schedule's) an hour on. Returns `(run, history before the resume, planned
+    training steps, train-step traces of the interrupted part, of the resumed part)`.
+    """
+    data = fixed_shape_data(4 * SETTINGS["batch_size"], SETTINGS["batch_size"])
+    run_dir = tmp_path_factory.mktemp("resumed") / "run"
+    settings = TranslatorSettings(epochs=4, schedule="cosine", **SETTINGS)
+    with pytest.MonkeyPatch.context() as patch:
+        traces_before = count_train_step_traces(patch, Seq2SeqTransformer)
+        with pytest.raises(Crash):
+            train_translator(data, settings, run_dir, verbose=0, callbacks=[CrashAfterEpoch(1)])
+    history_before = RunFolder(run_dir).read_history()
+    clock = {"now": 0.0}
+    decode = ValidationChrF.on_epoch_end
+
+    def slow_decode(self, epoch, logs=None):
+        decode(self, epoch, logs)
+        clock["now"] += 3600.0
+
+    with pytest.MonkeyPatch.context() as patch:
+        traces_after = count_train_step_traces(patch, Seq2SeqTransformer)
+        patch.setattr(
+            training_callbacks, "time", type("Clock", (), {"monotonic": lambda: clock["now"]})
+        )
+        patch.setattr(ValidationChrF, "on_epoch_end", slow_decode)
+        # Settings given on resume are ignored for the saved ones (val_chrf on 200 pairs).
+        run = train_translator(
+            data,
+            TranslatorSettings(epochs=4, monitor="val_loss", chrf_pairs=0, **SETTINGS),
+            run_dir,
+            resume=True,
+            time_budget_minutes=30,
+            verbose=0,
+        )
+    planned = settings.epochs * -(-len(data.train) // settings.batch_size)
+    return run, history_before, planned, traces_before, traces_after
 
 
 def test_every_epoch_logs_val_chrf_across_the_resume(resumed_run):
-    run, history_before = resumed_run
+    run, history_before, *_ = resumed_run
     assert len(history_before["val_chrf"]) == 2
     history = RunFolder(run.run_dir).read_history()
     assert len(history["loss"]) == 3 and len(history["val_chrf"]) == 3
@@ -250,7 +292,7 @@ def test_every_epoch_logs_val_chrf_across_the_resume(resumed_run):
 
 
 def test_the_kept_epoch_is_the_best_val_chrf_of_the_whole_run(resumed_run):
-    run, _ = resumed_run
+    run, *_ = resumed_run
     folder = RunFolder(run.run_dir)
     history, kept = folder.read_history(), folder.read_best_epoch()
     best = max(history["val_chrf"])
@@ -260,57 +302,26 @@ def test_the_kept_epoch_is_the_best_val_chrf_of_the_whole_run(resumed_run):
     assert kept["value"] == pytest.approx(best)
 
 
-def test_val_chrf_is_the_chrf_of_the_exported_greedy_translations(
-    resumed_run, numbers_data, tmp_path
-):
-    # The run ends on the kept epoch's weights: the export's `greedy`
-    # signature on the same validation pairs scores what that epoch logged.
-    from keras_transformer.export import export_translator
-
-    run, _ = resumed_run
-    kept = RunFolder(run.run_dir).read_best_epoch()
-    version_dir = export_translator(
-        run.model,
-        run.source_tokenizer,
-        run.target_tokenizer,
-        str(tmp_path / "export"),
-        max_output_length=SETTINGS["sequence_length"],
-    )
-    greedy = tf.saved_model.load(version_dir).signatures["greedy"]
-    subset = chrf_subset(len(numbers_data.validation), 200, TranslatorSettings().seed)
-    sources = [numbers_data.validation.sources[index] for index in subset]
-    references = [numbers_data.validation.targets[index] for index in subset]
-    translations = [
-        text.decode("utf-8") for text in greedy(text=tf.constant(sources))["translation"].numpy()
-    ]
-    assert corpus_chrf(translations, references) == pytest.approx(kept["value"], abs=1e-9)
+# That `val_chrf` is the chrF of the exported greedy translations is checked
+# on an app run that exports: tests/training/test_shared_vocabulary.py.
 
 
-def test_a_time_budget_spent_by_the_decode_ends_training_with_that_epoch(
-    numbers_data, tmp_path, monkeypatch
-):
-    # A clock for the callbacks module only, which the decode moves an hour on.
-    clock = {"now": 0.0}
-    monkeypatch.setattr(
-        training_callbacks, "time", type("Clock", (), {"monotonic": lambda: clock["now"]})
-    )
-    decode = ValidationChrF.on_epoch_end
-
-    def slow_decode(self, epoch, logs=None):
-        decode(self, epoch, logs)
-        clock["now"] += 3600.0
-
-    monkeypatch.setattr(ValidationChrF, "on_epoch_end", slow_decode)
-    run = train_translator(
-        numbers_data,
-        TranslatorSettings(epochs=3, **SETTINGS),
-        tmp_path / "run",
-        time_budget_minutes=30,
-        verbose=0,
-    )
+def test_a_time_budget_spent_by_the_decode_ends_training_with_that_epoch(resumed_run):
+    # The resumed part trained the third epoch of four, and no more.
+    run, history_before, *_ = resumed_run
     history = RunFolder(run.run_dir).read_history()
     assert run.stopped_by_time_budget
-    assert len(history["loss"]) == 1 and len(history["val_chrf"]) == 1
+    assert len(history["loss"]) - len(history_before["loss"]) == 1
+    assert len(history["val_chrf"]) - len(history_before["val_chrf"]) == 1
+
+
+def test_the_translator_traces_its_train_step_once_in_each_part_of_the_run(resumed_run):
+    """As tests/training/test_retracing.py checks for the classifier: the
+    translator's `fit`, callbacks and all, traces its train step once for
+    batches of one shape (two epochs before the interruption, one after)."""
+    *_, traces_before, traces_after = resumed_run
+    assert len(traces_before) == 1, f"traced {len(traces_before)} times: {traces_before}"
+    assert len(traces_after) == 1, f"traced {len(traces_after)} times: {traces_after}"
 
 
 # --- flags -----------------------------------------------------------------------------
@@ -381,18 +392,13 @@ def test_the_cosine_schedule_warms_up_to_the_inverse_sqrt_peak_and_ends_at_0():
         learning_rate_schedule_of(TranslatorSettings(d_model=256, warmup_steps=100))
 
 
-def test_a_cosine_run_cut_short_by_its_budget_shortens_its_schedule(numbers_data, tmp_path):
+def test_a_cosine_run_cut_short_by_its_budget_shortens_its_schedule(resumed_run):
     from keras_transformer.training.compiling import learning_rate_schedule
     from keras_transformer.training.schedules import WarmupCosine
 
-    settings = TranslatorSettings(epochs=50, schedule="cosine", **SETTINGS)
-    # A budget spent by the first step: training stops after it.
-    run = train_translator(
-        numbers_data, settings, tmp_path / "run", time_budget_minutes=1e-6, verbose=0
-    )
+    run, _, planned, *_ = resumed_run
     schedule = learning_rate_schedule(run.model)
     assert run.stopped_by_time_budget and isinstance(schedule, WarmupCosine)
-    planned = 50 * -(-len(numbers_data.train) // settings.batch_size)
     assert float(schedule.total_steps.numpy()) < planned
     assert (
         json.load(open(os.path.join(run.run_dir, "settings.json")))["settings"]["schedule"]
