@@ -79,10 +79,11 @@ crosscheck: venv
 # The whole suite on TensorFlow, then the layers again on JAX (layers use keras.ops only);
 # tests/test_packaging.py (the wheel in a fresh virtual environment) runs in the first.
 # Both on TEST_WORKERS pytest-xdist workers (two: CI has 2 CPU cores), scheduled by
-# tests/conftest.py's groups (the files that share a trained model or an export run
-# on one worker); TEST_WORKERS=0 runs in this process.
+# tests/scheduling.py's groups (the files that share a trained model or an export run
+# on one worker); TEST_WORKERS=0 runs in this process. Each pass ends with its 30
+# slowest steps (setup, call or teardown), so a CI log shows where the time went.
 TEST_WORKERS ?= 2
-PYTEST := $(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 test: lint test-tensorflow test-jax
 
