@@ -60,7 +60,7 @@ SHARED_FIXTURES = {
     "explorer_server": "serving_exports",
 }
 
-# Groups of a minute or more on two busy cores, longest first (measured with
+# Groups of 15 seconds or more on two cores, longest first (measured with
 # `--durations`, setup included); the other groups follow in pytest-xdist's
 # order (most tests first). A long group that starts last keeps its worker
 # running alone after the other has finished.
