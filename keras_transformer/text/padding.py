@@ -15,12 +15,13 @@ def trim_shared_padding(token_ids, min_length=1):
     return token_ids[:, : tf.maximum(longest, min_length)]
 
 
-def trim_shared_padding_array(token_ids, min_length=1, multiple=1):
+def trim_shared_padding_array(token_ids, min_length=1, round_up=None):
     """`trim_shared_padding` of a NumPy `[B, L]` id array (training batches, on any backend).
 
-    With `multiple`, the width kept is rounded up to a multiple of it (at
-    most `L`): a backend that compiles a step for every new shape (JAX) then
-    compiles a few widths, not every one.
+    With `round_up` (a function of the longest row's length), the width kept
+    is `round_up(longest)`, at most `L`: a backend that compiles a step for
+    every new shape (JAX) then compiles a few widths, not every one.
     """
     longest = max(int((token_ids != 0).sum(axis=1).max(initial=0)), min_length)
-    return token_ids[:, : min(-(-longest // multiple) * multiple, token_ids.shape[1])]
+    width = round_up(longest) if round_up is not None else longest
+    return token_ids[:, : min(width, token_ids.shape[1])]

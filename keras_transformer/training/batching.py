@@ -120,17 +120,28 @@ class ArrayBatches(keras.utils.PyDataset):
         )
 
 
-def batch_width_multiple():
-    """What trimmed batch widths are rounded up to: JAX compiles the train step
-    for every new shape, TensorFlow traces one step for all (and PyTorch runs eagerly)."""
-    return 8 if keras.backend.backend() == "jax" else 1
+def batch_width_rounding():
+    """How a trimmed batch's width is rounded up on this backend (None: not at all).
+
+    JAX compiles the train step for every new shape, and on a GPU one compile
+    of a model costs as much as hundreds of its steps: there the width is a
+    power of two, so an epoch compiles a handful of widths. TensorFlow traces
+    one step for all widths and PyTorch runs eagerly: there it is the longest
+    row's.
+    """
+    return power_of_two_width if keras.backend.backend() == "jax" else None
+
+
+def power_of_two_width(length):
+    """The smallest power of two that holds `length` tokens, at least 8."""
+    return max(8, 1 << (max(length, 1) - 1).bit_length())
 
 
 def trim_id_rows(*arrays):
     """The batch `(arrays...)` with each 2-D id array's shared padding columns trimmed."""
-    multiple = batch_width_multiple()
+    round_up = batch_width_rounding()
     return tuple(
-        trim_shared_padding_array(array, multiple=multiple) if array.ndim == 2 else array
+        trim_shared_padding_array(array, round_up=round_up) if array.ndim == 2 else array
         for array in arrays
     )
 

@@ -1,11 +1,17 @@
 """Batch shaping: shared-padding trimming and length buckets (`ArrayBatches`)."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_transformer.text.padding import trim_shared_padding, trim_shared_padding_array
-from keras_transformer.training.batching import ArrayBatches, as_tf_dataset
+from keras_transformer.training.batching import (
+    ArrayBatches,
+    as_tf_dataset,
+    power_of_two_width,
+    trim_id_rows,
+)
 
 
 def padded_rows(lengths, width):
@@ -102,31 +108,47 @@ def test_as_tf_dataset_reads_each_epochs_batches_of_any_width():
     assert as_tf_dataset(dataset) is dataset  # other data passes through
 
 
-def test_trimmed_widths_round_up_to_a_multiple_within_the_rows():
+def test_trimmed_widths_round_up_to_a_power_of_two_within_the_rows():
     rows = padded_rows([3, 5, 1], 20)
-    assert trim_shared_padding_array(rows, multiple=8).shape == (3, 8)
-    np.testing.assert_array_equal(trim_shared_padding_array(rows, multiple=8), rows[:, :8])
-    assert trim_shared_padding_array(padded_rows([9], 20), multiple=8).shape == (1, 16)
+    assert trim_shared_padding_array(rows, round_up=power_of_two_width).shape == (3, 8)
+    np.testing.assert_array_equal(
+        trim_shared_padding_array(rows, round_up=power_of_two_width), rows[:, :8]
+    )
+    for longest, width in [(8, 8), (9, 16), (16, 16), (17, 32), (33, 64), (0, 8)]:
+        assert trim_shared_padding_array(
+            padded_rows([longest], 100), round_up=power_of_two_width
+        ).shape == (1, width)
     # never past L
-    assert trim_shared_padding_array(padded_rows([9], 12), multiple=8).shape == (
+    assert trim_shared_padding_array(padded_rows([9], 12), round_up=power_of_two_width).shape == (
         1,
         12,
     )
-    assert trim_shared_padding_array(padded_rows([0], 12), multiple=8).shape == (1, 8)
 
 
-@pytest.mark.parametrize("multiple", [1, 8])
-def test_teacher_forcing_splits_trimmed_targets_into_inputs_and_labels(multiple, monkeypatch):
+def test_batch_widths_round_up_on_jax_only(monkeypatch):
+    from keras_transformer.training import batching
+
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    assert batching.batch_width_rounding() is power_of_two_width
+    assert trim_id_rows(padded_rows([20, 3], 40))[0].shape == (2, 32)
+    for backend in ("tensorflow", "torch"):
+        monkeypatch.setattr(keras.backend, "backend", lambda backend=backend: backend)
+        assert batching.batch_width_rounding() is None
+        assert trim_id_rows(padded_rows([20, 3], 40))[0].shape == (2, 20)
+
+
+@pytest.mark.parametrize("round_up", [None, power_of_two_width])
+def test_teacher_forcing_splits_trimmed_targets_into_inputs_and_labels(round_up, monkeypatch):
     from keras_transformer.training.translator import pipeline as translator
 
-    monkeypatch.setattr(translator, "batch_width_multiple", lambda: multiple)
+    monkeypatch.setattr(translator, "batch_width_rounding", lambda: round_up)
     sources = padded_rows([3, 6, 2], 12)
     targets = padded_rows([4, 9, 2], 13)
     inputs, labels = translator._teacher_forcing(sources, targets)
     # Independently: trimmed by the TensorFlow op to the longest row (at least 2), then split.
     trimmed = trim_shared_padding(tf.constant(targets), min_length=2).numpy()
     width = trimmed.shape[1] - 1
-    if multiple == 1:
+    if round_up is None:
         np.testing.assert_array_equal(inputs["source_ids"], sources[:, :6])
         np.testing.assert_array_equal(inputs["target_ids"], trimmed[:, :-1])
         np.testing.assert_array_equal(labels, trimmed[:, 1:])

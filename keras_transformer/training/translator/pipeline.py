@@ -24,7 +24,7 @@ from keras_transformer.decoding import greedy_decode, greedy_decode_loop
 from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text.padding import trim_shared_padding_array
 from keras_transformer.text.vocabulary import END, START, detokenize
-from keras_transformer.training.batching import ArrayBatches, batch_width_multiple
+from keras_transformer.training.batching import ArrayBatches, batch_width_rounding
 from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.compiling import learning_rate_schedule
 from keras_transformer.training.data_rules import choices_from_record, choices_record
@@ -304,10 +304,10 @@ def _translation_batches(source_ids, target_ids, settings, shuffle):
 def _teacher_forcing(source_ids, target_ids):
     """`[START] y1 .. yn [END]` -> inputs `[START] y1 .. yn`, labels `y1 .. yn [END]`,
     without the padding columns the whole batch shares (NumPy batches)."""
-    multiple = batch_width_multiple()
-    labels = trim_shared_padding_array(target_ids[:, 1:], multiple=multiple)
+    round_up = batch_width_rounding()
+    labels = trim_shared_padding_array(target_ids[:, 1:], round_up=round_up)
     inputs = target_ids[:, : labels.shape[1]]
     return {
-        "source_ids": trim_shared_padding_array(source_ids, multiple=multiple),
+        "source_ids": trim_shared_padding_array(source_ids, round_up=round_up),
         "target_ids": inputs,
     }, labels
