@@ -124,17 +124,25 @@ def batch_width_rounding():
     """How a trimmed batch's width is rounded up on this backend (None: not at all).
 
     JAX compiles the train step for every new shape, and on a GPU one compile
-    of a model costs as much as hundreds of its steps: there the width is a
-    power of two, so an epoch compiles a handful of widths. TensorFlow traces
-    one step for all widths and PyTorch runs eagerly: there it is the longest
-    row's.
+    of a model costs as much as hundreds of its steps: there the width is
+    rounded to one of four steps an octave (`octave_step_width`), so an
+    epoch compiles a handful of widths. TensorFlow traces one step for all
+    widths and PyTorch runs eagerly: there it is the longest row's.
     """
-    return power_of_two_width if keras.backend.backend() == "jax" else None
+    return octave_step_width if keras.backend.backend() == "jax" else None
 
 
-def power_of_two_width(length):
-    """The smallest power of two that holds `length` tokens, at least 8."""
-    return max(8, 1 << (max(length, 1) - 1).bit_length())
+def octave_step_width(length):
+    """`length` rounded up to a multiple of 8, or of an eighth of the next power of two
+    when that is larger: 8, 16, ..., 64, 80, 96, 112, 128, 160, ..., 256, 320, ...
+
+    Long texts then give four widths an octave, not one every 8 tokens, for
+    less than a quarter more positions (`benchmarks/batch_widths.py` counts
+    both on a token folder).
+    """
+    length = max(length, 1)
+    step = max(8, (1 << (length - 1).bit_length()) // 8)
+    return -(-length // step) * step
 
 
 def trim_id_rows(*arrays):

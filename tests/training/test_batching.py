@@ -9,7 +9,7 @@ from keras_transformer.text.padding import trim_shared_padding, trim_shared_padd
 from keras_transformer.training.batching import (
     ArrayBatches,
     as_tf_dataset,
-    power_of_two_width,
+    octave_step_width,
     trim_id_rows,
 )
 
@@ -108,18 +108,29 @@ def test_as_tf_dataset_reads_each_epochs_batches_of_any_width():
     assert as_tf_dataset(dataset) is dataset  # other data passes through
 
 
-def test_trimmed_widths_round_up_to_a_power_of_two_within_the_rows():
+def test_trimmed_widths_round_up_to_eight_steps_an_octave_within_the_rows():
     rows = padded_rows([3, 5, 1], 20)
-    assert trim_shared_padding_array(rows, round_up=power_of_two_width).shape == (3, 8)
+    assert trim_shared_padding_array(rows, round_up=octave_step_width).shape == (3, 8)
     np.testing.assert_array_equal(
-        trim_shared_padding_array(rows, round_up=power_of_two_width), rows[:, :8]
+        trim_shared_padding_array(rows, round_up=octave_step_width), rows[:, :8]
     )
-    for longest, width in [(8, 8), (9, 16), (16, 16), (17, 32), (33, 64), (0, 8)]:
+    for longest, width in [
+        (0, 8),
+        (8, 8),
+        (9, 16),
+        (57, 64),
+        (65, 80),
+        (80, 80),
+        (81, 96),
+        (129, 160),
+        (300, 320),
+        (1383, 1536),
+    ]:
         assert trim_shared_padding_array(
-            padded_rows([longest], 100), round_up=power_of_two_width
+            padded_rows([longest], 2000), round_up=octave_step_width
         ).shape == (1, width)
     # never past L
-    assert trim_shared_padding_array(padded_rows([9], 12), round_up=power_of_two_width).shape == (
+    assert trim_shared_padding_array(padded_rows([9], 12), round_up=octave_step_width).shape == (
         1,
         12,
     )
@@ -129,15 +140,15 @@ def test_batch_widths_round_up_on_jax_only(monkeypatch):
     from keras_transformer.training import batching
 
     monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
-    assert batching.batch_width_rounding() is power_of_two_width
-    assert trim_id_rows(padded_rows([20, 3], 40))[0].shape == (2, 32)
+    assert batching.batch_width_rounding() is octave_step_width
+    assert trim_id_rows(padded_rows([70, 3], 100))[0].shape == (2, 80)
     for backend in ("tensorflow", "torch"):
         monkeypatch.setattr(keras.backend, "backend", lambda backend=backend: backend)
         assert batching.batch_width_rounding() is None
-        assert trim_id_rows(padded_rows([20, 3], 40))[0].shape == (2, 20)
+        assert trim_id_rows(padded_rows([70, 3], 100))[0].shape == (2, 70)
 
 
-@pytest.mark.parametrize("round_up", [None, power_of_two_width])
+@pytest.mark.parametrize("round_up", [None, octave_step_width])
 def test_teacher_forcing_splits_trimmed_targets_into_inputs_and_labels(round_up, monkeypatch):
     from keras_transformer.training.translator import pipeline as translator
 
