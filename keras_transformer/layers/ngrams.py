@@ -228,6 +228,9 @@ class BagOfNgrams(keras.layers.Layer):
         unigrams `[B, T]`, then (with `num_buckets`) the piece bigrams
         `[B, T-1]`, then (with `num_word_buckets`) the word unigrams `[B, T]`
         and bigrams `[B, T-1]`, in the order of the words."""
+        return self._ngram_ids(token_ids, self.piece_kinds)
+
+    def _ngram_ids(self, token_ids, piece_kinds):
         token_ids = ops.cast(token_ids, "int32")
         real = (token_ids > 0) & (token_ids < self.vocabulary_size)
         rows = [ops.where(real, token_ids, -1)]
@@ -239,13 +242,32 @@ class BagOfNgrams(keras.layers.Layer):
             ) % self.num_buckets + self.vocabulary_size
             rows.append(ops.where(real[:, :-1] & real[:, 1:], hashed, -1))
         if self.num_word_buckets:
-            rows.extend(self._word_ngram_ids(ops.where(real, token_ids, 0)))
+            rows.extend(self._word_ngram_ids(ops.where(real, token_ids, 0), piece_kinds))
         return rows
 
-    def _word_ngram_ids(self, token_ids):
+    def host_ngram_ids(self, token_ids):
+        """`ngram_ids` of NumPy ids `[B, T]`, as NumPy arrays: what `adapt` and
+        `sparse_features` count on the host.
+
+        On JAX the function is compiled once per shape: run op by op, JAX
+        compiles each of its ops for every new shape, which on a GPU costs
+        minutes over a corpus.
+        """
+        if keras.backend.backend() == "jax":
+            import jax
+
+            if getattr(self, "_compiled_ngram_ids", None) is None:
+                self._compiled_ngram_ids = jax.jit(self._ngram_ids)
+            kinds = None if self.piece_kinds is None else self.piece_kinds.value
+            rows = self._compiled_ngram_ids(np.asarray(token_ids), kinds)
+        else:
+            rows = self.ngram_ids(token_ids)
+        return [np.asarray(ops.convert_to_numpy(row)) for row in rows]
+
+    def _word_ngram_ids(self, token_ids, piece_kinds):
         """`(unigrams [B, T], bigrams [B, T-1])` of the words the pieces
         spell, packed to the left in their order, -1 after the last."""
-        kinds = ops.take(self.piece_kinds, token_ids)
+        kinds = ops.take(piece_kinds, token_ids)
         kinds = ops.where(token_ids > 0, kinds, NO_WORD)
         in_word, continues = kinds != NO_WORD, kinds == WORD_CONTINUATION
         length = ops.shape(token_ids)[1]
@@ -301,8 +323,7 @@ class BagOfNgrams(keras.layers.Layer):
             self.build(token_ids.shape)
         document_frequency = np.zeros(self.num_features, np.int64)
         for start in range(0, len(token_ids), batch_size):
-            for rows in self.ngram_ids(token_ids[start : start + batch_size]):
-                rows = keras.ops.convert_to_numpy(rows)
+            for rows in self.host_ngram_ids(token_ids[start : start + batch_size]):
                 for row in rows:
                     document_frequency[np.unique(row[row >= 0])] += 1
         count = len(token_ids)
@@ -357,10 +378,7 @@ class BagOfNgrams(keras.layers.Layer):
         idf = np.asarray(keras.ops.convert_to_numpy(self.idf), np.float64)
         rows, columns, values = [], [], []
         for start in range(0, len(token_ids), batch_size):
-            parts = [
-                np.asarray(keras.ops.convert_to_numpy(ids))
-                for ids in self.ngram_ids(np.asarray(token_ids[start : start + batch_size]))
-            ]
+            parts = self.host_ngram_ids(np.asarray(token_ids[start : start + batch_size]))
             for offset in range(len(parts[0])):
                 ngrams = np.concatenate([part[offset] for part in parts])
                 features, counts = np.unique(ngrams[ngrams >= 0], return_counts=True)

@@ -165,11 +165,14 @@ def _fit_each_family(model, candidates, tokens, batch_size):
         batch_size,
         lambda ids: np.log(np.maximum(model.predict_on_batch(ids), 1e-30)),
     )
+    # Through `predict_on_batch`, compiled, not the layer called op by op: on JAX each op
+    # would compile for each batch shape. The compiled step reads the refit weights.
+    ngram_outputs = keras.Sequential([ngrams]).predict_on_batch
     tried = {}
     for features in candidates:
         ngrams.adapt(train.token_ids, features=features)
         linear = fit_logistic_regression(ngrams, train.token_ids, train.labels, ngrams.l2)
-        ngram_logits, _ = _validation_outputs(model, tokens, batch_size, ngrams)
+        ngram_logits, _ = _validation_outputs(model, tokens, batch_size, ngram_outputs)
         tried[features] = (
             linear,
             {
