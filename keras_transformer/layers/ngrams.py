@@ -245,7 +245,7 @@ class BagOfNgrams(keras.layers.Layer):
             rows.extend(self._word_ngram_ids(ops.where(real, token_ids, 0), piece_kinds))
         return rows
 
-    def host_ngram_ids(self, token_ids):
+    def _host_ngram_ids(self, token_ids):
         """`ngram_ids` of NumPy ids `[B, T]`, as NumPy arrays: what `adapt` and
         `sparse_features` count on the host.
 
@@ -323,7 +323,7 @@ class BagOfNgrams(keras.layers.Layer):
             self.build(token_ids.shape)
         document_frequency = np.zeros(self.num_features, np.int64)
         for start in range(0, len(token_ids), batch_size):
-            for rows in self.host_ngram_ids(token_ids[start : start + batch_size]):
+            for rows in self._host_ngram_ids(token_ids[start : start + batch_size]):
                 for row in rows:
                     document_frequency[np.unique(row[row >= 0])] += 1
         count = len(token_ids)
@@ -378,7 +378,7 @@ class BagOfNgrams(keras.layers.Layer):
         idf = np.asarray(keras.ops.convert_to_numpy(self.idf), np.float64)
         rows, columns, values = [], [], []
         for start in range(0, len(token_ids), batch_size):
-            parts = self.host_ngram_ids(np.asarray(token_ids[start : start + batch_size]))
+            parts = self._host_ngram_ids(np.asarray(token_ids[start : start + batch_size]))
             for offset in range(len(parts[0])):
                 ngrams = np.concatenate([part[offset] for part in parts])
                 features, counts = np.unique(ngrams[ngrams >= 0], return_counts=True)
