@@ -46,14 +46,13 @@ def fit_logistic_regression(layer, token_ids, labels, l2, max_iterations=1000):
     Returns:
         A `LinearFit`.
     """
-    from scipy import optimize, sparse
+    from scipy import optimize
 
     labels = _checked_labels(layer, token_ids, labels)
     started = time.monotonic()
-    rows, columns, values = layer.sparse_features(token_ids)
-    features = sparse.csr_matrix((values, (rows, columns)), shape=(len(labels), layer.num_features))
+    features = _feature_matrix(layer, token_ids)
     # Only the features some training text has can move; the others stay 0.
-    used = np.unique(columns)
+    used = np.unique(features.indices)
     features = features[:, used]
     count, units = len(labels), layer.units
     one_hot = np.eye(units)[labels]
@@ -86,6 +85,26 @@ def fit_logistic_regression(layer, token_ids, labels, l2, max_iterations=1000):
     return LinearFit(
         int(result.nit), bool(result.success), train_accuracy, time.monotonic() - started
     )
+
+
+def _feature_matrix(layer, token_ids):
+    """The TF-IDF features of `token_ids` (`layer.sparse_features`) as a SciPy CSR matrix
+    `[N, num_features]`."""
+    from scipy import sparse
+
+    rows, columns, values = layer.sparse_features(token_ids)
+    return sparse.csr_matrix((values, (rows, columns)), shape=(len(token_ids), layer.num_features))
+
+
+def _bag_logits(layer, token_ids):
+    """The bag's logits on `token_ids` from its features (float64 NumPy): the layer's output,
+    without calling the layer op by op (on JAX each op would compile for each batch shape)."""
+    bias = (
+        0.0
+        if layer.bias is None
+        else np.asarray(keras.ops.convert_to_numpy(layer.bias), np.float64)
+    )
+    return _feature_matrix(layer, token_ids) @ layer.effective_kernel + bias
 
 
 def add_bag_of_ngrams(model, settings, tokens, verbose=1):
@@ -158,21 +177,14 @@ def _fit_each_family(model, candidates, tokens, batch_size):
     """`{features: (LinearFit, {weight: validation scores})}`: `model.ngrams` fit on each
     set of feature families of `candidates`, its logits summed with the Transformer's at
     each of `TRANSFORMER_WEIGHTS` on validation. The last set's fit stays in the layer."""
-    ngrams, train = model.ngrams, tokens.train
-    transformer_logits, labels = _validation_outputs(
-        model,
-        tokens,
-        batch_size,
-        lambda ids: np.log(np.maximum(model.predict_on_batch(ids), 1e-30)),
-    )
-    # Through `predict_on_batch`, compiled, not the layer called op by op: on JAX each op
-    # would compile for each batch shape. The compiled step reads the refit weights.
-    ngram_outputs = keras.Sequential([ngrams]).predict_on_batch
+    ngrams, train, validation = model.ngrams, tokens.train, tokens.validation
+    transformer_logits = _transformer_log_probabilities(model, validation.token_ids, batch_size)
+    labels = np.asarray(validation.labels)
     tried = {}
     for features in candidates:
         ngrams.adapt(train.token_ids, features=features)
         linear = fit_logistic_regression(ngrams, train.token_ids, train.labels, ngrams.l2)
-        ngram_logits, _ = _validation_outputs(model, tokens, batch_size, ngram_outputs)
+        ngram_logits = _bag_logits(ngrams, validation.token_ids)
         tried[features] = (
             linear,
             {
@@ -233,16 +245,14 @@ def _stacked_ids(*arrays):
     )
 
 
-def _validation_outputs(model, tokens, batch_size, outputs_of):
-    """`outputs_of(token_ids)` on the validation split, batch by batch, with the labels in
-    the same order."""
-    outputs, labels = [], []
-    for token_ids, batch_labels in ArrayBatches(
-        (tokens.validation.token_ids, tokens.validation.labels), batch_size
-    ):
-        outputs.append(np.asarray(keras.ops.convert_to_numpy(outputs_of(token_ids)), np.float64))
-        labels.append(np.asarray(batch_labels))
-    return np.concatenate(outputs), np.concatenate(labels)
+def _transformer_log_probabilities(model, token_ids, batch_size):
+    """The model's log-probabilities on `token_ids` (float64), batch by batch in their order."""
+    return np.concatenate(
+        [
+            np.log(np.maximum(np.asarray(model.predict_on_batch(ids), np.float64), 1e-30))
+            for (ids,) in ArrayBatches((token_ids,), batch_size)
+        ]
+    )
 
 
 def _validation_scores(logits, labels):
