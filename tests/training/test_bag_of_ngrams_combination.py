@@ -79,6 +79,10 @@ def test_a_useless_transformer_gets_weight_zero_and_validation_is_fit_after(
     accuracy = np.mean(np.argmax(probabilities, axis=1) == tokens.validation.labels)
     # The model is the regression alone: as scored, or (fit on validation too) better.
     assert accuracy == pytest.approx(alone) if not refit else accuracy > alone
+    if not refit:  # its loss too: the scores are the model's own outputs
+        labels = np.asarray(tokens.validation.labels)
+        loss = -np.mean(np.log(probabilities[np.arange(len(labels)), labels]))
+        assert record["validation"]["0.0"]["loss"] == pytest.approx(loss, rel=1e-4)
     # Refit on training + validation: the validation-only keyword became a feature with a weight.
     idf = keras.ops.convert_to_numpy(model.ngrams.idf)
     assert (idf[VALIDATION_ONLY] > 0) == refit
