@@ -27,18 +27,11 @@ from tests.apps.translator_runs import (
     run_main,
     translator_app_runs,
 )
-from tests.classifier_fixtures import expect_usage_error, write_keyword_csv
+from tests.classifier_fixtures import TINY_ENCODER_FLAGS, expect_usage_error, write_keyword_csv
 
 CLASSIFIER_TOKEN_FLAGS = ["--vocab-size", "200", "--pooling", "cls", "--max-examples", "90"]
 CLASSIFIER_TRAIN_FLAGS = [
-    "--num-layers",
-    "1",
-    "--d-model",
-    "16",
-    "--num-heads",
-    "2",
-    "--intermediate-dim",
-    "32",
+    *TINY_ENCODER_FLAGS,
     "--dropout",
     "0.1",
     "--learning-rate",

@@ -24,7 +24,12 @@ from keras_transformer.training.classifier import pretraining as pretraining
 from keras_transformer.training.classifier.settings import ClassifierSettings
 from keras_transformer.training.compiling import learning_rate_schedule
 from keras_transformer.training.runs import RunFolder
-from tests.classifier_fixtures import TRAIN_FLAGS, expect_usage_error, write_keyword_csv
+from tests.classifier_fixtures import (
+    TINY_ENCODER_FLAGS,
+    TRAIN_FLAGS,
+    expect_usage_error,
+    write_keyword_csv,
+)
 
 VOCABULARY_SIZE = 500
 RESERVED = len(RESERVED_TOKENS)
@@ -302,14 +307,7 @@ def budget_run(tmp_path_factory, keyword_csv):
             [
                 "--data",
                 f"csv:{keyword_csv}",
-                "--num-layers",
-                "1",
-                "--d-model",
-                "16",
-                "--num-heads",
-                "2",
-                "--intermediate-dim",
-                "32",
+                *TINY_ENCODER_FLAGS,
                 "--max-length",
                 "4",
                 "--pretrain-epochs",
