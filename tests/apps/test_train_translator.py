@@ -13,17 +13,35 @@ import numpy as np
 import pytest
 
 from apps import train_translator
-from tests.apps.translator_runs import (
-    TRANSLATOR_TOKEN_FLAGS,
-    TRANSLATOR_TRAIN_FLAGS,
-    translator_app_runs,
-)
+from tests.apps.translator_runs import translator_app_runs
 from tests.classifier_fixtures import expect_usage_error
 
 NUMBERS = ["uno", "dos", "tres", "cuatro", "cinco", "seis"]
 ENGLISH = ["one", "two", "three", "four", "five", "six"]
-# The shared runs' flags, for the usage errors below (each stops before training).
-FLAGS = [*TRANSLATOR_TOKEN_FLAGS, *TRANSLATOR_TRAIN_FLAGS]
+FLAGS = [
+    "--max-length",
+    "12",
+    "--vocab-size",
+    "120",
+    "--num-layers",
+    "1",
+    "--d-model",
+    "32",
+    "--num-heads",
+    "2",
+    "--intermediate-dim",
+    "64",
+    "--batch-size",
+    "16",
+    "--warmup-steps",
+    "10",
+    "--validation-size",
+    "8",
+    "--test-size",
+    "8",
+    "--verbose",
+    "0",
+]
 
 
 def write_pairs(path, count=96, seed=0):
