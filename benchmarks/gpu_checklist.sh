@@ -83,6 +83,10 @@ cd "$OUT"
 for run in runs/*/; do
     if [ -f "$run/model.keras" ]; then rm -rf "$run/checkpoints"; else rm -f "$run/checkpoints/last.keras"; fi
 done
+# A saved model carries its optimizer's slots (Adam: twice the weights);
+# exporting needs only the weights, so each file is saved again without them.
+(cd "$OLDPWD" && $PYTHON benchmarks/strip_optimizer.py "$OUT"/runs/*/model.keras \
+    "$OUT"/runs/*/checkpoints/best.keras)
 for drop in "" translator-f32 classifier-f32 classifier-bf16 translator-bf16; do
     [ -n "$drop" ] && rm -rf "runs/$drop/model.keras" "runs/$drop/checkpoints" \
         && echo "left out the weights of runs/$drop"
