@@ -76,7 +76,8 @@ demo: venv
 crosscheck: venv
 	$(VENV_PYTHON) -m apps.crosscheck
 
-# The whole suite on TensorFlow, then the layers again on JAX (layers use keras.ops only);
+# The whole suite on TensorFlow, then the layers again on JAX (layers use keras.ops only),
+# Keras' own tests of its MultiHeadAttention against ours (tests/keras_suite) in both;
 # tests/test_packaging.py (the wheel in a fresh virtual environment) runs in the first.
 # Both on TEST_WORKERS pytest-xdist workers (two: CI has 2 CPU cores), scheduled by
 # tests/scheduling.py's groups (the files that share a trained model or an export run
@@ -109,7 +110,7 @@ test-tensorflow: venv $(CHROMIUM)
 	KERAS_BACKEND=tensorflow $(PYTEST) tests
 
 test-jax: venv
-	KERAS_BACKEND=jax $(PYTEST) tests/layers
+	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/keras_suite
 
 # Minutes to hours on 2 CPU cores; results land in benchmarks/results/.
 # Run as scripts: each imports its neighbours (bench_common, reference_block) from its own folder.

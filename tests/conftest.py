@@ -78,9 +78,9 @@ class NumpyTransformer:
             heads = np.einsum("btd,dnh->bnth", x, n(kernel))
             return heads + n(bias)[None, :, None, :] if bias is not None else heads
 
-        q = project(query, layer.query_kernel, layer.query_bias)
-        k = project(value, layer.key_kernel, layer.key_bias)
-        v = project(value, layer.value_kernel, layer.value_bias)
+        q = project(query, layer.query_dense.kernel, layer.query_dense.bias)
+        k = project(value, layer.key_dense.kernel, layer.key_dense.bias)
+        v = project(value, layer.value_dense.kernel, layer.value_dense.bias)
         logits = np.einsum("bnth,bnsh->bnts", q, k) / np.sqrt(q.shape[-1])
         if mask is None:
             mask = np.ones(logits.shape[:1] + logits.shape[2:], dtype=bool)
@@ -92,9 +92,9 @@ class NumpyTransformer:
         total = exp.sum(-1, keepdims=True)
         weights = np.divide(exp, total, out=np.zeros_like(exp), where=total > 0)
         attended = np.einsum("bnts,bnsh->bnth", weights, v)
-        output = np.einsum("bnth,nhd->btd", attended, n(layer.output_kernel))
-        if layer.output_bias is not None:
-            output = output + n(layer.output_bias)
+        output = np.einsum("bnth,nhd->btd", attended, n(layer.output_dense.kernel))
+        if layer.output_dense.bias is not None:
+            output = output + n(layer.output_dense.bias)
         return output, weights
 
     @classmethod

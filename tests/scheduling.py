@@ -71,6 +71,7 @@ LONGEST_FIRST = [
     "tests/apps/test_export_jax_runs.py",
     "tests/apps/test_hardware_flags.py",
     "tests/training/test_without_tensorflow.py",
+    "tests/keras_suite/test_keras_multi_head_attention.py",
     "tiny_translator",
     "translator_runs",
     "tests/training/test_pretraining.py",

@@ -47,6 +47,15 @@ def causal_mask(query_length, key_length=None, offset=0):
     return ops.greater_equal(query_positions + ops.cast(offset, "int32"), key_positions)
 
 
+def sliding_window_mask(query_length, key_length, window, offset=0):
+    """`[T, S]` bool band: query `i` (at absolute position `i + offset`) may
+    attend key `j` iff `|i + offset - j| < window`."""
+    query_positions = ops.expand_dims(ops.arange(query_length, dtype="int32"), -1)
+    key_positions = ops.expand_dims(ops.arange(key_length, dtype="int32"), 0)
+    distance = ops.abs(query_positions + ops.cast(offset, "int32") - key_positions)
+    return ops.less(distance, window)
+
+
 def merge_masks(
     query_length,
     key_length,
@@ -55,6 +64,7 @@ def merge_masks(
     attention_mask=None,
     use_causal_mask=False,
     causal_offset=0,
+    sliding_window=None,
 ):
     """Combines every kind of mask into one bool mask broadcastable to `[B, T, S]`.
 
@@ -64,13 +74,16 @@ def merge_masks(
         query_mask: `[B, T]`, True at real query tokens. A padded query row
             attends nowhere (its attention weights are all zero).
         key_mask: `[B, S]`, True at real key tokens.
-        attention_mask: `[B, T, S]` (or broadcastable), True = may attend.
+        attention_mask: `[B, T, S]` (or broadcastable), or per head
+            `[B, heads, T, S]`, True = may attend.
         use_causal_mask: add the causal mask, see `causal_mask`.
         causal_offset: absolute position of the first query, for decoding
-            with a cache.
+            with a cache (of the sliding window's too).
+        sliding_window: int or None, add `sliding_window_mask`.
 
     Returns:
-        A bool tensor of rank 3, or None when no mask applies.
+        A bool tensor of rank 3 (rank 4 with a per-head `attention_mask`), or
+        None when no mask applies.
     """
     merged = None
 
@@ -85,8 +98,14 @@ def merge_masks(
         combine(ops.expand_dims(key_mask, -2))
     if use_causal_mask:
         combine(ops.expand_dims(causal_mask(query_length, key_length, causal_offset), 0))
+    if sliding_window is not None:
+        window = sliding_window_mask(query_length, key_length, sliding_window, causal_offset)
+        combine(ops.expand_dims(window, 0))
     if attention_mask is not None:
-        if len(attention_mask.shape) == 2:
+        rank = len(attention_mask.shape)
+        if rank == 2:
             attention_mask = ops.expand_dims(attention_mask, 0)
+        elif rank == 4 and merged is not None:
+            merged = ops.expand_dims(merged, 1)  # the same for every head
         combine(attention_mask)
     return merged

@@ -265,8 +265,10 @@ def test_compute_output_shape_is_the_real_shape(rng, options, query_shape, value
 
 def test_compute_output_shape_checks_key_against_value():
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
-    with pytest.raises(ValueError, match="same batch and length"):
+    with pytest.raises(ValueError, match="`value` and `key`.*must be equal"):
         layer.compute_output_shape((2, 5, 8), (2, 7, 8), key_shape=(2, 6, 8))
+    with pytest.raises(ValueError, match="`value` and `key`.*must be equal"):
+        layer(np.ones((2, 5, 8)), np.ones((2, 7, 8)), np.ones((2, 6, 8)))
 
 
 def test_compute_attention_takes_one_form_of_mask(rng):
@@ -293,7 +295,11 @@ def test_query_that_attends_nowhere_gets_zero_weights_and_output(rng):
     output, scores = ops.convert_to_numpy(output), ops.convert_to_numpy(scores)
     np.testing.assert_array_equal(scores[1, :, 2], 0.0)
     # Zero attended heads: the output is the output projection's bias alone.
-    np.testing.assert_allclose(output[1, 2], ops.convert_to_numpy(layer.output_bias), atol=1e-6)
+    np.testing.assert_allclose(
+        output[1, 2], ops.convert_to_numpy(layer.output_dense.bias), atol=1e-6
+    )
     query_padding = np.array([[True] * 4, [True, True, False, True]])
     padded = ops.convert_to_numpy(layer(x, x, query_mask=query_padding))
-    np.testing.assert_allclose(padded[1, 2], ops.convert_to_numpy(layer.output_bias), atol=1e-6)
+    np.testing.assert_allclose(
+        padded[1, 2], ops.convert_to_numpy(layer.output_dense.bias), atol=1e-6
+    )

@@ -139,7 +139,7 @@ def test_row_that_attends_nowhere_outputs_the_output_bias_only(fused_calls, rand
     fused_calls.clear()
     output = as_numpy(layer(x, x, attention_mask=EMPTY_ROW_MASK))
     assert len(fused_calls) == 1
-    np.testing.assert_allclose(output[1, 1], as_numpy(layer.output_bias), atol=1e-6)
+    np.testing.assert_allclose(output[1, 1], as_numpy(layer.output_dense.bias), atol=1e-6)
 
 
 def decoder_block(randomize, cross):

@@ -62,10 +62,10 @@ def test_decoder_block_sublayers_differ(initializer):
     block.build((2, 3, D_MODEL), (2, 4, D_MODEL))
     assert_all_differ(
         {
-            "self_query": block.self_attention.query_kernel,
-            "self_key": block.self_attention.key_kernel,
-            "cross_query": block.cross_attention.query_kernel,
-            "cross_key": block.cross_attention.key_kernel,
+            "self_query": block.self_attention.query_dense.kernel,
+            "self_key": block.self_attention.key_dense.kernel,
+            "cross_query": block.cross_attention.query_dense.kernel,
+            "cross_key": block.cross_attention.key_dense.kernel,
             "feed_forward_in": block.feed_forward.intermediate_dense.kernel,
             "feed_forward_out": block.feed_forward.output_dense.kernel,
         }
@@ -79,8 +79,8 @@ def test_encoder_block_sublayers_differ_with_a_seed():
     block.build((2, 3, D_MODEL))
     assert_all_differ(
         {
-            "query": block.self_attention.query_kernel,
-            "value": block.self_attention.value_kernel,
+            "query": block.self_attention.query_dense.kernel,
+            "value": block.self_attention.value_dense.kernel,
             "feed_forward_in": block.feed_forward.intermediate_dense.kernel,
             "feed_forward_out": block.feed_forward.output_dense.kernel,
         }

@@ -90,7 +90,7 @@ def test_encoder_decoder_stack_trains(policy, jit_compile):
     # optimizer silently skips any step whose gradients are not finite.
     # Key biases get zero gradient (softmax is shift-invariant), so they are exempt.
     for variable, old in zip(model.trainable_weights, before):
-        if not variable.path.endswith("key_bias"):
+        if not variable.path.endswith("key/bias"):
             assert np.abs(as_numpy(variable) - old).max() > 0, variable.path
     blocks = keras.Model([source_ids, target_ids], [encoded, decoded])
     for output in blocks([sources[:2], targets[:2]]):
