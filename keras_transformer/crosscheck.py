@@ -281,9 +281,25 @@ def _outputs_and_gradients(model, inputs, cotangent):
         gradients = [input_grads[name] for name in float_names] + [
             weight_grads[i] for i in positions
         ]
+    elif backend == "torch":
+        import torch
+
+        tensors = {name: torch.as_tensor(value) for name, value in inputs.items()}
+        for name in float_names:
+            tensors[name].requires_grad_(True)
+        outputs = model(tensors)
+        loss = (outputs[0] * torch.as_tensor(cotangent)).sum()
+        gradients = torch.autograd.grad(
+            loss, [tensors[name] for name in float_names] + [v.value for v in weights]
+        )
+        outputs = [output.detach() for output in outputs]
     else:
-        raise NotImplementedError(f"The cross-check runs on tensorflow and jax, not {backend}.")
-    return [np.asarray(x) for x in outputs], [np.asarray(g) for g in gradients]
+        raise NotImplementedError(
+            f"The cross-check runs on tensorflow, jax and torch, not {backend}."
+        )
+    return [keras.ops.convert_to_numpy(x) for x in outputs], [
+        keras.ops.convert_to_numpy(g) for g in gradients
+    ]
 
 
 @dataclasses.dataclass

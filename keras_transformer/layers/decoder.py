@@ -208,6 +208,7 @@ class TransformerDecoderBlock(TransformerBlock):
         Returns:
             `(outputs [B, d_model], updated self_attention_cache)`.
         """
+        x = ops.cast(x, self.compute_dtype)
         max_length = ops.shape(self_attention_cache)[3]
         # Cache slots past `index` hold zeros; this bias keeps them out. The
         # query attends at least itself, so no row needs zeroing.

@@ -94,7 +94,7 @@ def test_encoder_decoder_stack_trains(policy, jit_compile):
             assert np.abs(as_numpy(variable) - old).max() > 0, variable.path
     blocks = keras.Model([source_ids, target_ids], [encoded, decoded])
     for output in blocks([sources[:2], targets[:2]]):
-        assert ops.convert_to_tensor(output).dtype == policy.compute_dtype
+        assert keras.backend.standardize_dtype(output.dtype) == policy.compute_dtype
 
 
 def test_dropout_under_mixed_precision(policy):
@@ -107,7 +107,7 @@ def test_dropout_under_mixed_precision(policy):
         inference = block(*args)
         trained = block(*args, training=True)
         for output in (inference, trained):
-            assert ops.convert_to_tensor(output).dtype == policy.compute_dtype
+            assert keras.backend.standardize_dtype(output.dtype) == policy.compute_dtype
             assert np.all(np.isfinite(as_numpy(output)))
         assert np.abs(as_numpy(trained) - as_numpy(inference)).max() > 1e-2
 
@@ -135,7 +135,7 @@ def test_layer_norm_runs_in_float32(policy, randomize):
     block(x)
     randomize(block, seed=1)
     output = block(x)
-    assert ops.convert_to_tensor(output).dtype == policy.compute_dtype
+    assert keras.backend.standardize_dtype(output.dtype) == policy.compute_dtype
     output = as_numpy(output)
     assert np.all(np.isfinite(output))
     expected = as_numpy(float32_twin(block, lambda twin: twin(x))(x))
@@ -155,7 +155,7 @@ def test_attention_softmax_runs_in_float32(policy, randomize):
     block(x)
     randomize(block, seed=3)
     output, scores = block(x, padding_mask=mask, return_attention_scores=True)
-    assert ops.convert_to_tensor(output).dtype == policy.compute_dtype
+    assert keras.backend.standardize_dtype(output.dtype) == policy.compute_dtype
     scores = as_numpy(scores)
     assert np.all(np.isfinite(scores)) and np.all(np.isfinite(as_numpy(output)))
     np.testing.assert_array_equal(scores[1][:, :, 2:], 0.0)
@@ -175,10 +175,10 @@ def test_cached_decoding_under_mixed_precision(policy, randomize):
     block(target, source)
     randomize(block, seed=6)
     full = block(target, source, encoder_padding_mask=source_mask)
-    assert ops.convert_to_tensor(full).dtype == policy.compute_dtype
+    assert keras.backend.standardize_dtype(full.dtype) == policy.compute_dtype
 
     cache = block.initialize_self_attention_cache(batch_size=2, max_length=6)
-    assert ops.convert_to_tensor(cache).dtype == policy.compute_dtype
+    assert keras.backend.standardize_dtype(cache.dtype) == policy.compute_dtype
     cross = block.compute_cross_attention_cache(source)
     steps = []
     for index in range(6):
