@@ -29,11 +29,20 @@ def model():
         dropout=0.0,
     )
     model.build()
-    # Sharper logits than the initialization gives, so that [END] is chosen
-    # somewhere and hypotheses differ in length.
+    # Sharper logits than the initialization gives, and the smallest push
+    # towards [END] at which greedy decoding ends some sequences but not all
+    # at once, so that [END] is chosen somewhere and hypotheses differ in
+    # length (a random initialization alone rarely picks [END]).
     kernel, bias = model.output_projection.get_weights()
-    model.output_projection.set_weights([kernel * SHARPENING, bias])
-    return model
+    for end_bias in np.arange(0.0, 20.0, 0.25):
+        pushed = bias.copy()
+        pushed[END] += end_bias
+        model.output_projection.set_weights([kernel * SHARPENING, pushed])
+        tokens = greedy_decode(model, SOURCES, MAX_LENGTH, START, END).numpy()
+        ends = {list(row).index(END) if END in row else None for row in tokens}
+        if len(ends) > 1 and ends != {None}:
+            return model
+    raise AssertionError("no push towards [END] gives sequences of different lengths")
 
 
 @pytest.fixture(scope="module")
