@@ -5,7 +5,7 @@ VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: venv bench-venv bench-corpora demo lint format test test-tensorflow test-jax bench bench-translation \
+.PHONY: venv bench-venv bench-corpora demo lint format test test-tensorflow test-jax test-torch bench bench-translation \
 	bench-classifier-suite bench-translation-suite crosscheck clean
 
 # The pinned set (requirements.txt), then the project itself, editable and with
@@ -76,17 +76,17 @@ demo: venv
 crosscheck: venv
 	$(VENV_PYTHON) -m apps.crosscheck
 
-# The whole suite on TensorFlow, then the layers again on JAX (layers use keras.ops only),
-# Keras' own tests of its MultiHeadAttention against ours (tests/keras_suite) in both;
-# tests/test_packaging.py (the wheel in a fresh virtual environment) runs in the first.
-# Both on TEST_WORKERS pytest-xdist workers (two: CI has 2 CPU cores), scheduled by
+# The whole suite on TensorFlow, then the layers again on JAX and on PyTorch (layers use
+# keras.ops only), Keras' own tests of its MultiHeadAttention against ours
+# (tests/keras_suite) in all three; tests/test_packaging.py (the wheel in a fresh virtual
+# environment) runs in the first. All on TEST_WORKERS pytest-xdist workers (two: CI has 2 CPU cores), scheduled by
 # tests/scheduling.py's groups (the files that share a trained model or an export run
 # on one worker); TEST_WORKERS=0 runs in this process. Each pass ends with its 30
 # slowest steps (setup, call or teardown), so a CI log shows where the time went.
 TEST_WORKERS ?= 2
 PYTEST := $(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
-test: lint test-tensorflow test-jax
+test: lint test-tensorflow test-jax test-torch
 
 # One formatter and one linter over the whole tree (settings in pyproject.toml):
 # `make lint` fails on any file that `make format` would change or that ruff's rules flag.
@@ -111,6 +111,12 @@ test-tensorflow: venv $(CHROMIUM)
 
 test-jax: venv
 	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/keras_suite
+
+# PyTorch: the same files but the two torch.compile cases of test_mixed_precision
+# (jit_compile=True means torch.compile there: about 200 s each on 2 cores, where
+# XLA's take 15; Keras never compiles on torch unless asked).
+test-torch: venv
+	KERAS_BACKEND=torch $(PYTEST) tests/layers tests/keras_suite -k "not (stack_trains and jit and not no_jit)"
 
 # Minutes to hours on 2 CPU cores; results land in benchmarks/results/.
 # Run as scripts: each imports its neighbours (bench_common, reference_block) from its own folder.
