@@ -192,7 +192,7 @@ def test_a_keras_style_compute_attention_override_is_called_with_every_mask():
             )
             return 0.5 * output, scores
 
-    layer, plain = HalvedOutput(num_heads=2, key_dim=4, use_bias=False), None
+    layer = HalvedOutput(num_heads=2, key_dim=4, use_bias=False)
     output = as_numpy(layer(QUERY, QUERY, use_causal_mask=True))
     plain = MultiHeadAttention(num_heads=2, key_dim=4, use_bias=False)
     plain(QUERY, QUERY)
@@ -215,28 +215,23 @@ class NaNWhereMasked(MultiHeadAttention):
 
 
 @pytest.mark.parametrize("cross", [True, False], ids=["cross", "decoder_only"])
-def test_nan_scores_at_masked_positions_reach_no_path(cross):
-    from tests.layers.test_attention_class import cached_calls, full_pass, token_steps
+def test_nan_scores_at_masked_positions_reach_no_path(cross, monkeypatch):
+    import tests.layers.test_attention_class as paths
 
     keras.utils.set_random_seed(8)
     nan_block = TransformerDecoderBlock(2, 16, attention_class=NaNWhereMasked)
     plain = TransformerDecoderBlock(2, 16)
-    source = inputs(B, 4, 16, seed=9)
-    target = inputs(B, 5, 16, seed=10)
+    target, source = inputs(paths.B, paths.T, 16, seed=10), inputs(paths.B, paths.S, 16, seed=9)
     for block in (nan_block, plain):
         block(target, source) if cross else block(target)
     plain.set_weights(nan_block.get_weights())
-    import tests.layers.test_attention_class as paths
-
-    original = paths.TARGET, paths.SOURCE, paths.T, paths.B
-    paths.TARGET, paths.SOURCE, paths.T, paths.B = target, source, 5, B
-    try:
-        for path in (full_pass, cached_calls, token_steps):
-            got = path(nan_block)
-            assert np.all(np.isfinite(got)), path.__name__
-            np.testing.assert_allclose(got, path(plain), atol=1e-5, err_msg=path.__name__)
-    finally:
-        paths.TARGET, paths.SOURCE, paths.T, paths.B = original
+    # The three decoding paths of test_attention_class, on these blocks' width.
+    monkeypatch.setattr(paths, "TARGET", target)
+    monkeypatch.setattr(paths, "SOURCE", source)
+    for path in (paths.full_pass, paths.cached_calls, paths.token_steps):
+        got = path(nan_block)
+        assert np.all(np.isfinite(got)), path.__name__
+        np.testing.assert_allclose(got, path(plain), atol=1e-5, err_msg=path.__name__)
 
 
 def test_an_encoder_block_of_ours_quantizes():
