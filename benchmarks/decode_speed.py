@@ -87,6 +87,7 @@ def main():
         "tokens and never [END]; timed in the same rounds as ours, as `baseline greedy` and "
         "`baseline beam 4`",
     )
+    parser.add_argument("--output", default=RESULTS, help=f"JSON results path (default {RESULTS})")
     args = parser.parse_args()
     set_tensorflow_threads(args.threads)
 
@@ -172,7 +173,7 @@ def main():
                 f"{row['decoder']:8} batch {row['batch_size']:3d}: {row['ours_over_baseline']:.3f}"
             )
     write_json(
-        RESULTS,
+        args.output,
         {
             "machine": platform.processor() or platform.machine(),
             "cpus": os.cpu_count(),
@@ -183,7 +184,7 @@ def main():
             "baseline_ratios": baseline_ratios,
         },
     )
-    print(f"Results: {RESULTS}")
+    print(f"Results: {args.output}")
 
 
 def _model_and_tokenizers(run_dir, data, vocabulary_examples=None):
