@@ -1,6 +1,6 @@
 """The package a Keras user installs: pyproject.toml, the sdist and the wheel
 `make dist` builds (the wheel from the sdist), their metadata, and each of them
-(with JAX, no TensorFlow) in a fresh virtual environment."""
+(with JAX and PyTorch, no TensorFlow) in a fresh virtual environment."""
 
 import email.parser
 import importlib.util
@@ -28,7 +28,17 @@ PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
 DISTRIBUTION = "keras-transformer-toolkit"
 # File names of the sdist and wheel, and the wheel's metadata folder.
 FILE_PREFIX = f"keras_transformer_toolkit-{keras_transformer.__version__}"
-EXTRAS = {"tensorflow", "plots", "serve", "data", "search", "bench", "dev", "all"}
+EXTRAS = {
+    "tensorflow",
+    "plots",
+    "serve",
+    "data",
+    "search",
+    "pretrained",
+    "bench",
+    "dev",
+    "all",
+}
 
 
 def pinned_requirements():
@@ -210,12 +220,14 @@ def test_wheel_metadata(wheel):
     assert {"starlette", "uvicorn", "tensorflow", "tensorflow-text"} <= by_extra["serve"]
     assert {"jax", "pytest-timeout", "hatchling", "build", "twine"} <= by_extra["dev"]
     assert by_extra["search"] == {"keras-tuner"}
+    assert by_extra["pretrained"] == {"safetensors"}
     assert by_extra["all"] == (
         by_extra["tensorflow"]
         | by_extra["plots"]
         | by_extra["serve"]
         | by_extra["data"]
         | by_extra["search"]
+        | by_extra["pretrained"]
     )
 
 
@@ -300,9 +312,10 @@ def test_import_is_cheap_and_layers_load_on_first_use():
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-# A user's own model from our layers, run where only the wheel and JAX are
-# installed: fit, save, reload, predict, one cached decoding step; TensorFlow
-# must never be imported (and cannot be: the first lines prove it is absent).
+# A user's own model from our layers, run where the wheel and a backend other
+# than TensorFlow are installed (KERAS_BACKEND names it): fit, save, reload,
+# predict, one cached decoding step; TensorFlow must never be imported (and
+# cannot be: the first lines prove it is absent).
 USER_SCRIPT = textwrap.dedent(
     """
     import importlib.util, os, sys, tempfile
@@ -311,7 +324,7 @@ USER_SCRIPT = textwrap.dedent(
     assert keras_transformer.__file__.startswith(sys.prefix), keras_transformer.__file__
     import keras
     import numpy as np
-    assert keras.backend.backend() == "jax"
+    assert keras.backend.backend() == os.environ["KERAS_BACKEND"]
 
     layers = keras_transformer.layers
     vocabulary, length, width = 40, 8, 16
@@ -358,7 +371,8 @@ USER_SCRIPT = textwrap.dedent(
         self_attention_cache_update_index=0,
     )
     full = block(reloaded.get_layer("target_embedding")(targets[:2]), encoder_output)
-    np.testing.assert_allclose(np.asarray(step)[:, 0], np.asarray(full)[:, 0], atol=1e-5)
+    as_numpy = keras.ops.convert_to_numpy
+    np.testing.assert_allclose(as_numpy(step)[:, 0], as_numpy(full)[:, 0], atol=1e-5)
 
     assert keras_transformer.models.Seq2SeqTransformer.__name__ == "Seq2SeqTransformer"
     assert "tensorflow" not in sys.modules
@@ -421,11 +435,13 @@ def pip_into(python, *arguments):
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
 
 
-def test_wheel_and_sdist_with_jax_only_in_a_fresh_environment(distributions, tmp_path):
+def test_wheel_and_sdist_without_tensorflow_in_a_fresh_environment(distributions, tmp_path):
     """`pip install keras-transformer-toolkit` beside jax[cpu] (versions of
     requirements.txt) into a new virtual environment, then a user's model built,
-    fit, saved and reloaded there on JAX; then the sdist installed in its place
-    (one environment for both: JAX is the slow part to install) and checked."""
+    fit, saved and reloaded there on JAX; the same on PyTorch once torch (the
+    pinned CPU build) joins it; then the sdist installed in place of the wheel
+    (one environment for all: the backends are the slow part to install) and
+    checked."""
     sdist, wheel = distributions
     environment = tmp_path / "venv"
     # No pip inside: `pip_into` installs with this process's pip.
@@ -441,7 +457,7 @@ def test_wheel_and_sdist_with_jax_only_in_a_fresh_environment(distributions, tmp
     clean = {
         key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "KERAS_HOME")
     }
-    jax_only = dict(clean, KERAS_BACKEND="jax", KERAS_HOME=str(tmp_path / "keras_home"))
+    on_jax = dict(clean, KERAS_BACKEND="jax", KERAS_HOME=str(tmp_path / "keras_home"))
     absent = subprocess.run(
         [python, "-c", "import tensorflow"],
         capture_output=True,
@@ -458,7 +474,19 @@ def test_wheel_and_sdist_with_jax_only_in_a_fresh_environment(distributions, tmp
         text=True,
         timeout=300,
         cwd=tmp_path,
-        env=jax_only,
+        env=on_jax,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert result.stdout.strip().endswith("USER MODEL OK")
+
+    pip_into(python, f"torch=={pinned_version('torch')}")
+    result = subprocess.run(
+        [python, "-c", USER_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=dict(on_jax, KERAS_BACKEND="torch"),
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert result.stdout.strip().endswith("USER MODEL OK")
@@ -474,7 +502,7 @@ def test_wheel_and_sdist_with_jax_only_in_a_fresh_environment(distributions, tmp
         text=True,
         timeout=300,
         cwd=tmp_path,
-        env=jax_only,
+        env=on_jax,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert result.stdout.strip().endswith("SDIST OK")
