@@ -245,3 +245,26 @@ def test_an_encoder_block_of_ours_quantizes():
     after = as_numpy(block(x))
     assert not np.array_equal(after, before)
     np.testing.assert_allclose(after, before, atol=0.1)
+
+
+def test_a_quantized_decoder_block_decodes_through_its_cache_and_names_what_decode_token_lacks(
+    monkeypatch,
+):
+    import tests.layers.test_attention_class as paths
+
+    keras.utils.set_random_seed(14)
+    block = TransformerDecoderBlock(2, 16)
+    target, source = inputs(paths.B, paths.T, 16, seed=15), inputs(paths.B, paths.S, 16, seed=16)
+    block(target, source)
+    monkeypatch.setattr(paths, "TARGET", target)
+    monkeypatch.setattr(paths, "SOURCE", source)
+    before = paths.full_pass(block)
+    for layer in block._flatten_layers():
+        if isinstance(layer, (keras.layers.EinsumDense, keras.layers.Dense)):
+            layer.quantize("int8")
+    after = paths.full_pass(block)
+    assert not np.array_equal(after, before)
+    np.testing.assert_allclose(after, before, atol=0.1)
+    np.testing.assert_allclose(paths.cached_calls(block), after, atol=1e-5)
+    with pytest.raises(ValueError, match="The query projection is quantized"):
+        paths.token_steps(block)
