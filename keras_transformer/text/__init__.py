@@ -18,10 +18,13 @@ _FROM_WORDPIECE = ("WordPieceTokenizer", "build_vocabulary", "save_vocabulary")
 def __getattr__(name):
     if name in _FROM_WORDPIECE:
         return getattr(importlib.import_module(f"{__name__}.wordpiece"), name)
+    if name == "PretrainedTokenizer":
+        return getattr(importlib.import_module(f"{__name__}.pretrained"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
+    "PretrainedTokenizer",
     "RESERVED_TOKENS",
     "WordPieceTokenizer",
     "build_vocabulary",

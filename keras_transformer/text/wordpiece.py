@@ -22,6 +22,7 @@ from keras_transformer.text.vocabulary import (
     PAD,
     PUNCTUATION_SPACING,
     RESERVED_TOKENS,
+    SEP,
     START,
     UNK,
 )
@@ -162,6 +163,9 @@ class WordPieceTokenizer(tf.Module):
     ...     tf.constant(["A short text."]), sequence_length=16, add_cls=True)
     """
 
+    # The tokens a vocabulary must hold ([PAD] first): they are never text.
+    special_tokens = RESERVED_TOKENS
+
     def __init__(self, vocabulary_path, lower_case=True, normalization_form="NFKC", name=None):
         super().__init__(name=name)
         vocabulary_path = os.fspath(vocabulary_path)
@@ -169,11 +173,11 @@ class WordPieceTokenizer(tf.Module):
             raise FileNotFoundError(f"Vocabulary file not found: {vocabulary_path}")
         with open(vocabulary_path, encoding="utf-8") as vocabulary_file:
             self.vocabulary = [line.rstrip("\n") for line in vocabulary_file]
-        missing = [token for token in RESERVED_TOKENS if token not in self.vocabulary]
+        missing = [token for token in self.special_tokens if token not in self.vocabulary]
         if missing or self.vocabulary.index(PAD) != 0:
             raise ValueError(
-                f"{vocabulary_path} is not one of our vocabularies: it must start with "
-                f"{PAD} and contain {', '.join(RESERVED_TOKENS)}; missing {missing}."
+                f"{vocabulary_path} is not a vocabulary this tokenizer reads: it must start with "
+                f"{PAD} and contain {', '.join(self.special_tokens)}; missing {missing}."
             )
         self.vocabulary_path = vocabulary_path
         self.lower_case = lower_case
@@ -219,12 +223,16 @@ class WordPieceTokenizer(tf.Module):
             texts = tf.strings.substr(texts, 0, max_tokens * BYTES_PER_TOKEN)
             # A byte-level cut can split a character; repair it.
             texts = _valid_utf8_tensor(texts)
-        token_ids = self._tokenizer.tokenize(texts).merge_dims(-2, -1)
+        token_ids = self._word_pieces(texts)
         if max_tokens is not None:
             token_ids = token_ids[:, :max_tokens]
         return token_ids
 
-    def encode(self, texts, sequence_length, add_cls=False, add_start_end=False):
+    def _word_pieces(self, texts):
+        """Valid UTF-8 strings `[B]` to ragged int64 ids `[B, None]`."""
+        return self._tokenizer.tokenize(texts).merge_dims(-2, -1)
+
+    def encode(self, texts, sequence_length, add_cls=False, add_start_end=False, add_sep=False):
         """Strings `[B]` to dense int32 ids `[B, sequence_length]`, 0-padded.
 
         Args:
@@ -232,8 +240,9 @@ class WordPieceTokenizer(tf.Module):
             sequence_length: the fixed output length; longer texts are truncated.
             add_cls: prepend `[CLS]` (for `[CLS]` pooling).
             add_start_end: wrap in `[START]` ... `[END]` (decoder targets).
+            add_sep: append `[SEP]` (BERT's `[CLS] text [SEP]`).
         """
-        room = sequence_length - int(add_cls) - 2 * int(add_start_end)
+        room = sequence_length - int(add_cls) - 2 * int(add_start_end) - int(add_sep)
         if room < 1:
             raise ValueError(f"`sequence_length` {sequence_length} leaves no room for tokens.")
         token_ids = self.tokenize(texts, max_tokens=room)
@@ -244,6 +253,8 @@ class WordPieceTokenizer(tf.Module):
         if add_start_end:
             prefix.append(self.token_id(START))
             suffix.append(self.token_id(END))
+        if add_sep:
+            suffix.append(self.token_id(SEP))
         pieces = []
         if prefix:
             pieces.append(tf.tile(tf.constant([prefix], tf.int64), [batch_size, 1]))
@@ -269,8 +280,11 @@ class WordPieceTokenizer(tf.Module):
         if not isinstance(token_ids, tf.RaggedTensor):
             token_ids = tf.RaggedTensor.from_tensor(tf.cast(token_ids, tf.int64), padding=0)
         token_ids = tf.cast(token_ids, tf.int64)
-        keep = token_ids >= len(RESERVED_TOKENS)
-        token_ids = tf.ragged.boolean_mask(token_ids, keep)
+        special_ids = tf.constant([self.token_id(token) for token in self.special_tokens], tf.int64)
+        special = tf.ragged.map_flat_values(
+            lambda ids: tf.reduce_any(tf.equal(ids[:, None], special_ids), axis=-1), token_ids
+        )
+        token_ids = tf.ragged.boolean_mask(token_ids, tf.logical_not(special))
         words = self._tokenizer.detokenize(token_ids)
         return join_punctuation(tf.strings.reduce_join(words, separator=" ", axis=-1))
 
