@@ -77,9 +77,9 @@ demo: venv
 crosscheck: venv
 	$(VENV_PYTHON) -m apps.crosscheck
 
-# The whole suite on TensorFlow, then the layers again on JAX and on PyTorch (layers use
-# keras.ops only), Keras' own tests of its MultiHeadAttention against ours
-# (tests/keras_suite) in all three; tests/test_packaging.py (the wheel in a fresh virtual
+# The whole suite on TensorFlow, then the layers and the pretrained models again on JAX
+# and on PyTorch (they use keras.ops only), Keras' own tests of its MultiHeadAttention
+# against ours (tests/keras_suite) in all three; tests/test_packaging.py (the wheel in a fresh virtual
 # environment) runs in the first. All on TEST_WORKERS pytest-xdist workers (two: CI has 2 CPU cores), scheduled by
 # tests/scheduling.py's groups (the files that share a trained model or an export run
 # on one worker); TEST_WORKERS=0 runs in this process. Each pass ends with its 30
@@ -110,14 +110,18 @@ $(CHROMIUM):
 test-tensorflow: venv $(CHROMIUM)
 	KERAS_BACKEND=tensorflow $(PYTEST) tests
 
+# What runs on every backend, TensorFlow's pass aside.
+BACKEND_TESTS := tests/layers tests/keras_suite tests/models/test_pretrained.py \
+	tests/models/test_pretrained_classifier.py
+
 test-jax: venv
-	KERAS_BACKEND=jax $(PYTEST) tests/layers tests/keras_suite
+	KERAS_BACKEND=jax $(PYTEST) $(BACKEND_TESTS)
 
 # PyTorch: the same files but the two torch.compile cases of test_mixed_precision
 # (jit_compile=True means torch.compile there: about 200 s each on 2 cores, where
 # XLA's take 15; Keras never compiles on torch unless asked).
 test-torch: venv
-	KERAS_BACKEND=torch $(PYTEST) tests/layers tests/keras_suite -k "not (stack_trains and jit and not no_jit)"
+	KERAS_BACKEND=torch $(PYTEST) $(BACKEND_TESTS) -k "not (stack_trains and jit and not no_jit)"
 
 # Minutes to hours on 2 CPU cores; results land in benchmarks/results/.
 # Run as scripts: each imports its neighbours (bench_common, reference_block) from its own folder.

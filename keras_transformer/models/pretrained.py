@@ -217,6 +217,12 @@ class PretrainedEncoder(keras.Model):
                     dense.trainable = True
                     dense.enable_lora(rank)
 
+    def compute_output_shape(self, inputs_shape):
+        # Given, not traced: a symbolic length (`keras.Input((None,))`) cannot
+        # be checked against the position table on JAX and PyTorch.
+        shape = inputs_shape["token_ids"] if isinstance(inputs_shape, dict) else inputs_shape
+        return (*tuple(shape), self.d_model)
+
     def pooled_output(self, hidden_states):
         """BERT's pooler: tanh(dense) of the first (`[CLS]`) token's state, `[B, d_model]`."""
         return self.pooler(hidden_states[:, 0])

@@ -204,5 +204,6 @@ def test_attention_scores_come_one_map_per_block(tmp_path):
     )
     assert np.all(weights[np.broadcast_to(~real[:, None, None, :], weights.shape)] == 0)
     np.testing.assert_array_equal(
-        np.asarray(states), our_states(encoder, token_types=np.zeros_like(TOKEN_TYPES))
+        keras.ops.convert_to_numpy(states),
+        our_states(encoder, token_types=np.zeros_like(TOKEN_TYPES)),
     )

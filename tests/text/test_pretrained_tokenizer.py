@@ -32,6 +32,7 @@ BATTERY = [
     "a" * 150,
     "x" * 100 + " " + "y" * 101,
     "é" * 101,
+    "é" * 60 + " " + "я" * 70,
     "supercalifragilisticexpialidocious",
     "null\u0000byte bell\u0007 zero\u200bwidth soft\u00adhyphen",
     "nbsp\u00a0space ideographic\u3000space em\u2003space",
