@@ -9,6 +9,22 @@ from keras_transformer.layers import padding_mask as make_padding_mask
 from keras_transformer.layers.attention import get_attention_class, serialize_attention_class
 
 
+def run_encoder_blocks(blocks, x, padding_mask, training, return_attention_scores=False):
+    """`x` through encoder `blocks` in turn: `(states, scores)`, the scores a
+    list of one `[B, heads, T, T]` per block when asked for, else empty (and
+    not computed: without them the attention may run fused)."""
+    attention_scores = []
+    for block in blocks:
+        if return_attention_scores:
+            x, scores = block(
+                x, padding_mask=padding_mask, training=training, return_attention_scores=True
+            )
+            attention_scores.append(scores)
+        else:
+            x = block(x, padding_mask=padding_mask, training=training)
+    return x, attention_scores
+
+
 class EncoderStack:
     """A `keras.Model` mixin: embedding, its dropout, encoder blocks and an optional final norm.
 
@@ -102,15 +118,9 @@ class EncoderStack:
         `[B, heads, T, T]` per block with `with_attention_scores`, else empty."""
         padding_mask = make_padding_mask(token_ids)
         x = self.embedding_dropout(self.embedding(token_ids), training=training)
-        attention_scores = []
-        for block in self.encoder_blocks:
-            if with_attention_scores:
-                x, scores = block(
-                    x, padding_mask=padding_mask, training=training, return_attention_scores=True
-                )
-                attention_scores.append(scores)
-            else:
-                x = block(x, padding_mask=padding_mask, training=training)
+        x, attention_scores = run_encoder_blocks(
+            self.encoder_blocks, x, padding_mask, training, with_attention_scores
+        )
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x, padding_mask, attention_scores

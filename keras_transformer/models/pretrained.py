@@ -9,6 +9,7 @@ from keras import ops
 
 from keras_transformer.layers import TokenAndPositionEmbedding, TransformerEncoderBlock
 from keras_transformer.layers.initializers import clone_initializer
+from keras_transformer.models.encoder_stack import run_encoder_blocks
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -172,17 +173,9 @@ class PretrainedEncoder(keras.Model):
         token_ids, token_type_ids, padding_mask = self._unpack(inputs)
         x = self.embedding(token_ids) + self.token_type_embedding(token_type_ids)
         x = self.embedding_dropout(self.embedding_norm(x), training=training)
-        scores = []
-        for block in self.encoder_blocks:
-            x = block(
-                x,
-                padding_mask=padding_mask,
-                training=training,
-                return_attention_scores=return_attention_scores,
-            )
-            if return_attention_scores:
-                x, block_scores = x
-                scores.append(block_scores)
+        x, scores = run_encoder_blocks(
+            self.encoder_blocks, x, padding_mask, training, return_attention_scores
+        )
         if return_attention_scores:
             return x, scores
         return x

@@ -59,6 +59,9 @@ class PretrainedClassifier(keras.Model):
                 f"`num_classes` must be an integer of at least 2, got {num_classes!r}."
             )
         self.encoder = encoder
+        if pooling == "mean":
+            # BERT's pooler is left out of the answer: no gradient would reach it.
+            encoder.pooler.trainable = False
         self.num_classes = num_classes
         self.pooling = pooling
         self.dropout = dropout

@@ -11,6 +11,7 @@ from keras_transformer.layers import (
 )
 from keras_transformer.layers import padding_mask as make_padding_mask
 from keras_transformer.layers.attention import get_attention_class, serialize_attention_class
+from keras_transformer.models.encoder_stack import run_encoder_blocks
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -199,18 +200,9 @@ class Seq2SeqTransformer(keras.Model):
         (and each block's self-attention weights `[B, heads, S, S]`)."""
         source_mask = make_padding_mask(source_ids)
         x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
-        scores = []
-        for block in self.encoder_blocks:
-            # Scores only when asked: without them the attention may run fused.
-            x = block(
-                x,
-                padding_mask=source_mask,
-                training=training,
-                return_attention_scores=return_attention_scores,
-            )
-            if return_attention_scores:
-                x, block_scores = x
-                scores.append(block_scores)
+        x, scores = run_encoder_blocks(
+            self.encoder_blocks, x, source_mask, training, return_attention_scores
+        )
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return (x, source_mask, scores) if return_attention_scores else (x, source_mask)
