@@ -468,28 +468,19 @@ def test_wheel_and_sdist_without_tensorflow_in_a_fresh_environment(distributions
     )
     assert absent.returncode == 1 and "No module named 'tensorflow'" in absent.stderr, absent.stderr
 
-    result = subprocess.run(
-        [python, "-c", USER_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=on_jax,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    assert result.stdout.strip().endswith("USER MODEL OK")
-
-    pip_into(python, f"torch=={pinned_version('torch')}")
-    result = subprocess.run(
-        [python, "-c", USER_SCRIPT],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env=dict(on_jax, KERAS_BACKEND="torch"),
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    assert result.stdout.strip().endswith("USER MODEL OK")
+    for backend in ("jax", "torch"):
+        if backend == "torch":
+            pip_into(python, f"torch=={pinned_version('torch')}")
+        result = subprocess.run(
+            [python, "-c", USER_SCRIPT],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env=dict(on_jax, KERAS_BACKEND=backend),
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+        assert result.stdout.strip().endswith("USER MODEL OK"), backend
 
     # pip builds an sdist with the build backend pyproject.toml names, fetched
     # into an isolated environment; here the pinned one is installed beside it
