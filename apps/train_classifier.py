@@ -12,6 +12,13 @@ header row), `tfds:NAME` (TensorFlow Datasets, online, optional package),
 `tokens:DIR` (a folder of `python -m apps.tokenize classifier`, which fixes
 the vocabulary, --sequence-length, --max-length and [CLS] pooling).
 
+--pretrained PATH fine-tunes a BERT-family checkpoint folder (Hugging Face's
+layout; nothing downloads) instead of training a Transformer from scratch:
+
+    python -m apps.train_classifier --data csv:reviews.csv --pretrained all-MiniLM-L6-v2
+    python -m apps.train_classifier --data csv:reviews.csv --pretrained all-MiniLM-L6-v2 \
+        --lora-rank 8                                   # low-rank adapters only
+
 The run folder (--run-dir) keeps the vocabulary, a backup every epoch (for
 --resume), checkpoints (last.keras, best.keras: the epoch with the best
 --monitor, which the export also gets), TensorBoard logs
@@ -31,13 +38,16 @@ from apps.training_flags import (
     add_training_flags,
     classification_data_from_flags,
     flags_given,
+    setting_flag,
     settings_from_flags,
     strategy_and_data,
     token_data_and_settings,
     train_on_chief,
 )
+from keras_transformer.training.classifier.data_rules import CHECKPOINT_SIZES
 from keras_transformer.training.classifier.pretraining import read_unlabeled_texts
 from keras_transformer.training.classifier.settings import ClassifierSettings
+from keras_transformer.training.settings import fine_tuning_defaults
 
 
 def build_parser():
@@ -72,11 +82,13 @@ def build_parser():
     return parser
 
 
-def settings_from(args):
-    return settings_from_flags(ClassifierSettings, args)
+def settings_from(args, given=frozenset()):
+    """The run's settings: the flags, with `--pretrained`'s fine-tuning defaults for those
+    not given."""
+    return fine_tuning_defaults(settings_from_flags(ClassifierSettings, args), given)
 
 
-def check_flags(args):
+def check_flags(args, given=frozenset()):
     if args.max_examples is not None and args.max_examples < 2:
         raise ValueError(f"--max-examples must be at least 2, got {args.max_examples}.")
     if args.unlabeled is not None and not args.pretrain_epochs:
@@ -87,12 +99,29 @@ def check_flags(args):
         raise ValueError(
             "--search does not pretrain its trials: drop --pretrain-epochs or --search."
         )
+    if args.pretrained is not None:
+        from keras_transformer.models.pretrained import read_checkpoint_config  # loads Keras
+
+        read_checkpoint_config(args.pretrained)
+        fixed = [
+            setting_flag(ClassifierSettings, name)
+            for name in CHECKPOINT_SIZES
+            if name in given and name != "vocabulary_size"
+        ]
+        if fixed:
+            raise ValueError(
+                f"{', '.join(fixed)}: the checkpoint {args.pretrained} fixes the encoder's sizes; "
+                "drop them."
+            )
+        if args.search:
+            raise ValueError("--search trains Transformers from scratch: drop --pretrained or it.")
 
 
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     given = flags_given(parser, argv)
+    settings_of = functools.partial(settings_from, given=given)
 
     def load_data():
         # Pretraining masks raw texts: a token folder has none to give it.
@@ -100,16 +129,20 @@ def main(argv=None):
             args,
             given,
             "classifier",
-            settings_from(args),
+            settings_of(args),
             (*CLASSIFIER_RAW_DATA_FLAGS, "--unlabeled", "--pretrain-epochs"),
         )
         if tokens is not None:
             return (tokens[0], []), tokens[1]
         unlabeled_texts = read_unlabeled_texts(args.unlabeled) if args.unlabeled is not None else []
-        return (classification_data_from_flags(args), unlabeled_texts), settings_from(args)
+        return (classification_data_from_flags(args), unlabeled_texts), settings_of(args)
 
     strategy, (data, unlabeled_texts), settings = strategy_and_data(
-        parser, args, settings_from(args), load_data, check_flags=check_flags
+        parser,
+        args,
+        settings_of(args),
+        load_data,
+        check_flags=functools.partial(check_flags, given=given),
     )
 
     # Imported late so that `--help` and bad flags answer without loading TensorFlow's model code.

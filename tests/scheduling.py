@@ -69,6 +69,7 @@ LONGEST_FIRST = [
     "trained_classifier",
     "tests/training/test_data_parallel.py",
     "tests/apps/test_export_jax_runs.py",
+    "tests/apps/test_train_classifier_pretrained.py",
     "tests/apps/test_hardware_flags.py",
     "tests/training/test_without_tensorflow.py",
     "tests/keras_suite/test_keras_multi_head_attention.py",

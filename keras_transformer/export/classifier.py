@@ -9,7 +9,7 @@ from keras_transformer.export.versions import write_new_version
 from keras_transformer.text.padding import trim_shared_padding
 
 
-def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None):
+def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None, add_sep=False):
     """Writes `base_dir/VERSION/` (the next integer) and returns that folder.
 
     Signatures (all take `text`, string `[None]`):
@@ -27,12 +27,15 @@ def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None):
     only `tensorflow` and `tensorflow_text` imported.
 
     Args:
-        model: a built `TransformerClassifier`.
-        tokenizer: the `WordPieceTokenizer` the model was trained with.
+        model: a built `TransformerClassifier` or `PretrainedClassifier`.
+        tokenizer: the `WordPieceTokenizer` (or `PretrainedTokenizer`) the
+            model was trained with.
         class_names: list of names, index = class id.
         base_dir: the model's base path, e.g. `exported_models/classifier`.
         add_cls: whether inputs start with `[CLS]`; defaults to the model's
             pooling being `"cls"`.
+        add_sep: whether inputs end with `[SEP]` (a BERT-family checkpoint's
+            `[CLS] text [SEP]`).
     """
     if len(class_names) != model.num_classes:
         raise ValueError(
@@ -40,7 +43,7 @@ def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None):
         )
     if add_cls is None:
         add_cls = model.pooling == "cls"
-    signatures = _ClassifierSignatures(model, tokenizer, class_names, add_cls)
+    signatures = _ClassifierSignatures(model, tokenizer, class_names, add_cls, add_sep)
     return write_new_version(base_dir, lambda folder: _write(folder, signatures, class_names))
 
 
@@ -65,10 +68,11 @@ class _ClassifierSignatures:
     """The export's signature functions (traced by `ExportArchive.add_endpoint`), over one
     model and its tokenizer; each takes a batch of strings."""
 
-    def __init__(self, model, tokenizer, class_names, add_cls):
+    def __init__(self, model, tokenizer, class_names, add_cls, add_sep):
         self.model = model
         self.tokenizer = tokenizer
         self.add_cls = add_cls
+        self.add_sep = add_sep
         self.names = tf.constant([str(name) for name in class_names])
 
     def serve(self, text):
@@ -92,4 +96,4 @@ class _ClassifierSignatures:
         }
 
     def _encode(self, text, length):
-        return self.tokenizer.encode(text, length, add_cls=self.add_cls)
+        return self.tokenizer.encode(text, length, add_cls=self.add_cls, add_sep=self.add_sep)

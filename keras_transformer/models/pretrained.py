@@ -265,7 +265,7 @@ class PretrainedEncoder(keras.Model):
         Reads `config.json` (`model_type` `"bert"`) and `model.safetensors`
         (through the `safetensors` package's NumPy API: no PyTorch). Nothing
         downloads. The tokenizer of the same folder:
-        `keras_transformer.text.WordPieceTokenizer.from_pretrained(path)`.
+        `keras_transformer.text.PretrainedTokenizer.from_pretrained(path)`.
 
         Args:
             path: the folder.

@@ -12,6 +12,7 @@ the normalization is done here before its splitter sees the text.
 
 import json
 import os
+import shutil
 import tempfile
 
 import tensorflow as tf
@@ -25,6 +26,8 @@ from keras_transformer.text.wordpiece import WordPieceTokenizer
 MAX_WORD_CHARACTERS = 100
 # The most UTF-8 bytes of a character: tensorflow-text's word limit is in bytes.
 MAX_CHARACTER_BYTES = 4
+VOCABULARY_NAME = "vocab.txt"  # a Hugging Face checkpoint's
+CASING_FILE = "tokenizer_config.json"  # where Hugging Face keeps do_lower_case, strip_accents
 
 
 class PretrainedTokenizer(WordPieceTokenizer):
@@ -59,23 +62,45 @@ class PretrainedTokenizer(WordPieceTokenizer):
         )
 
     @classmethod
-    def from_pretrained(cls, path):
+    def from_pretrained(cls, path, vocabulary_name=VOCABULARY_NAME):
         """The tokenizer of a Hugging Face checkpoint folder: its `vocab.txt`
         (or the WordPiece vocabulary of its `tokenizer.json`) and its casing
         rules (`tokenizer.json`'s normalizer, else `tokenizer_config.json`,
-        else BERT's defaults: lower-casing with accents stripped)."""
+        else BERT's defaults: lower-casing with accents stripped).
+
+        Args:
+            path: the folder (a checkpoint's, or one `save` wrote).
+            vocabulary_name: the vocabulary's file name in it.
+        """
         path = os.fspath(path)
+        if not os.path.isdir(path):
+            raise ValueError(f"{path} is not a folder: give a Hugging Face checkpoint folder.")
         fast = _read_json(os.path.join(path, "tokenizer.json"))
         settings = _casing_rules(path, fast)
-        vocabulary_path = os.path.join(path, "vocab.txt")
+        vocabulary_path = os.path.join(path, vocabulary_name)
         if not os.path.isfile(vocabulary_path):
             if fast is None:
                 raise ValueError(
-                    f"{path} has neither vocab.txt nor tokenizer.json: a BERT-family "
+                    f"{path} has neither {vocabulary_name} nor tokenizer.json: a BERT-family "
                     "checkpoint's tokenizer needs one of them."
                 )
             vocabulary_path = _write_fast_vocabulary(fast, os.path.join(path, "tokenizer.json"))
         return cls(vocabulary_path, **settings)
+
+    def save(self, folder, vocabulary_name=VOCABULARY_NAME):
+        """Writes the vocabulary (`folder/vocabulary_name`) and the casing rules
+        (`tokenizer_config.json`, as Hugging Face names them), which
+        `from_pretrained(folder, vocabulary_name)` reads back."""
+        os.makedirs(folder, exist_ok=True)
+        target = os.path.join(folder, vocabulary_name)
+        if os.path.abspath(target) != os.path.abspath(self.vocabulary_path):
+            shutil.copyfile(self.vocabulary_path, target)
+        with open(os.path.join(folder, CASING_FILE), "w", encoding="utf-8") as config_file:
+            json.dump(
+                {"do_lower_case": self.lower_case, "strip_accents": self.strip_accents},
+                config_file,
+                indent=2,
+            )
 
     def normalize(self, texts):
         """Valid UTF-8 strings `[B]` as Hugging Face's `BertNormalizer` leaves them."""
@@ -124,13 +149,13 @@ def _casing_rules(path, fast):
         }
         where = "tokenizer.json"
     else:
-        config = _read_json(os.path.join(path, "tokenizer_config.json")) or {}
+        config = _read_json(os.path.join(path, CASING_FILE)) or {}
         rules = {
             "lower_case": config.get("do_lower_case", True),
             "strip_accents": config.get("strip_accents"),
             "tokenize_chinese_chars": config.get("tokenize_chinese_chars", True),
         }
-        where = "tokenizer_config.json"
+        where = CASING_FILE
     if not rules.pop("tokenize_chinese_chars"):
         raise ValueError(
             f"{os.path.join(path, where)}: only tokenizers that split CJK characters "

@@ -156,11 +156,17 @@ def _missing_model_message(run, model_path, is_final_model):
 
 def _export_classifier_run(run, model_path, export_dir):
     from keras_transformer.export.classifier import export_classifier
-    from keras_transformer.models import TransformerClassifier
-    from keras_transformer.text.wordpiece import WordPieceTokenizer
+    from keras_transformer.models import PretrainedClassifier, TransformerClassifier
+    from keras_transformer.training.classifier.tokenizing import (
+        encoding_arguments,
+        run_tokenizer,
+    )
 
-    tokenizer = _tokenizers(lambda: WordPieceTokenizer(run.file(CLASSIFIER_VOCABULARY_FILE)))
-    model = load_run_model(model_path, TransformerClassifier, run)
+    tokenizer = _tokenizers(
+        lambda: run_tokenizer(run.settings, run.file(CLASSIFIER_VOCABULARY_FILE))
+    )
+    model_class = TransformerClassifier if run.settings.pretrained is None else PretrainedClassifier
+    model = load_run_model(model_path, model_class, run)
     _check_vocabulary_size(model.vocabulary_size, tokenizer, model_path, "")
     class_names = run.saved["class_names"]
     if len(class_names) != model.num_classes:
@@ -168,7 +174,9 @@ def _export_classifier_run(run, model_path, export_dir):
             f"{run.file(SETTINGS_FILE)} names {len(class_names)} classes but {model_path} "
             f"has {model.num_classes} outputs."
         )
-    return export_classifier(model, tokenizer, class_names, export_dir)
+    return export_classifier(
+        model, tokenizer, class_names, export_dir, **encoding_arguments(run.settings)
+    )
 
 
 def _export_translator_run(run, model_path, export_dir, beam_width, length_penalty):

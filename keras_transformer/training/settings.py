@@ -27,6 +27,7 @@ def setting(
     metavar=None,
     choices=None,
     minimum=None,
+    fine_tuning=None,
 ):
     """A settings field: `default`, and what the command line and the checks need.
 
@@ -44,6 +45,10 @@ def setting(
         metavar: the flag's value in `--help` (default: the flag's name).
         choices: the values allowed; the checks and the flag enforce them.
         minimum: for an integer setting, the least value allowed: 1 or 0.
+        fine_tuning: the default when the run fine-tunes a pretrained
+            checkpoint, where that differs (`fine_tuning_defaults`): a value,
+            or `{"full": value, "lora": value}` when low-rank adapters want
+            another one.
     """
     metadata = {
         "help": help,
@@ -53,6 +58,7 @@ def setting(
         "metavar": metavar,
         "choices": None if choices is None else tuple(choices),
         "minimum": minimum,
+        "fine_tuning": fine_tuning,
     }
     return dataclasses.field(default=default, metadata=metadata)
 
@@ -139,8 +145,40 @@ def default_help(field):
     if field.default is None and field.metadata.get("from_data"):
         return FROM_DATA_HELP
     if isinstance(field.default, bool):
-        return f"default: {'on' if field.default else 'off'}"
-    return f"default {field.default}"
+        text = f"default: {'on' if field.default else 'off'}"
+    else:
+        text = f"default {field.default}"
+    fine_tuning = field.metadata.get("fine_tuning")
+    if fine_tuning is None:
+        return text
+    if not isinstance(fine_tuning, dict):
+        fine_tuning = {"full": fine_tuning}
+    with_flag = {"full": "--pretrained", "lora": "--lora-rank"}
+    return text + "".join(
+        f"; {_shown(value)} with {with_flag[mode]}" for mode, value in fine_tuning.items()
+    )
+
+
+def _shown(value):
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def fine_tuning_defaults(settings, given):
+    """`settings` with every field that has a `fine_tuning` default and is not
+    in `given` (the names the user set) at that default, when
+    `settings.pretrained` names a checkpoint; else `settings` unchanged."""
+    if getattr(settings, "pretrained", None) is None:
+        return settings
+    mode = "lora" if settings.lora_rank is not None else "full"
+    changes = {}
+    for field in dataclasses.fields(settings):
+        fine_tuning = field.metadata.get("fine_tuning")
+        if fine_tuning is None or field.name in given:
+            continue
+        changes[field.name] = fine_tuning[mode] if isinstance(fine_tuning, dict) else fine_tuning
+    return dataclasses.replace(settings, **changes)
 
 
 def help_text(field):

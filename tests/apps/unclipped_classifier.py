@@ -17,7 +17,7 @@ from apps import train_classifier
 
 def unclipped(settings_from):
     """`settings_from` with `clip_norm=None` (no clipping) in the settings it returns."""
-    return lambda args: dataclasses.replace(settings_from(args), clip_norm=None)
+    return lambda args, **kwargs: dataclasses.replace(settings_from(args, **kwargs), clip_norm=None)
 
 
 if __name__ == "__main__":

@@ -73,9 +73,28 @@ def test_cls_pooling_is_berts_pooler_under_the_head(tmp_path):
     np.testing.assert_allclose(probabilities, expected, atol=1e-5)
 
 
-def test_mean_pooling_ignores_padding(tmp_path):
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_pooling_over_real_tokens_is_the_reference_states_pooled(tmp_path, pooling):
+    reference = write_checkpoint(tmp_path)
+    states, _ = reference_states(reference, token_types=np.zeros_like(TOKEN_IDS))
+    classifier = PretrainedClassifier.from_pretrained(tmp_path, num_classes=3, pooling=pooling)
+    classifier(TOKEN_IDS)  # builds the head
+    kernel, bias = (as_numpy(w) for w in classifier.head.weights)
+    for row, token_ids in enumerate(TOKEN_IDS):
+        real = states[row][token_ids != 0]
+        logits = (real.mean(0) if pooling == "mean" else real.max(0)) @ kernel + bias
+        expected = np.exp(logits - logits.max())
+        np.testing.assert_allclose(
+            as_numpy(classifier(TOKEN_IDS[row : row + 1]))[0],
+            expected / expected.sum(),
+            atol=1e-5,
+        )
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max"])
+def test_pooling_ignores_padding(tmp_path, pooling):
     write_checkpoint(tmp_path)
-    classifier = PretrainedClassifier.from_pretrained(tmp_path, num_classes=2)
+    classifier = PretrainedClassifier.from_pretrained(tmp_path, num_classes=2, pooling=pooling)
     token_ids = np.array([[2, 7, 9, 3]], dtype="int32")
     padded = np.concatenate([token_ids, np.zeros((1, 5), "int32")], axis=1)
     np.testing.assert_allclose(
@@ -86,7 +105,8 @@ def test_mean_pooling_ignores_padding(tmp_path):
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        ({"num_classes": 2, "pooling": "max"}, "`pooling` must be one of"),
+        ({"num_classes": 2, "pooling": "sum"}, "`pooling` must be one of"),
+        ({"num_classes": 2, "sequence_length": 17}, "`sequence_length` must be an integer from"),
         ({"num_classes": 1}, "`num_classes` must be an integer of at least 2"),
     ],
 )

@@ -11,8 +11,12 @@ The shared machinery and the vocabulary size rule are in
   `sequence_length` pieces do not reach.
 * Batch size and warmup: see `_batch_size` and `_warmup_fraction`.
 * The bag of n-grams' L2 penalty: see `_ngram_l2`.
+* Fine-tuning a pretrained checkpoint: its vocabulary and encoder sizes, and
+  the sequence length from the texts within its positions
+  (`classifier_tokenization_for_checkpoint`).
 """
 
+import dataclasses
 import functools
 import math
 
@@ -20,6 +24,7 @@ import numpy as np
 
 from keras_transformer.training.data_rules import (
     VOCABULARY_SIZE_RANGE,
+    Choice,
     fill_from_data,
     length_percentile,
     vocabulary_size_from_counts,
@@ -90,6 +95,61 @@ def classifier_tokenization_from_data(settings, texts, build_tokenizer):
     return more_settings, choices + more_choices
 
 
+# The settings a pretrained checkpoint fixes: settings field -> its `config.json` key.
+CHECKPOINT_SIZES = {
+    "vocabulary_size": "vocab_size",
+    "num_layers": "num_hidden_layers",
+    "d_model": "hidden_size",
+    "num_heads": "num_attention_heads",
+    "intermediate_dim": "intermediate_size",
+}
+
+
+def classifier_tokenization_for_checkpoint(settings, config, tokenizer, texts):
+    """`classifier_tokenization_from_data` for a run that fine-tunes a
+    checkpoint: the encoder's sizes and vocabulary are the checkpoint's
+    (`config`, its `config.json`), `max_length` at most its positions, and
+    `sequence_length`, where None, the usual percentile of the texts' lengths
+    in its WordPieces, `[CLS]` and `[SEP]` counted.
+
+    Raises:
+        ValueError: `settings.vocabulary_size` is set and not the checkpoint's.
+    """
+    if settings.vocabulary_size not in (None, config["vocab_size"]):
+        raise ValueError(
+            f"`vocabulary_size` {settings.vocabulary_size}: the checkpoint "
+            f"{settings.pretrained} has {config['vocab_size']} tokens; leave it unset."
+        )
+    if tokenizer.vocabulary_size != config["vocab_size"]:
+        raise ValueError(
+            f"{tokenizer.vocabulary_path} has {tokenizer.vocabulary_size} tokens, but "
+            f"{settings.pretrained}'s config.json says vocab_size {config['vocab_size']}."
+        )
+    choices = [
+        Choice(name, config[key], f"the checkpoint's {key}")
+        for name, key in CHECKPOINT_SIZES.items()
+    ]
+    positions = config.get("max_position_embeddings", 512)
+    if settings.max_length > positions:
+        choices.append(Choice("max_length", positions, "the checkpoint's max_position_embeddings"))
+    settings = dataclasses.replace(settings, **{choice.name: choice.value for choice in choices})
+    if settings.sequence_length is not None and settings.sequence_length > settings.max_length:
+        raise ValueError(
+            f"`sequence_length` {settings.sequence_length} is more than the checkpoint's "
+            f"{positions} positions."
+        )
+    settings, more_choices = fill_from_data(
+        settings,
+        [
+            (
+                "sequence_length",
+                lambda current: _sequence_length(current, _text_lengths(current, tokenizer, texts)),
+            )
+        ],
+    )
+    return settings, choices + more_choices
+
+
 def classifier_settings_from_counts(settings, num_examples):
     """`classifier_settings_from_data` for the fields chosen from the number
     of training texts alone (`batch_size`, `warmup_fraction`, and `ngram_l2`
@@ -117,12 +177,18 @@ def _text_lengths(settings, tokenizer, texts):
     longest = max(
         settings.max_length, NGRAM_MAX_LENGTH if settings.bag_of_ngrams is not False else 0
     )
-    return wordpiece_lengths(tokenizer, texts, longest) + int(settings.pooling == "cls")
+    return wordpiece_lengths(tokenizer, texts, longest) + _added_tokens(settings)
+
+
+def _added_tokens(settings):
+    """The tokens around each text: `[CLS]` and `[SEP]` for a checkpoint, `[CLS]` for cls
+    pooling."""
+    return 2 if settings.pretrained is not None else int(settings.pooling == "cls")
 
 
 def _lengths_described(settings):
-    cls = " (+1 for [CLS])" if settings.pooling == "cls" else ""
-    return f"the training texts' WordPiece lengths{cls}"
+    added = {0: "", 1: " (+1 for [CLS])", 2: " (+2 for [CLS] and [SEP])"}[_added_tokens(settings)]
+    return f"the training texts' WordPiece lengths{added}"
 
 
 def _sequence_length(settings, lengths):

@@ -23,15 +23,16 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
     optimizer in a `keras.optimizers.LossScaleOptimizer`.
     """
     check_chosen(settings, "sequence_length", "warmup_fraction")
+    if settings.pretrained is not None:
+        return _build_fine_tuned_model(
+            settings, num_classes, settings.epochs * steps_per_epoch, strategy
+        )
     return build_compiled_model(
         settings,
         TransformerClassifier,
         settings.epochs * steps_per_epoch,
         loss="sparse_categorical_crossentropy",
-        make_metrics=lambda: [
-            keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
-            *([MacroF1(num_classes)] if settings.monitor == "val_macro_f1" else []),
-        ],
+        make_metrics=lambda: _classifier_metrics(settings, num_classes),
         strategy=strategy,
         vocabulary_size=vocabulary_size,
         num_classes=num_classes,
@@ -39,6 +40,39 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
         bag_of_ngrams=bag_of_ngrams_arguments(settings),
         ngram_length=settings.ngram_length if settings.bag_of_ngrams is not False else None,
     )
+
+
+def _build_fine_tuned_model(settings, num_classes, total_steps, strategy):
+    """`build_classifier_model` for a run that fine-tunes `settings.pretrained`: a
+    `PretrainedClassifier` on the checkpoint's encoder (its low-rank adapters only
+    with `settings.lora_rank`)."""
+    from keras_transformer.models.pretrained_classifier import PretrainedClassifier
+
+    with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
+        model = PretrainedClassifier.from_pretrained(
+            settings.pretrained,
+            num_classes,
+            pooling=settings.pooling,
+            dropout=settings.dropout,
+            lora_rank=settings.lora_rank,
+            sequence_length=settings.sequence_length,
+        )
+        model.build((None, settings.sequence_length))
+        compile_for_fit(
+            model,
+            build_adamw(settings, total_steps),
+            loss="sparse_categorical_crossentropy",
+            metrics=_classifier_metrics(settings, num_classes),
+            jit_compile=settings.jit_compile,
+        )
+    return model
+
+
+def _classifier_metrics(settings, num_classes):
+    return [
+        keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
+        *([MacroF1(num_classes)] if settings.monitor == "val_macro_f1" else []),
+    ]
 
 
 def bag_of_ngrams_arguments(settings):

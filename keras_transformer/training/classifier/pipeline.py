@@ -27,7 +27,10 @@ from keras_transformer.text.vocabulary import read_vocabulary
 from keras_transformer.training.batching import ArrayBatches
 from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.classifier.bag_of_ngrams import add_bag_of_ngrams
-from keras_transformer.training.classifier.data_rules import classifier_settings_from_counts
+from keras_transformer.training.classifier.data_rules import (
+    CHECKPOINT_SIZES,
+    classifier_settings_from_counts,
+)
 from keras_transformer.training.classifier.evaluation import (
     classification_report,
     format_classification_report,
@@ -179,6 +182,11 @@ def _settings_and_tokens(data, settings, folder, run_dir, resume, verbose, unlab
     """The run's settings and tokens: those it saved, to resume; else `settings` with the
     values chosen from the data (said and saved), the folder ready for a new run."""
     tokens = data if isinstance(data, TokenizedClassificationData) else None
+    if tokens is not None and settings.pretrained is not None:
+        raise ValueError(
+            f"{tokens.name} holds tokens of our own vocabulary; fine-tuning {settings.pretrained} "
+            "needs its tokenizer: train from the data source instead."
+        )
     if tokens is not None and (unlabeled_texts or settings.pretrain_epochs):
         raise ValueError(
             f"{tokens.name} holds tokens, and pretraining (--pretrain-epochs, --unlabeled) needs "
@@ -212,6 +220,11 @@ def _settings_and_tokens(data, settings, folder, run_dir, resume, verbose, unlab
     else:
         copy_vocabularies(tokens, folder.path)
     settings = settings_from_tokens(settings, tokens)
+    if settings.pretrained is not None:  # the checkpoint fixed the encoder's sizes too
+        settings = dataclasses.replace(
+            settings,
+            **{name: tokens.chosen_from_data[name]["value"] for name in CHECKPOINT_SIZES},
+        )
     settings, counted = classifier_settings_from_counts(settings, len(tokens.train))
     chosen = choices_from_record(tokens.chosen_from_data) + counted
     for choice in chosen:
@@ -229,10 +242,13 @@ def _settings_and_tokens(data, settings, folder, run_dir, resume, verbose, unlab
 def _model_and_its_tokens(settings, tokens, folder, strategy):
     """The compiled model, its bag of n-grams adapted, and `tokens` cut to what it reads
     (tokens encoded for a bag of n-grams that reads further than this model)."""
-    vocabulary = read_vocabulary(folder.file(CLASSIFIER_VOCABULARY))
+    # A checkpoint's vocabulary is not one of ours (no [START], [END]); its size is in settings.
+    vocabulary = (
+        read_vocabulary(folder.file(CLASSIFIER_VOCABULARY)) if settings.pretrained is None else None
+    )
     model = build_classifier_model(
         settings,
-        len(vocabulary),
+        settings.vocabulary_size if vocabulary is None else len(vocabulary),
         len(tokens.class_names),
         math.ceil(len(tokens.train) / settings.batch_size),
         strategy,

@@ -68,12 +68,13 @@ class ClassifierSettings:
         "({default})",
         group="model",
         choices=POOLINGS,
+        fine_tuning="mean",
     )
     num_layers: int = setting(1, group="model", minimum=1)
     d_model: int = setting(128, "{default}", group="model", minimum=1)
     num_heads: int = setting(4, "{default}", group="model", minimum=1)
     intermediate_dim: int = setting(256, "feed-forward width ({default})", group="model", minimum=1)
-    dropout: float = setting(0.3, "{default}", group="model")
+    dropout: float = setting(0.3, "{default}", group="model", fine_tuning=0.1)
     # A logistic regression on the TF-IDF of WordPiece unigrams and bigrams (`BagOfNgrams`),
     # fit after the Transformer and added to its logits at a weight chosen on validation:
     # True, False, or a dict of `BagOfNgrams` arguments.
@@ -83,6 +84,7 @@ class ClassifierSettings:
         "texts' unigrams and bigrams (see --ngram-units), fit after the Transformer, at a weight "
         "chosen on validation ({default})",
         group="model",
+        fine_tuning=False,
     )
     ngram_l2: float = setting(
         None, "L2 penalty of the bag of n-grams ({default})", group="model", from_data=True
@@ -102,13 +104,34 @@ class ClassifierSettings:
         group="model",
     )
 
-    epochs: int = setting(12, group="training", minimum=1)
+    # A BERT-family checkpoint folder to fine-tune instead of a Transformer trained from
+    # scratch: it fixes the vocabulary, the encoder's sizes and the longest sequence.
+    pretrained: str = setting(
+        None,
+        "fine-tune the BERT-family checkpoint in folder PATH (Hugging Face's layout: "
+        "config.json, model.safetensors, vocab.txt or tokenizer.json): its vocabulary, casing, "
+        "encoder and positions replace --vocab-size, --num-layers, --d-model, --num-heads and "
+        "--intermediate-dim",
+        group="model",
+        metavar="PATH",
+    )
+    lora_rank: int = setting(
+        None,
+        "with --pretrained: train rank-N low-rank adapters on the attention's query and value "
+        "projections, and the head, instead of every weight",
+        group="model",
+        metavar="N",
+        minimum=1,
+    )
+
+    epochs: int = setting(12, "{default}", group="training", minimum=1, fine_tuning=5)
     batch_size: int = setting(None, "{default}", group="training", from_data=True, minimum=1)
     learning_rate: float = setting(
         1e-3,
         "peak of the warmup-then-cosine schedule, which ends after --epochs or with "
-        "--time-budget, whichever comes first",
+        "--time-budget, whichever comes first ({default})",
         group="training",
+        fine_tuning={"full": 5e-5, "lora": 5e-4},
     )
     weight_decay: float = setting(0.01, group="training")
     warmup_fraction: float = setting(
@@ -149,4 +172,18 @@ class ClassifierSettings:
             isinstance(self.ngram_l2, (int, float)) and self.ngram_l2 >= 0
         ):
             raise ValueError(f"`ngram_l2` must be a number of at least 0, got {self.ngram_l2!r}.")
+        if self.lora_rank is not None and self.pretrained is None:
+            raise ValueError(
+                "`lora_rank` trains adapters of a pretrained checkpoint: give `pretrained` too."
+            )
+        if self.pretrained is not None:
+            for name, what in (
+                ("bag_of_ngrams", "a bag of n-grams beside the checkpoint"),
+                ("pretrain_epochs", "masked-token pretraining"),
+            ):
+                if getattr(self, name):
+                    raise ValueError(
+                        f"`{name}`: {what} is not available when fine-tuning `pretrained` "
+                        f"({self.pretrained}); turn it off."
+                    )
         return self

@@ -12,7 +12,10 @@ from keras_transformer.data.tokens import (
     TokenizedClassificationData,
     classifier_input_length,
 )
-from keras_transformer.training.classifier.data_rules import classifier_tokenization_from_data
+from keras_transformer.training.classifier.data_rules import (
+    classifier_tokenization_for_checkpoint,
+    classifier_tokenization_from_data,
+)
 from keras_transformer.training.data_rules import choices_record
 from keras_transformer.training.runs import say
 
@@ -41,6 +44,8 @@ def tokenize_classification_data(data, settings, vocabulary_dir, verbose=1, unla
 
     unlabeled_texts = list(unlabeled_texts)
     vocabulary_path = os.path.join(vocabulary_dir, CLASSIFIER_VOCABULARY)
+    if settings.pretrained is not None:
+        return _tokenize_for_checkpoint(data, settings, vocabulary_dir, verbose)
 
     def build_tokenizer(vocabulary_size):
         # Unlabelled texts shape the vocabulary too; the lengths are the labelled texts'.
@@ -61,20 +66,63 @@ def tokenize_classification_data(data, settings, vocabulary_dir, verbose=1, unla
     return encode_classification_data(data, settings, vocabulary_path, choices_record(chosen))
 
 
+def _tokenize_for_checkpoint(data, settings, vocabulary_dir, verbose):
+    """`tokenize_classification_data` for a run that fine-tunes `settings.pretrained`:
+    the checkpoint's tokenizer saved into `vocabulary_dir`, its sizes taken,
+    `sequence_length` chosen from the texts within its positions."""
+    from keras_transformer.models.pretrained import read_checkpoint_config
+    from keras_transformer.text.pretrained import PretrainedTokenizer
+
+    config = read_checkpoint_config(settings.pretrained)
+    tokenizer = PretrainedTokenizer.from_pretrained(settings.pretrained)
+    say(verbose, f"Reading the checkpoint's tokenizer from {settings.pretrained}...")
+    tokenizer.save(vocabulary_dir, CLASSIFIER_VOCABULARY)
+    settings, chosen = classifier_tokenization_for_checkpoint(
+        settings, config, tokenizer, data.train.texts
+    )
+    return encode_classification_data(
+        data,
+        settings,
+        os.path.join(vocabulary_dir, CLASSIFIER_VOCABULARY),
+        choices_record(chosen),
+    )
+
+
+def run_tokenizer(settings, vocabulary_path):
+    """The tokenizer a classifier run of `settings` encodes with: the
+    checkpoint's rules (`PretrainedTokenizer`, its casing beside
+    `vocabulary_path`) when it fine-tunes one, else our `WordPieceTokenizer`."""
+    if settings.pretrained is not None:
+        from keras_transformer.text.pretrained import PretrainedTokenizer
+
+        return PretrainedTokenizer.from_pretrained(
+            os.path.dirname(vocabulary_path), os.path.basename(vocabulary_path)
+        )
+    from keras_transformer.text.wordpiece import WordPieceTokenizer
+
+    return WordPieceTokenizer(vocabulary_path)
+
+
+def encoding_arguments(settings):
+    """How a classifier run of `settings` wraps each text: `[CLS]` first for
+    `cls` pooling, and `[CLS] ... [SEP]` always for a pretrained checkpoint,
+    whose inputs were so in pretraining."""
+    pretrained = settings.pretrained is not None
+    return {"add_cls": pretrained or settings.pooling == "cls", "add_sep": pretrained}
+
+
 def encode_classification_data(data, settings, vocabulary_path, chosen_from_data=None):
     """`data` encoded with the vocabulary at `vocabulary_path`, to the
     `sequence_length` (or the longer `ngram_length`) and with the pooling of
     `settings` (all chosen), as a `TokenizedClassificationData` named as `data`."""
     import tensorflow as tf
 
-    from keras_transformer.text.wordpiece import WordPieceTokenizer
-
-    tokenizer = WordPieceTokenizer(vocabulary_path)
-    add_cls = settings.pooling == "cls"
+    tokenizer = run_tokenizer(settings, vocabulary_path)
+    wrapping = encoding_arguments(settings)
 
     def encode(split):
         token_ids = tokenizer.encode(
-            tf.constant(split.texts, tf.string), classifier_input_length(settings), add_cls=add_cls
+            tf.constant(split.texts, tf.string), classifier_input_length(settings), **wrapping
         )
         return ClassificationTokens(token_ids.numpy(), np.asarray(split.labels, np.int32))
 
