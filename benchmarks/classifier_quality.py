@@ -176,8 +176,10 @@ def run_tfidf(data, args):
 def run_ours(data, args, corpus_name):
     from keras_transformer.training.classifier.pipeline import train_classifier
     from keras_transformer.training.classifier.settings import ClassifierSettings
+    from keras_transformer.training.settings import fine_tuning_defaults
 
-    settings = ClassifierSettings(seed=args.seed, **json.loads(args.settings))
+    given = json.loads(args.settings)
+    settings = fine_tuning_defaults(ClassifierSettings(seed=args.seed, **given), set(given))
     arm_name = saved_arm_name(args, "ours")
     run_dir = os.path.join(
         results_dir(args.seed),
