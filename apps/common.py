@@ -55,7 +55,7 @@ def run_inference_app(parser, argv, load_model, plot_attention, answer):
         parser: from `inference_parser`.
         argv: the command line (None: `sys.argv[1:]`).
         load_model: `(path) -> (version folder, loaded model, extra)`.
-        plot_attention: `(model, text, out path, layer) -> out path`.
+        plot_attention: `(version folder, model, text, out path, layer) -> out path`.
         answer: `(args, version folder, model, extra, texts)`, prints the
             answers; may raise `ValueError`.
     """
@@ -69,7 +69,7 @@ def run_inference_app(parser, argv, load_model, plot_attention, answer):
         parser.exit(2, f"error: {error}\n")
     try:
         if args.plot_attention is not None:
-            path = plot_attention(model, args.plot_attention, args.out, args.layer)
+            path = plot_attention(version_dir, model, args.plot_attention, args.out, args.layer)
             print(f"Attention plot written to {path}")
             return 0
         answer(args, version_dir, model, extra, texts_or_stdin(args.texts))

@@ -16,6 +16,7 @@ import os
 import sys
 
 from apps.common import inference_parser, layer_index, load_export, run_inference_app
+from keras_transformer.export.parts import attention_notice, read_parts
 
 
 def build_parser():
@@ -53,15 +54,17 @@ def classify(model, texts, batch_size):
             yield texts[start + offset], label.decode("utf-8"), row
 
 
-def print_prediction(text, label, probabilities, class_names, as_json):
+def print_prediction(text, label, probabilities, class_names, as_json, parts=None):
     names = class_names or [str(index) for index in range(len(probabilities))]
     if as_json:
         by_class = {name: round(float(p), 4) for name, p in zip(names, probabilities)}
-        print(
-            json.dumps(
-                {"text": text, "label": label, "probabilities": by_class}, ensure_ascii=False
-            )
-        )
+        answer = {"text": text, "label": label, "probabilities": by_class}
+        if parts and parts["bag_weight"] is not None:
+            answer["weights"] = {
+                "transformer": parts["transformer_weight"],
+                "bag_of_ngrams": parts["bag_weight"],
+            }
+        print(json.dumps(answer, ensure_ascii=False))
         return
     preview = " ".join(text.split())
     preview = preview if len(preview) <= 70 else preview[:67] + "..."
@@ -71,7 +74,7 @@ def print_prediction(text, label, probabilities, class_names, as_json):
     print("    " + "  ".join(f"{name} {float(p):.3f}" for name, p in zip(names, probabilities)))
 
 
-def plot_attention(model, text, out_path, layer):
+def plot_attention(version_dir, model, text, out_path, layer):
     import numpy as np
     import tensorflow as tf
 
@@ -86,6 +89,10 @@ def plot_attention(model, text, out_path, layer):
     if length == 0:
         raise ValueError("The text has no tokens to draw.")
     layer = layer_index(layer, scores.shape[0], "encoder blocks")
+    parts = read_parts(version_dir)
+    notice = attention_notice(parts)
+    if notice is not None:
+        print(f"Note: {notice}", file=sys.stderr, flush=True)
     weights = np.asarray(scores[layer, :, :length, :length])
     tokens = tokens[:length]
     plots.plot_attention(
@@ -93,16 +100,27 @@ def plot_attention(model, text, out_path, layer):
         tokens,
         tokens,
         out_path,
-        title=f"Encoder block {layer} self-attention ({length} tokens)",
+        title=f"Encoder block {layer} self-attention ({length} tokens)"
+        + (" - not used by the answer" if parts and parts["transformer_weight"] == 0.0 else ""),
     )
     return out_path
 
 
 def print_predictions(args, version_dir, model, class_names, texts):
+    parts = read_parts(version_dir)
     if not args.json:
-        print(f"Model: {version_dir}")
+        print(f"Model: {version_dir}{_parts_described(parts)}")
     for text, label, probabilities in classify(model, texts, args.batch_size):
-        print_prediction(text, label, probabilities, class_names, args.json)
+        print_prediction(text, label, probabilities, class_names, args.json, parts)
+
+
+def _parts_described(parts):
+    if not parts or parts["bag_weight"] is None:
+        return ""
+    return (
+        f" (the Transformer at weight {parts['transformer_weight']}, the bag of n-grams at "
+        f"{parts['bag_weight']})"
+    )
 
 
 def main(argv=None):

@@ -86,7 +86,7 @@ def print_translation(text, translation, as_json):
     print(translation)
 
 
-def plot_attention(model, text, out_path, layer):
+def plot_attention(version_dir, model, text, out_path, layer):
     import numpy as np
     import tensorflow as tf
 

@@ -1,15 +1,19 @@
 """The classifier's SavedModel: raw strings in, probabilities and labels out."""
 
+import json
 import os
 
 import keras
 import tensorflow as tf
 
+from keras_transformer.export.parts import PARTS_FILE
 from keras_transformer.export.versions import write_new_version
 from keras_transformer.text.padding import trim_shared_padding
 
 
-def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None, add_sep=False):
+def export_classifier(
+    model, tokenizer, class_names, base_dir, add_cls=None, add_sep=False, mix=None
+):
     """Writes `base_dir/VERSION/` (the next integer) and returns that folder.
 
     Signatures (all take `text`, string `[None]`):
@@ -21,7 +25,8 @@ def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None, add
       `T` is the batch's longest text in tokens (at least 1).
 
     The class names are also written, one per line, to
-    `assets.extra/class_names.txt`.
+    `assets.extra/class_names.txt`, and what each part contributes to
+    `assets.extra/classifier.json` (`keras_transformer.export.parts`).
 
     The tokenizer's vocabulary travels as an asset, so the export loads with
     only `tensorflow` and `tensorflow_text` imported.
@@ -36,6 +41,8 @@ def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None, add
             pooling being `"cls"`.
         add_sep: whether inputs end with `[SEP]` (a BERT-family checkpoint's
             `[CLS] text [SEP]`).
+        mix: `(transformer_weight, bag_weight)` that training chose for a
+            model with a bag of n-grams (already in its weights; recorded).
     """
     if len(class_names) != model.num_classes:
         raise ValueError(
@@ -44,10 +51,24 @@ def export_classifier(model, tokenizer, class_names, base_dir, add_cls=None, add
     if add_cls is None:
         add_cls = model.pooling == "cls"
     signatures = _ClassifierSignatures(model, tokenizer, class_names, add_cls, add_sep)
-    return write_new_version(base_dir, lambda folder: _write(folder, signatures, class_names))
+    parts = _parts(model, mix)
+    return write_new_version(
+        base_dir, lambda folder: _write(folder, signatures, class_names, parts)
+    )
 
 
-def _write(folder, signatures, class_names):
+def _parts(model, mix):
+    """`classifier.json`'s contents: each part's weight in the answer and how far it reads."""
+    transformer_weight, bag_weight = (1.0, None) if model.ngrams is None else mix or (1.0, 1.0)
+    return {
+        "transformer_weight": transformer_weight,
+        "transformer_tokens": model.sequence_length,
+        "bag_weight": bag_weight,
+        "bag_tokens": None if model.ngrams is None else model.input_length,
+    }
+
+
+def _write(folder, signatures, class_names, parts):
     """The SavedModel of `signatures` in `folder`, the class names beside it."""
     text_spec = [tf.TensorSpec([None], tf.string, name="text")]
     archive = keras.export.ExportArchive()
@@ -62,6 +83,8 @@ def _write(folder, signatures, class_names):
     os.makedirs(extra, exist_ok=True)
     with open(os.path.join(extra, "class_names.txt"), "w", encoding="utf-8") as names_file:
         names_file.writelines(f"{name}\n" for name in class_names)
+    with open(os.path.join(extra, PARTS_FILE), "w", encoding="utf-8") as parts_file:
+        json.dump(parts, parts_file, indent=2)
 
 
 class _ClassifierSignatures:

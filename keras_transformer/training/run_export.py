@@ -175,8 +175,25 @@ def _export_classifier_run(run, model_path, export_dir):
             f"has {model.num_classes} outputs."
         )
     return export_classifier(
-        model, tokenizer, class_names, export_dir, **encoding_arguments(run.settings)
+        model,
+        tokenizer,
+        class_names,
+        export_dir,
+        mix=_chosen_mix(run),
+        **encoding_arguments(run.settings),
     )
+
+
+def _chosen_mix(run):
+    """`(transformer_weight, bag_weight)` that the run's `metrics.json` records, or None."""
+    try:
+        with open(run.file("metrics.json"), encoding="utf-8") as metrics_file:
+            combination = json.load(metrics_file).get("bag_of_ngrams")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not combination:
+        return None
+    return combination["transformer_weight"], combination.get("bag_weight", 1.0)
 
 
 def _export_translator_run(run, model_path, export_dir, beam_width, length_penalty):

@@ -3,6 +3,8 @@ base or version folders, attention plots, and its usage errors."""
 
 import io
 import json
+import os
+import shutil
 import sys
 
 import pytest
@@ -33,10 +35,21 @@ def loaded(saved_model_cache):
     return saved_model_cache
 
 
+def chosen_weights(trained_classifier):
+    """The Transformer's and the bag of n-grams' weights, as training recorded them."""
+    with open(os.path.join(trained_classifier.run_dir, "metrics.json")) as metrics_file:
+        combination = json.load(metrics_file)["bag_of_ngrams"]
+    return combination["transformer_weight"], combination["bag_weight"]
+
+
 def test_prints_the_model_and_one_label_per_text(trained_classifier, capsys):
     assert predict.main([trained_classifier.export_dir, *TEXTS[:2]]) == 0
     output = capsys.readouterr().out
-    assert output.splitlines()[0] == f"Model: {trained_classifier.version_dir}"
+    transformer, bag = chosen_weights(trained_classifier)
+    assert output.splitlines()[0] == (
+        f"Model: {trained_classifier.version_dir} (the Transformer at weight {transformer}, "
+        f"the bag of n-grams at {bag})"
+    )
     labels = label_lines(output)
     assert len(labels) == 2
     assert set(labels) <= set(CLASS_NAMES)
@@ -48,9 +61,11 @@ def test_json_lines_have_the_label_and_probabilities_by_class(trained_classifier
     assert predict.main(["--json", trained_classifier.export_dir, *TEXTS]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(TEXTS)
+    transformer, bag = chosen_weights(trained_classifier)
     for text, line in zip(TEXTS, lines):
         answer = json.loads(line)
         assert answer["text"] == text
+        assert answer["weights"] == {"transformer": transformer, "bag_of_ngrams": bag}
         assert answer["label"] in CLASS_NAMES
         assert sorted(answer["probabilities"]) == CLASS_NAMES
         # Rounded to 4 decimals each.
@@ -93,6 +108,20 @@ def test_plot_attention_writes_a_png(trained_classifier, tmp_path, capsys):
     )
     assert is_png(out)
     assert str(out) in capsys.readouterr().out
+
+
+def test_plot_attention_says_when_the_transformer_does_not_count(
+    trained_classifier, tmp_path, capsys
+):
+    export = tmp_path / "export"
+    shutil.copytree(trained_classifier.version_dir, export / "1")
+    parts_path = export / "1" / "assets.extra" / "classifier.json"
+    parts = json.loads(parts_path.read_text())
+    parts_path.write_text(json.dumps({**parts, "transformer_weight": 0.0}))
+    out = tmp_path / "a.png"
+    assert predict.main([str(export), "--plot-attention", TEXTS[0], "--out", str(out)]) == 0
+    assert is_png(out)
+    assert "weight in this model is 0" in capsys.readouterr().err
 
 
 def test_a_layer_out_of_range_is_a_usage_error(trained_classifier, tmp_path, capsys):

@@ -146,7 +146,7 @@ def test_a_search_keeps_the_trial_best_on_validation_and_exports_it(searched):
     assert settings["intermediate_dim"] == 2 * settings["d_model"]
     with open(os.path.join(run_dir, "metrics.json")) as metrics_file:
         combination = json.load(metrics_file)["bag_of_ngrams"]
-    kept_scores = combination["validation"][str(combination["transformer_weight"])]
+    kept_scores = combination["validation"][combination["mix"]]
     assert (kept_scores["accuracy"], kept_scores["loss"]) == (best["score"], best["loss"])
     model = keras.models.load_model(os.path.join(run_dir, "model.keras"))
     assert model.pooling == best["values"]["pooling"] and model.d_model == best["values"]["d_model"]

@@ -432,7 +432,7 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
 ):
     """The trained classifier's run: the bag of n-grams is on by default (test_no_bag_of_ngrams_
     builds_none checks that --bag-of-ngrams gives the same setting)."""
-    from keras_transformer.training.classifier.bag_of_ngrams import TRANSFORMER_WEIGHTS
+    from keras_transformer.training.classifier.bag_of_ngrams import MIX_WEIGHTS, mix_name
 
     run_dir = trained_classifier.run_dir
     with open(os.path.join(run_dir, "settings.json")) as settings_file:
@@ -462,10 +462,21 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
     ]  # alone it tells the keywords' classes apart
     with open(os.path.join(run_dir, "metrics.json")) as metrics_file:
         combination = json.load(metrics_file)["bag_of_ngrams"]
-    weight = combination["transformer_weight"]
     scores = combination["validation"]
-    assert set(scores) == {str(each) for each in TRANSFORMER_WEIGHTS}
-    assert scores[str(weight)]["accuracy"] == max(score["accuracy"] for score in scores.values())
+    assert set(scores) == {mix_name(weights) for weights in MIX_WEIGHTS}
+    assert combination["mix"] == mix_name(
+        (combination["transformer_weight"], combination["bag_weight"])
+    )
+    kept = scores[combination["mix"]]["accuracy"]
+    assert kept == max(score["accuracy"] for score in scores.values())
+    # Each part alone is among the pairs tried, and scored on test too.
+    assert {mix_name((0.0, 1.0)), mix_name((1.0, 0.0))} <= set(scores)
+    parts = combination["parts"]
+    assert parts["transformer"]["validation"] == scores[mix_name((1.0, 0.0))]
+    with open(os.path.join(run_dir, "metrics.json")) as metrics_file:
+        assert parts["mix"]["test"]["accuracy"] == pytest.approx(
+            json.load(metrics_file)["accuracy"]
+        )
     assert combination["logistic_regression"]["converged"]
     # Words and pieces, or words alone, chosen on validation; the words spelled by the run's
     # vocabulary.
@@ -478,7 +489,7 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
     assert kinds[vocabulary.index("goal")] == 1 and kinds[vocabulary.index("[UNK]")] == 0
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(final.head.kernel),
-        weight * keras.ops.convert_to_numpy(best.head.kernel),
+        combination["transformer_weight"] * keras.ops.convert_to_numpy(best.head.kernel),
         atol=1e-6,
     )
     np.testing.assert_allclose(

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.export import export_classifier
+from keras_transformer.export.parts import attention_notice, read_parts
 from tests.classifier_fixtures import CLASS_NAMES, load_export, load_keras_model, snapshot
 from tests.export.fresh_loader import LOADER_HEADER
 
@@ -133,6 +134,58 @@ def test_attention_signature_and_class_names(trained_classifier):
     # Each real token's attention is a distribution over the real tokens only.
     np.testing.assert_allclose(scores[0, :, :, :length, :length].sum(axis=-1), 1.0, atol=1e-5)
     np.testing.assert_allclose(scores[0, :, :, :length, length:], 0.0, atol=1e-6)
+
+
+def test_the_parts_weights_travel_with_the_export(trained_classifier):
+    with open(os.path.join(trained_classifier.run_dir, "metrics.json")) as metrics_file:
+        combination = json.load(metrics_file)["bag_of_ngrams"]
+    with open(os.path.join(trained_classifier.run_dir, "settings.json")) as settings_file:
+        settings = json.load(settings_file)["settings"]
+    assert read_parts(trained_classifier.version_dir) == {
+        "transformer_weight": combination["transformer_weight"],
+        "transformer_tokens": settings["sequence_length"],
+        "bag_weight": combination["bag_weight"],
+        "bag_tokens": max(settings["sequence_length"], settings["ngram_length"]),
+    }
+
+
+@pytest.mark.parametrize(
+    "parts, says",
+    [
+        (
+            {
+                "transformer_weight": 0.0,
+                "transformer_tokens": 8,
+                "bag_weight": 1.0,
+                "bag_tokens": 8,
+            },
+            "do not change them",
+        ),
+        (
+            {
+                "transformer_weight": 1.0,
+                "transformer_tokens": 8,
+                "bag_weight": 0.5,
+                "bag_tokens": 40,
+            },
+            "reads up to 40 tokens, past the attention's 8",
+        ),
+        (
+            {
+                "transformer_weight": 1.0,
+                "transformer_tokens": 8,
+                "bag_weight": 1.0,
+                "bag_tokens": 8,
+            },
+            "reads up to 8 tokens.",
+        ),
+    ],
+)
+def test_the_attention_notice_names_what_the_maps_do_not_show(parts, says):
+    assert says in attention_notice(parts)
+    alone = {"transformer_weight": 1.0, "transformer_tokens": 8, "bag_weight": None}
+    assert attention_notice({**alone, "bag_tokens": None}) is None
+    assert attention_notice({**parts, "bag_weight": 0.0, "transformer_weight": 1.0}) is None
 
 
 def test_no_optimizer_state_in_the_export(trained_classifier):

@@ -92,6 +92,14 @@ def test_the_model_list_names_each_model_its_version_and_kind(serve, exports, tm
                 "kind": "classifier",
                 "attention": False,
                 "class_names": CLASS_NAMES,
+                # A Transformer alone (tests/serving/serving_helpers.py), reading 16 tokens.
+                "parts": {
+                    "transformer_weight": 1.0,
+                    "transformer_tokens": 16,
+                    "bag_weight": None,
+                    "bag_tokens": None,
+                },
+                "attention_notice": None,
             },
             {
                 "name": "translator",

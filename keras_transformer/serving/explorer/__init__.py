@@ -12,6 +12,7 @@ import os
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from keras_transformer.export.parts import attention_notice, read_parts
 from keras_transformer.serving.protocol import RequestError
 
 ATTENTION_SIGNATURE = "attention"
@@ -96,6 +97,9 @@ def model_summary(model):
     )
     if kind == "classifier":
         summary["class_names"] = _class_names(served.path)
+        parts = read_parts(served.path)
+        summary["parts"] = parts
+        summary["attention_notice"] = attention_notice(parts)
     return summary
 
 

@@ -9,6 +9,7 @@ n-grams' rows short of it.
 """
 
 import dataclasses
+import sys
 import time
 
 import keras
@@ -19,8 +20,25 @@ from keras_transformer.training.classifier.evaluation import classification_repo
 from keras_transformer.training.classifier.settings import NGRAM_UNITS
 from keras_transformer.training.runs import say
 
-# The weights the Transformer's logits are tried at, beside the bag of n-grams' logits.
-TRANSFORMER_WEIGHTS = (0.0, 0.25, 0.5, 0.75, 1.0)
+# The (Transformer, bag of n-grams) weights their logits are summed at, tried on validation:
+# each part alone, and each at full weight with the other at a fraction.
+MIX_WEIGHTS = (
+    (0.0, 1.0),
+    (0.25, 1.0),
+    (0.5, 1.0),
+    (0.75, 1.0),
+    (1.0, 1.0),
+    (1.0, 0.75),
+    (1.0, 0.5),
+    (1.0, 0.25),
+    (1.0, 0.0),
+)
+
+
+def mix_name(weights):
+    """How `metrics.json` names a pair of `MIX_WEIGHTS`."""
+    transformer, bag = weights
+    return f"transformer {transformer}, bag {bag}"
 
 
 @dataclasses.dataclass
@@ -110,10 +128,10 @@ def _bag_logits(layer, token_ids):
 def add_bag_of_ngrams(model, settings, tokens, verbose=1):
     """Fits `model.ngrams` (all zeros, frozen while the Transformer trained)
     as a logistic regression on the training split (its `l2` the penalty), then weighs the
-    Transformer's logits beside it: the head is scaled by the weight of
-    `TRANSFORMER_WEIGHTS` whose sum does best on validation by
-    `settings.monitor` (the validation loss breaks ties; 0 keeps the
-    regression alone). Two models trained apart err apart, which a sum
+    Transformer's logits beside it: the head and the bag are scaled by the
+    pair of `MIX_WEIGHTS` whose sum does best on validation by
+    `settings.monitor` (the validation loss breaks ties; the pairs include
+    each part alone). Two models trained apart err apart, which a sum
     trained as one model does not get. Where `settings.ngram_units` offers
     more than one set of feature families (`NGRAM_UNITS`), each is fit and
     the best pair of families and weight is kept. With `settings.ngram_refit`
@@ -128,24 +146,32 @@ def add_bag_of_ngrams(model, settings, tokens, verbose=1):
     ngrams, train, validation = model.ngrams, tokens.train, tokens.validation
     metric = settings.monitor.removeprefix("val_")
     candidates = NGRAM_UNITS[settings.ngram_units] if ngrams.num_word_buckets else [("pieces",)]
-    tried = _fit_each_family(model, candidates, tokens, settings.batch_size)
+    # The Transformer alone: the bag is still all zeros in the model.
+    transformer_validation, transformer_test = (
+        _transformer_log_probabilities(model, split.token_ids, settings.batch_size)
+        for split in (validation, tokens.test)
+    )
+    tried = _fit_each_family(model, candidates, tokens, transformer_validation)
     features, best = max(
-        ((features, weight) for features in candidates for weight in TRANSFORMER_WEIGHTS),
+        ((features, weights) for features in candidates for weights in MIX_WEIGHTS),
         key=lambda pair: _rank(tried[pair[0]][1][pair[1]], metric),
     )
     linear, scores = tried[features]
-    model.head.kernel.assign(keras.ops.convert_to_numpy(model.head.kernel) * best)
-    model.head.bias.assign(keras.ops.convert_to_numpy(model.head.bias) * best)
+    transformer_weight, bag_weight = best
+    model.head.kernel.assign(keras.ops.convert_to_numpy(model.head.kernel) * transformer_weight)
+    model.head.bias.assign(keras.ops.convert_to_numpy(model.head.bias) * transformer_weight)
     record = {
         "features": list(features),
-        "transformer_weight": best,
-        "validation": {str(weight): scores[weight] for weight in TRANSFORMER_WEIGHTS},
+        "transformer_weight": transformer_weight,
+        "bag_weight": bag_weight,
+        "mix": mix_name(best),
+        "validation": {mix_name(weights): scores[weights] for weights in MIX_WEIGHTS},
         "logistic_regression": dataclasses.asdict(linear),
     }
     if len(candidates) > 1:
         record["validation_by_features"] = {
             "+".join(option): {
-                str(weight): tried[option][1][weight] for weight in TRANSFORMER_WEIGHTS
+                mix_name(weights): tried[option][1][weights] for weights in MIX_WEIGHTS
             }
             for option in candidates
         }
@@ -170,15 +196,69 @@ def add_bag_of_ngrams(model, settings, tokens, verbose=1):
         # the same optimum).
         ngrams.adapt(train.token_ids, features=features)
         fit_logistic_regression(ngrams, train.token_ids, train.labels, ngrams.l2)
+    # The bag alone as fit last, then its weight goes into its kernel and bias.
+    bag_test = _bag_logits(ngrams, tokens.test.token_ids)
+    for weight in (ngrams.kernel, ngrams.bias):
+        weight.assign(keras.ops.convert_to_numpy(weight) * bag_weight)
+    record["parts"] = _scores_of_each_part(
+        tokens, scores, best, transformer_validation, (transformer_test, bag_test)
+    )
+    say(verbose, _parts_line(record["parts"], metric))
+    if transformer_weight == 0.0:
+        print(
+            "Warning: validation gave the Transformer weight 0: the answers are the bag of "
+            "n-grams' alone, and the Transformer's attention does not change them.",
+            file=sys.stderr,
+            flush=True,
+        )
     return record
 
 
-def _fit_each_family(model, candidates, tokens, batch_size):
+def _scores_of_each_part(tokens, scores, best, transformer_validation, test_logits):
+    """Validation and test scores of the Transformer alone, the bag of n-grams alone
+    (on test as fit last: refit on train + validation where it was) and the mix at the
+    weights `best`. Validation's bag is the one fit on the training split, which chose
+    the weights; `test_logits` are both parts' on the test split."""
+    validation_labels, test_labels = tokens.validation.labels, tokens.test.labels
+    transformer_weight, bag_weight = best
+    transformer_test, bag_test = test_logits
+    return {
+        "transformer": {
+            "validation": _validation_scores(transformer_validation, validation_labels),
+            "test": _validation_scores(transformer_test, test_labels),
+        },
+        "bag_of_ngrams": {
+            "validation": scores[(0.0, 1.0)],
+            "test": _validation_scores(bag_test, test_labels),
+        },
+        "mix": {
+            "transformer_weight": transformer_weight,
+            "bag_weight": bag_weight,
+            "validation": scores[best],
+            "test": _validation_scores(
+                bag_weight * bag_test + transformer_weight * transformer_test, test_labels
+            ),
+        },
+    }
+
+
+def _parts_line(parts, metric):
+    """Each part's test score, for the run's story."""
+    metric = "accuracy" if metric == "loss" else metric
+    mix = parts["mix"]
+    return (
+        f"Test {metric}: the Transformer alone {parts['transformer']['test'][metric]:.4f}, the "
+        f"bag of n-grams alone {parts['bag_of_ngrams']['test'][metric]:.4f}, the mix (Transformer {mix['transformer_weight']}, bag "
+        f"{mix['bag_weight']}) {mix['test'][metric]:.4f}."
+    )
+
+
+def _fit_each_family(model, candidates, tokens, transformer_logits):
     """`{features: (LinearFit, {weight: validation scores})}`: `model.ngrams` fit on each
-    set of feature families of `candidates`, its logits summed with the Transformer's at
-    each of `TRANSFORMER_WEIGHTS` on validation. The last set's fit stays in the layer."""
+    set of feature families of `candidates`, its logits summed with the Transformer's
+    (`transformer_logits`, its log-probabilities on validation) at each of
+    each pair of `MIX_WEIGHTS`. The last set's fit stays in the layer."""
     ngrams, train, validation = model.ngrams, tokens.train, tokens.validation
-    transformer_logits = _transformer_log_probabilities(model, validation.token_ids, batch_size)
     labels = np.asarray(validation.labels)
     tried = {}
     for features in candidates:
@@ -188,8 +268,10 @@ def _fit_each_family(model, candidates, tokens, batch_size):
         tried[features] = (
             linear,
             {
-                weight: _validation_scores(ngram_logits + weight * transformer_logits, labels)
-                for weight in TRANSFORMER_WEIGHTS
+                weights: _validation_scores(
+                    weights[1] * ngram_logits + weights[0] * transformer_logits, labels
+                )
+                for weights in MIX_WEIGHTS
             },
         )
     return tried
@@ -209,12 +291,15 @@ def _combination_line(tried, features, best, metric):
         for option, (_, option_scores) in tried.items()
         if option != features
     )
-    weights = ", ".join(f"{weight}: {scores[weight][metric]:.4f}" for weight in TRANSFORMER_WEIGHTS)
+    weights = ", ".join(
+        f"{transformer}/{bag}: {scores[(transformer, bag)][metric]:.4f}"
+        for transformer, bag in MIX_WEIGHTS
+    )
     return (
         f"Bag of n-grams ({' and '.join(features)}): a logistic regression fit in "
         f"{linear.seconds:.1f} s ({linear.iterations} iterations, training accuracy "
-        f"{linear.train_accuracy:.4f}); the Transformer's logits added at weight {best} "
-        f"(validation {metric} {weights}{others})."
+        f"{linear.train_accuracy:.4f}); logits summed at Transformer {best[0]}, bag {best[1]} "
+        f"(validation {metric} by Transformer/bag weights {weights}{others})."
     )
 
 

@@ -151,7 +151,7 @@ def validation_scores(run, monitor):
     (before its refit on validation), else of the kept epoch."""
     combination = run.report.get("bag_of_ngrams")
     if combination is not None:
-        scores = combination["validation"][str(combination["transformer_weight"])]
+        scores = combination["validation"][combination["mix"]]
         return float(scores[monitor.removeprefix("val_")]), float(scores["loss"])
     kept = run.report["kept_epoch"]
     return float(kept["value"]), float(kept["val_loss"])

@@ -80,9 +80,9 @@ class ClassifierSettings:
     # True, False, or a dict of `BagOfNgrams` arguments.
     bag_of_ngrams: object = setting(
         True,
-        "add to the Transformer's logits those of a logistic regression on the TF-IDF of the "
-        "texts' unigrams and bigrams (see --ngram-units), fit after the Transformer, at a weight "
-        "chosen on validation ({default})",
+        "beside the Transformer, a logistic regression on the TF-IDF of the texts' unigrams and "
+        "bigrams (see --ngram-units), fit after it; the answer sums the two's logits, each at a "
+        "weight chosen on validation, where either alone may win ({default})",
         group="model",
         fine_tuning=False,
     )
