@@ -48,24 +48,21 @@ def _build_fine_tuned_model(settings, num_classes, total_steps, strategy):
     with `settings.lora_rank`)."""
     from keras_transformer.models.pretrained_classifier import PretrainedClassifier
 
-    with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
-        model = PretrainedClassifier.from_pretrained(
+    return _compiled(
+        settings,
+        lambda: PretrainedClassifier.from_pretrained(
             settings.pretrained,
             num_classes,
             pooling=settings.pooling,
             dropout=settings.dropout,
             lora_rank=settings.lora_rank,
             sequence_length=settings.sequence_length,
-        )
-        model.build((None, settings.sequence_length))
-        compile_for_fit(
-            model,
-            build_adamw(settings, total_steps),
-            loss="sparse_categorical_crossentropy",
-            metrics=_classifier_metrics(settings, num_classes),
-            jit_compile=settings.jit_compile,
-        )
-    return model
+        ),
+        total_steps,
+        "sparse_categorical_crossentropy",
+        lambda: _classifier_metrics(settings, num_classes),
+        strategy,
+    )
 
 
 def _classifier_metrics(settings, num_classes):
@@ -101,8 +98,9 @@ def build_compiled_model(
     policy, with the metrics `make_metrics()` returns (created in that scope
     too), compiled with XLA when `settings.jit_compile`.
     """
-    with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
-        model = model_class(
+    return _compiled(
+        settings,
+        lambda: model_class(
             sequence_length=settings.sequence_length,
             num_layers=settings.num_layers,
             d_model=settings.d_model,
@@ -110,7 +108,18 @@ def build_compiled_model(
             intermediate_dim=settings.intermediate_dim,
             dropout=settings.dropout,
             **model_arguments,
-        )
+        ),
+        total_steps,
+        loss,
+        make_metrics,
+        strategy,
+    )
+
+
+def _compiled(settings, make_model, total_steps, loss, make_metrics, strategy):
+    """`make_model()` created, built and compiled for `fit` as `build_compiled_model` says."""
+    with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
+        model = make_model()
         # BackupAndRestore loads weights before the first batch, so they must exist.
         model.build((None, settings.sequence_length))
         compile_for_fit(
