@@ -20,6 +20,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.apps.test_predict import chosen_weights
 from tests.classifier_fixtures import CLASS_NAMES, load_export
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -144,7 +145,11 @@ def test_plain_output_equals_the_saved_models_answer(
     labels, probabilities = saved_model_answers
     output = predicted["plain"][0]
     lines = output.splitlines()
-    assert lines[0] == f"Model: {trained_classifier.version_dir}"
+    transformer, bag = chosen_weights(trained_classifier)
+    assert lines[0] == (
+        f"Model: {trained_classifier.version_dir} (the Transformer at weight {transformer}, "
+        f"the bag of n-grams at {bag})"
+    )
     # Per text: "label  top%  'text'", then "    class p  class p ...".
     answers = list(zip(lines[1::2], lines[2::2]))
     assert len(answers) == len(TEXTS) and len(lines) == 1 + 2 * len(TEXTS), output
