@@ -629,7 +629,9 @@ def test_grpc_and_rest_calls_share_batches_and_each_gets_its_rows(
     rest_texts = [TEXT_POOL[index] for index in range(3, 9)]
     grpc_texts = [TEXT_POOL[index : index + 2] for index in range(10, 22, 2)]  # two texts per call
     answers = {}
-    with serve(max_batch_size=64, batch_timeout_ms=300) as (client, stubs):
+    # A window long enough that, on a loaded machine, the gRPC calls (slower to parse)
+    # still reach a batch the REST calls opened.
+    with serve(max_batch_size=64, batch_timeout_ms=1000) as (client, stubs):
         monkeypatch.setattr(ServedVersion, "run", recording)
         barrier = threading.Barrier(len(rest_texts) + len(grpc_texts), timeout=60)
 
