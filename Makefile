@@ -5,7 +5,7 @@ VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: venv bench-venv bench-corpora demo lint format test test-tensorflow test-jax test-torch bench bench-translation \
+.PHONY: venv bench-venv bench-corpora demo lint format test test-tensorflow test-jax test-torch empty-jax-test-cache bench bench-translation \
 	bench-classifier-suite bench-translation-suite crosscheck clean
 
 # The pinned set (requirements.txt), then the project itself, editable and with
@@ -85,9 +85,20 @@ crosscheck: venv
 # on one worker); TEST_WORKERS=0 runs in this process. Each pass ends with its 30
 # slowest steps (setup, call or teardown), so a CI log shows where the time went.
 TEST_WORKERS ?= 2
-PYTEST := $(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
+# One JAX compilation cache for every JAX process of a run (the JAX pass's workers and the
+# TensorFlow pass's JAX subprocesses): a model built again with the same shapes loads its
+# compiled steps instead of compiling them again. Any compile, however short, is kept; the
+# size limit turns on JAX's file lock, which processes sharing the folder need. `make test`
+# empties it first, so a run costs what it costs on a clean clone.
+JAX_TEST_CACHE := $(CURDIR)/.jax-test-cache
+PYTEST := JAX_COMPILATION_CACHE_DIR=$(JAX_TEST_CACHE) JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
+	JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 JAX_COMPILATION_CACHE_MAX_SIZE=4000000000 \
+	$(VENV_PYTHON) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
-test: lint test-tensorflow test-jax test-torch
+test: lint empty-jax-test-cache test-tensorflow test-jax test-torch
+
+empty-jax-test-cache:
+	rm -rf $(JAX_TEST_CACHE)
 
 # One formatter and one linter over the whole tree (settings in pyproject.toml):
 # `make lint` fails on any file that `make format` would change or that ruff's rules flag.

@@ -6,10 +6,12 @@ fails the run if TensorFlow got into `sys.modules` anyway.
 
     result = run_without_tensorflow("import keras_transformer.training.runs")
 
-The subprocess has its own JAX compilation cache, kept for every compile
-however short: a model built again with the same shapes (a resumed run, a
-second model to compare with) loads its compiled steps instead of compiling
-them again, which is most of what a tiny run costs.
+The subprocess uses a JAX compilation cache, kept for every compile however
+short: a model built again with the same shapes (a resumed run, a second model
+to compare with) loads its compiled steps instead of compiling them again,
+which is most of what a tiny run costs. The cache is the caller's
+(`JAX_COMPILATION_CACHE_DIR`, as `make test` sets for the whole run) or, without
+one, a folder of its own.
 """
 
 import os
@@ -44,13 +46,13 @@ def run_without_tensorflow(code, timeout=300, env=None, cwd=REPOSITORY):
     imported TensorFlow; `subprocess.TimeoutExpired` after `timeout` seconds.
     """
     program = PRELUDE + textwrap.dedent(code) + POSTLUDE
-    with tempfile.TemporaryDirectory(prefix="jax_compilation_cache_") as cache:
+    with tempfile.TemporaryDirectory(prefix="jax_compilation_cache_") as own_cache:
         environment = {
+            "JAX_COMPILATION_CACHE_DIR": own_cache,
             **os.environ,
             "KERAS_BACKEND": "jax",
             "JAX_PLATFORMS": "cpu",
             "PYTHONPATH": REPOSITORY,
-            "JAX_COMPILATION_CACHE_DIR": cache,
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
             **(env or {}),
