@@ -158,12 +158,17 @@ def ours_accuracy(tokenizer, vocabulary, length, data, features, c):
 
     from keras_transformer.layers import BagOfNgrams
     from keras_transformer.training.classifier.bag_of_ngrams import fit_logistic_regression
-    from keras_transformer.training.classifier.model import WORD_BUCKETS
+    from keras_transformer.training.classifier.data_rules import ngram_buckets_for
 
     train_ids = tokenizer.encode(tf.constant(data.train.texts), length).numpy()
     test_ids = tokenizer.encode(tf.constant(data.test.texts), length).numpy()
+    buckets, _ = ngram_buckets_for(train_ids)
     layer = BagOfNgrams(
-        len(vocabulary), len(data.class_names), num_word_buckets=WORD_BUCKETS, use_bias=True
+        len(vocabulary),
+        len(data.class_names),
+        num_buckets=buckets,
+        num_word_buckets=buckets,
+        use_bias=True,
     )
     layer.set_vocabulary(vocabulary)
     layer.adapt(train_ids, features=features)

@@ -121,6 +121,7 @@ def test_float16_classifier_is_wired_for_loss_scaling():
         intermediate_dim=16,
         warmup_fraction=0.1,
         ngram_l2=1e-4,
+        ngram_buckets=1009,
         mixed_precision="float16",
     )
     model = build_classifier_model(

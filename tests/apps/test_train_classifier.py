@@ -442,6 +442,12 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
     assert saved["settings"]["ngram_l2"] == pytest.approx(1 / (20 * 96), rel=1e-2)
     assert "logistic regression" in saved["chosen_from_data"]["ngram_l2"]["reason"]
     token_ids = run_models["token_ids"]
+    # Rows for twice the training texts' distinct bigrams: the 96 keyword texts have a few
+    # hundred, so the floor of the range, where a fixed size gave every corpus 262,139.
+    assert saved["settings"]["ngram_buckets"] == 1009
+    assert "distinct WordPiece bigrams" in saved["chosen_from_data"]["ngram_buckets"]["reason"]
+    final = run_models["finished"]
+    assert final.ngrams.num_buckets == final.ngrams.num_word_buckets == 1009
 
     # The kept epoch's checkpoint: the Transformer alone (the bag frozen at zero while it trained).
     best = run_models["best"]
@@ -449,7 +455,6 @@ def test_a_bag_of_ngrams_run_fits_its_regression_after_the_transformer_and_expor
     assert np.all(keras.ops.convert_to_numpy(best.ngrams(token_ids)) == 0.0)
     # The finished model: the regression fit afterwards, the head scaled by the weight chosen on
     # validation.
-    final = run_models["finished"]
     idf = keras.ops.convert_to_numpy(final.ngrams.idf)
     # Adapted to the training texts: filler words (in most texts) weigh less than keywords, unseen
     # n-grams 0.
@@ -511,19 +516,32 @@ def test_no_bag_of_ngrams_builds_none(tmp_path):
     assert bag_of_ngrams_arguments(settings) is None
     with pytest.raises(ValueError, match="ngram_l2"):  # chosen from the data by training
         bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams=True))
+    with pytest.raises(ValueError, match="ngram_buckets"):  # chosen from the data too
+        bag_of_ngrams_arguments(dataclasses.replace(settings, bag_of_ngrams=True, ngram_l2=0.5))
+    chosen = dataclasses.replace(settings, ngram_l2=0.5, ngram_buckets=1013)
     # add_bag_of_ngrams fits it once the Transformer trained, on words and pieces by default.
-    fitted_after = {"use_bias": True, "trainable": False, "num_word_buckets": 262139}
-    assert bag_of_ngrams_arguments(
-        dataclasses.replace(settings, bag_of_ngrams=True, ngram_l2=0.5)
-    ) == {"l2": 0.5, **fitted_after}
-    assert bag_of_ngrams_arguments(
-        dataclasses.replace(settings, bag_of_ngrams={"l2": 0.1}, ngram_l2=0.5)
-    ) == {"l2": 0.1, **fitted_after}
+    fitted_after = {
+        "use_bias": True,
+        "trainable": False,
+        "num_buckets": 1013,
+        "num_word_buckets": 1013,
+    }
+    assert bag_of_ngrams_arguments(dataclasses.replace(chosen, bag_of_ngrams=True)) == {
+        "l2": 0.5,
+        **fitted_after,
+    }
+    assert bag_of_ngrams_arguments(dataclasses.replace(chosen, bag_of_ngrams={"l2": 0.1})) == {
+        "l2": 0.1,
+        **fitted_after,
+    }
+    assert "num_word_buckets" not in bag_of_ngrams_arguments(
+        dataclasses.replace(chosen, bag_of_ngrams=True, ngram_units="pieces")
+    )
     # Trained with the Transformer by `fit` instead (then nothing is fit after it).
     assert (
-        bag_of_ngrams_arguments(
-            dataclasses.replace(settings, bag_of_ngrams={"trainable": True}, ngram_l2=0.5)
-        )["trainable"]
+        bag_of_ngrams_arguments(dataclasses.replace(chosen, bag_of_ngrams={"trainable": True}))[
+            "trainable"
+        ]
         is True
     )
     assert settings.ngram_refit is True
@@ -540,7 +558,9 @@ def test_ngram_units_flag_and_what_it_builds():
     assert train_classifier.settings_from(parser.parse_args([])).ngram_units == "choose"
     for units in ("pieces", "words", "both"):
         settings = train_classifier.settings_from(
-            parser.parse_args(["--ngram-units", units, "--ngram-l2", "0.1"])
+            parser.parse_args(
+                ["--ngram-units", units, "--ngram-l2", "0.1", "--ngram-buckets", "1009"]
+            )
         )
         assert settings.ngram_units == units
         # Pieces alone build the bag without word rows, as before word units existed.

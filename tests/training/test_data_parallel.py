@@ -56,7 +56,7 @@ class SeenDistribution(keras.callbacks.Callback):
 train, validation = Batches([BATCH] * 6), Batches([BATCH, 5])
 settings = ClassifierSettings(
     epochs=1, batch_size=BATCH, sequence_length=LENGTH, vocabulary_size=VOCABULARY, d_model=16,
-    num_heads=2, intermediate_dim=32, dropout=0.0, warmup_fraction=0.2, ngram_l2=1e-4,
+    num_heads=2, intermediate_dim=32, dropout=0.0, warmup_fraction=0.2, ngram_l2=1e-4, ngram_buckets=1009,
     jit_compile=True,
 )
 

@@ -7,10 +7,14 @@ import os
 import string
 
 import keras
+import numpy as np
 import pytest
 
 from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
-from keras_transformer.training.classifier.data_rules import classifier_settings_from_data
+from keras_transformer.training.classifier.data_rules import (
+    classifier_settings_from_data,
+    classifier_settings_from_token_ids,
+)
 from keras_transformer.training.classifier.settings import ClassifierSettings
 from keras_transformer.training.data_rules import (
     check_chosen,
@@ -139,6 +143,46 @@ def test_the_bag_of_ngrams_reach_is_capped(tmp_path, monkeypatch):
         ClassifierSettings(max_length=60), texts, tokenizer_builder(tmp_path, texts)
     )
     assert (settings.sequence_length, settings.ngram_length) == (60, 100)
+
+
+def pairs_as_ids(pairs, repeats=1):
+    """Token ids `[N, 4]`: each `(first, second)` pair as one text, then padding; `repeats`
+    copies of every text."""
+    rows = np.zeros((len(pairs) * repeats, 4), dtype="int32")
+    rows[:, :2] = np.tile(np.asarray(pairs, dtype="int32"), (repeats, 1))
+    return rows
+
+
+@pytest.mark.parametrize(
+    "pairs, buckets",
+    [
+        # 1,000 distinct bigrams: 2,000 rows, and 2,003 is the first prime from there.
+        ([(i, j) for i in range(1, 41) for j in range(1, 26)], 2003),
+        # A handful: the floor of the range.
+        ([(1, 2), (2, 3), (3, 4)], 1009),
+        # 200,000: capped at the largest, which every corpus got before.
+        ([(i, j) for i in range(1, 501) for j in range(1, 401)], 262139),
+    ],
+)
+def test_the_bag_of_ngrams_gets_prime_rows_for_twice_its_distinct_bigrams(pairs, buckets):
+    # Each text three times, and padding after every pair: neither adds a bigram.
+    settings, [choice] = classifier_settings_from_token_ids(
+        ClassifierSettings(), pairs_as_ids(pairs, repeats=3)
+    )
+    assert settings.ngram_buckets == choice.value == buckets
+    assert f"{len(pairs):,} distinct WordPiece bigrams" in choice.reason
+
+
+def test_the_bag_of_ngrams_rows_are_left_alone_when_set_or_without_a_bag():
+    ids = pairs_as_ids([(1, 2)])
+    assert classifier_settings_from_token_ids(ClassifierSettings(ngram_buckets=7), ids) == (
+        ClassifierSettings(ngram_buckets=7),
+        [],
+    )
+    settings, choices = classifier_settings_from_token_ids(
+        ClassifierSettings(bag_of_ngrams=False), ids
+    )
+    assert settings.ngram_buckets is None and choices == []
 
 
 def test_set_values_win_and_are_not_reported_as_chosen(tmp_path):

@@ -214,7 +214,12 @@ def test_a_run_on_macro_f1_keeps_and_records_its_best_epoch(tmp_path, capsys):
         saved["settings"]["vocabulary_size"],
         saved["settings"]["batch_size"],
     ) == (32, 200, 16)
-    assert set(saved["chosen_from_data"]) == {"warmup_fraction", "ngram_l2", "ngram_length"}
+    assert set(saved["chosen_from_data"]) == {
+        "warmup_fraction",
+        "ngram_l2",
+        "ngram_length",
+        "ngram_buckets",
+    }
     assert not [line for line in printed.splitlines() if line.startswith("batch_size ")]
 
 

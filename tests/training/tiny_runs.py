@@ -73,6 +73,7 @@ def run_classifier(run_dir, epochs=2, crash_after=None, time_budget_minutes=None
         dropout=0.0,
         warmup_fraction=0.1,
         ngram_l2=1e-4,
+        ngram_buckets=1009,
         monitor="val_accuracy",
     ).validate()
     keras.utils.set_random_seed(settings.seed)

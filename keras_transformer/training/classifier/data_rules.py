@@ -10,7 +10,8 @@ The shared machinery and the vocabulary size rule are in
   long texts are classified by words the Transformer's first
   `sequence_length` pieces do not reach.
 * Batch size and warmup: see `_batch_size` and `_warmup_fraction`.
-* The bag of n-grams' L2 penalty: see `_ngram_l2`.
+* The bag of n-grams' L2 penalty: see `_ngram_l2`; its hashed rows: see
+  `ngram_buckets_for`.
 * Fine-tuning a pretrained checkpoint: its vocabulary and encoder sizes, and
   the sequence length from the texts within its positions
   (`classifier_tokenization_for_checkpoint`).
@@ -40,6 +41,10 @@ MIN_WARMUP_STEPS = 50
 WARMUP_FRACTION_RANGE = (0.1, 0.3)
 # The C of scikit-learn's LogisticRegression that `_ngram_l2` matches.
 NGRAM_INVERSE_REGULARIZATION = 10.0
+# The bag of n-grams' hashed rows per family (`ngram_buckets_for`): primes, so that the
+# bigram keys `first * V + second` spread over every row.
+NGRAM_BUCKETS_RANGE = (1009, 262139)
+NGRAM_BUCKETS_PER_BIGRAM = 2
 
 # What a large corpus (BBC News) gets; `sequence_length` is `max_length`.
 LARGE_CORPUS = {
@@ -48,6 +53,7 @@ LARGE_CORPUS = {
     "warmup_fraction": WARMUP_FRACTION_RANGE[0],
     "ngram_length": None,  # the bag of n-grams reads what the Transformer reads
     "ngram_l2": 1.0 / (2 * NGRAM_INVERSE_REGULARIZATION * 2000),  # BBC News' number of texts
+    "ngram_buckets": NGRAM_BUCKETS_RANGE[1],  # BBC News has 254,671 distinct bigrams
 }
 
 
@@ -169,6 +175,45 @@ def classifier_settings_from_counts(settings, num_examples):
             ),
         ],
     )
+
+
+def classifier_settings_from_token_ids(settings, train_token_ids):
+    """`classifier_settings_from_data` for the fields chosen from the training texts'
+    token ids (`ngram_buckets` with `bag_of_ngrams`): for raw texts and token folders alike,
+    once the texts are encoded."""
+    if settings.bag_of_ngrams is False:
+        return settings, []
+    return fill_from_data(
+        settings, [("ngram_buckets", lambda current: ngram_buckets_for(train_token_ids))]
+    )
+
+
+def ngram_buckets_for(token_ids):
+    """The rows each hashed family of the bag of n-grams gets (piece bigrams; words and word
+    bigrams): twice the distinct WordPiece bigrams of the training texts, the next prime,
+    within `NGRAM_BUCKETS_RANGE`. A row is a weight per class in every export, and at
+    twice as many rows as keys about a fifth of the keys share a row with another (a shared
+    row mixes two features' evidence); a larger corpus is capped, as when every corpus got
+    the maximum."""
+    token_ids = np.asarray(token_ids, dtype=np.int64)
+    first, second = token_ids[:, :-1], token_ids[:, 1:]
+    keys = (first * (int(token_ids.max(initial=0)) + 1) + second)[(first > 0) & (second > 0)]
+    distinct = len(np.unique(keys))
+    low, high = NGRAM_BUCKETS_RANGE
+    value = min(max(_next_prime(NGRAM_BUCKETS_PER_BIGRAM * distinct), low), high)
+    return value, (
+        f"{distinct:,} distinct WordPiece bigrams in the training texts, times "
+        f"{NGRAM_BUCKETS_PER_BIGRAM}, the next prime, within {low:,}-{high:,}: the rows the bag "
+        "of n-grams hashes bigrams into, and as many for words"
+    )
+
+
+def _next_prime(number):
+    """The smallest prime at least `number`."""
+    candidate = max(number, 2)
+    while any(candidate % divisor == 0 for divisor in range(2, math.isqrt(candidate) + 1)):
+        candidate += 1
+    return candidate
 
 
 def _text_lengths(settings, tokenizer, texts):

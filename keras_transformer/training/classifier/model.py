@@ -10,8 +10,6 @@ from keras_transformer.training.distribute import dtype_policy, strategy_scope
 from keras_transformer.training.metrics import MacroF1
 from keras_transformer.training.schedules import WarmupCosine
 
-WORD_BUCKETS = 262139  # `BagOfNgrams.num_word_buckets` where words are features
-
 
 def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epoch, strategy=None):
     """The built and compiled `TransformerClassifier` that `train_classifier` trains,
@@ -75,8 +73,8 @@ def _classifier_metrics(settings, num_classes):
 def bag_of_ngrams_arguments(settings):
     """The `bag_of_ngrams` argument of `TransformerClassifier` for `settings`:
     None, or `BagOfNgrams` arguments: `ngram_l2` as `l2`, with a bias (the
-    regression's intercept), word features unless `ngram_units` is
-    `"pieces"`, frozen (`add_bag_of_ngrams` fits it), unless the dict says
+    regression's intercept), `ngram_buckets` hashed rows per family, word
+    features unless `ngram_units` is `"pieces"`, frozen (`add_bag_of_ngrams` fits it), unless the dict says
     otherwise."""
     if settings.bag_of_ngrams is False:
         return None
@@ -84,8 +82,11 @@ def bag_of_ngrams_arguments(settings):
     if "l2" not in given:
         check_chosen(settings, "ngram_l2")
         given["l2"] = settings.ngram_l2
-    words = {} if settings.ngram_units == "pieces" else {"num_word_buckets": WORD_BUCKETS}
-    return {"use_bias": True, "trainable": False, **words, **given}
+    check_chosen(settings, "ngram_buckets")
+    buckets = {"num_buckets": settings.ngram_buckets}
+    if settings.ngram_units != "pieces":
+        buckets["num_word_buckets"] = settings.ngram_buckets
+    return {"use_bias": True, "trainable": False, **buckets, **given}
 
 
 def build_compiled_model(

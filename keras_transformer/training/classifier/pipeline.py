@@ -30,6 +30,7 @@ from keras_transformer.training.classifier.bag_of_ngrams import add_bag_of_ngram
 from keras_transformer.training.classifier.data_rules import (
     CHECKPOINT_SIZES,
     classifier_settings_from_counts,
+    classifier_settings_from_token_ids,
 )
 from keras_transformer.training.classifier.evaluation import (
     classification_report,
@@ -226,7 +227,8 @@ def _settings_and_tokens(data, settings, folder, run_dir, resume, verbose, unlab
             **{name: tokens.chosen_from_data[name]["value"] for name in CHECKPOINT_SIZES},
         )
     settings, counted = classifier_settings_from_counts(settings, len(tokens.train))
-    chosen = choices_from_record(tokens.chosen_from_data) + counted
+    settings, from_ids = classifier_settings_from_token_ids(settings, tokens.train.token_ids)
+    chosen = choices_from_record(tokens.chosen_from_data) + counted + from_ids
     for choice in chosen:
         say(verbose, choice.line())
     save_settings(

@@ -89,6 +89,14 @@ class ClassifierSettings:
     ngram_l2: float = setting(
         None, "L2 penalty of the bag of n-grams ({default})", group="model", from_data=True
     )
+    ngram_buckets: int = setting(
+        None,
+        "rows the bag of n-grams hashes WordPiece bigrams into, and as many for words and word "
+        "bigrams ({default})",
+        group="model",
+        from_data=True,
+        minimum=1,
+    )
     ngram_units: str = setting(
         "choose",
         "the bag of n-grams' units: WordPieces, the words they spell, both, or choose between "
