@@ -93,3 +93,41 @@ def test_weight_zero_with_a_head_that_is_not_zeros_is_an_error(trained_classifie
     with pytest.raises(ValueError, match=r"weight 0, but the model's head .* is not zeros"):
         export_classifier(model, tokenizer, CLASS_NAMES, str(tmp_path), mix=(0.0, 1.0))
     assert os.listdir(tmp_path) == []
+
+
+def test_the_server_serves_it_and_says_it_has_no_attention(bag_alone_classifier):
+    """What a REST client and the explorer page see of it, in process (`apps.serve
+    --explorer`'s app over the export, loaded once for the session)."""
+    import tensorflow as tf
+    from starlette.testclient import TestClient
+
+    from keras_transformer.serving import ModelRepository, ServerSettings, create_app
+    from keras_transformer.serving.model_config import model_configs
+
+    repository = ModelRepository(
+        model_configs({"bag": bag_alone_classifier.export_dir}),
+        loader=load_export,
+        poll_seconds=0,
+    )
+    app = create_app(repository, ServerSettings(explorer=True))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        [summary] = client.get("/explorer/models").json()["models"]
+        answer = client.post("/v1/models/bag:predict", json={"instances": TEXTS})
+        attention = client.post(
+            "/v1/models/bag:predict", json={"signature_name": "attention", "instances": TEXTS}
+        )
+    parts = read_parts(bag_alone_classifier.version_dir)
+    assert summary["attention"] is False and summary["parts"] == parts
+    assert summary["attention_notice"] == attention_notice(parts)
+    assert answer.status_code == 200, answer.text
+    direct = load_export(bag_alone_classifier.version_dir).signatures["serving_default"](
+        text=tf.constant(TEXTS)
+    )
+    predictions = answer.json()["predictions"]
+    np.testing.assert_allclose(
+        [prediction["probabilities"] for prediction in predictions],
+        direct["probabilities"].numpy(),
+        atol=1e-6,
+    )
+    assert attention.status_code == 400
+    assert '"attention" not found' in attention.json()["error"]
