@@ -96,16 +96,18 @@ def test_weight_zero_with_a_head_that_is_not_zeros_is_an_error(trained_classifie
 
 
 def test_the_server_serves_it_and_says_it_has_no_attention(bag_alone_classifier):
-    """What a REST client and the explorer page see of it, in process (`apps.serve
-    --explorer`'s app over the export, loaded once for the session)."""
+    """What a REST client and the explorer page see of it, in process (the app of `apps.serve
+    --explorer` over the export, loaded once for the session)."""
     import tensorflow as tf
     from starlette.testclient import TestClient
 
     from keras_transformer.serving import ModelRepository, ServerSettings, create_app
+    from keras_transformer.serving.explorer import ATTENTION_SIGNATURE
     from keras_transformer.serving.model_config import model_configs
 
+    # `apps.serve --explorer`'s settings: the `attention` signature public where an export has it.
     repository = ModelRepository(
-        model_configs({"bag": bag_alone_classifier.export_dir}),
+        model_configs({"bag": bag_alone_classifier.export_dir}, [ATTENTION_SIGNATURE]),
         loader=load_export,
         poll_seconds=0,
     )
