@@ -16,7 +16,7 @@ import os
 import sys
 
 from apps.common import inference_parser, layer_index, load_export, run_inference_app
-from keras_transformer.export.parts import attention_notice, read_parts
+from keras_transformer.export.parts import attention_notice, has_encoder, read_parts
 
 
 def build_parser():
@@ -80,6 +80,10 @@ def plot_attention(version_dir, model, text, out_path, layer):
 
     from keras_transformer import plots
 
+    parts = read_parts(version_dir)
+    if not has_encoder(parts):
+        # A usage error, not a plot of nothing: the export has no attention signature.
+        raise ValueError(f"{version_dir}: {attention_notice(parts)}")
     if "attention" not in model.signatures:
         raise ValueError("This export has no `attention` signature (is it a classifier?).")
     outputs = model.signatures["attention"](text=tf.constant([text], tf.string))
@@ -89,7 +93,6 @@ def plot_attention(version_dir, model, text, out_path, layer):
     if length == 0:
         raise ValueError("The text has no tokens to draw.")
     layer = layer_index(layer, scores.shape[0], "encoder blocks")
-    parts = read_parts(version_dir)
     notice = attention_notice(parts)
     if notice is not None:
         print(f"Note: {notice}", file=sys.stderr, flush=True)

@@ -1,5 +1,6 @@
 """One small classifier trained by `apps.train_classifier` and exported, shared by
-tests/apps and tests/export, and a second run beside it that its time budget stops.
+tests/apps and tests/export, a second run beside it that its time budget stops, and the
+first run's export as if validation had given its Transformer weight 0.
 
 The corpus is synthetic: each class has its own three keywords, mixed with
 filler words every class uses, so a one-block model learns it in three
@@ -14,6 +15,7 @@ import contextlib
 import csv
 import dataclasses
 import io
+import json
 import os
 import random
 import shutil
@@ -214,6 +216,56 @@ def train_until_the_budget(tmp_path_factory):
 def budget_classifier(tmp_path_factory):
     """`BudgetClassifier`: a run stopped by `--time-budget` after its first batch."""
     return train_until_the_budget(tmp_path_factory)
+
+
+@dataclasses.dataclass(frozen=True)
+class BagAloneClassifier:
+    run_dir: str  # the trained run's files, its model's head zeroed, its record at weight 0
+    export_dir: str
+    version_dir: str  # export_dir/1, exported by `export_run`
+
+
+# The files of a run folder that exporting reads.
+RUN_FILES = ("settings.json", "vocabulary.txt", "metrics.json", "model.keras")
+
+
+def export_the_bag_alone(tmp_path_factory):
+    """The trained classifier's run as if validation had given the Transformer weight 0
+    (`add_bag_of_ngrams` then zeroes the head and keeps the bag's weights), exported by
+    `export_run` once per session. Training again until validation chose weight 0 would
+    cost a run; the choice, not the training, is what the export reads."""
+    if "bag_alone" not in _CACHE:
+        import keras
+        import numpy as np
+
+        from keras_transformer.training.classifier.bag_of_ngrams import mix_name
+        from keras_transformer.training.run_export import export_run
+
+        trained = train_and_export(tmp_path_factory)
+        folder = tmp_path_factory.mktemp("bag_alone_classifier")
+        run_dir = folder / "run"
+        run_dir.mkdir()
+        for name in RUN_FILES:
+            shutil.copy2(os.path.join(trained.run_dir, name), run_dir / name)
+        model = keras.models.load_model(run_dir / "model.keras", compile=False)
+        for weight in (model.head.kernel, model.head.bias):
+            weight.assign(np.zeros(weight.shape, weight.dtype))
+        model.save(run_dir / "model.keras")
+        metrics = json.loads((run_dir / "metrics.json").read_text())
+        combination = metrics["bag_of_ngrams"]
+        combination["transformer_weight"] = 0.0
+        combination["mix"] = mix_name((0.0, combination["bag_weight"]))
+        (run_dir / "metrics.json").write_text(json.dumps(metrics))
+        export_dir = str(folder / "export")
+        exported = export_run(str(run_dir), export_dir)
+        _CACHE["bag_alone"] = BagAloneClassifier(str(run_dir), export_dir, exported.version_dir)
+    return _CACHE["bag_alone"]
+
+
+@pytest.fixture(scope="session")
+def bag_alone_classifier(tmp_path_factory):
+    """`BagAloneClassifier`: the trained run at Transformer weight 0, exported."""
+    return export_the_bag_alone(tmp_path_factory)
 
 
 def load_export(path):

@@ -4,6 +4,7 @@ import json
 import os
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.export.parts import PARTS_FILE
@@ -24,6 +25,12 @@ def export_classifier(
       `attention_scores` (float32 `[None, layers, heads, T, T]`), for plots;
       `T` is the batch's longest text in tokens (at least 1).
 
+    Where `mix` gives the Transformer weight 0, its head is zeros and the
+    answer is the bag of n-grams' alone: the export then holds the bag and
+    the tokenizer only, `serving_default` computes the bag alone (the same
+    outputs) and there is no `attention` signature, since no attention
+    changes the answer (`classifier.json` says `"encoder": false`).
+
     The class names are also written, one per line, to
     `assets.extra/class_names.txt`, and what each part contributes to
     `assets.extra/classifier.json` (`keras_transformer.export.parts`).
@@ -43,6 +50,11 @@ def export_classifier(
             `[CLS] text [SEP]`).
         mix: `(transformer_weight, bag_weight)` that training chose for a
             model with a bag of n-grams (already in its weights; recorded).
+
+    Raises:
+        ValueError: the class names do not fit the model, or `mix` gives the
+            Transformer weight 0 but the model's head is not zeros (its
+            answers are not the bag's alone).
     """
     if len(class_names) != model.num_classes:
         raise ValueError(
@@ -50,8 +62,10 @@ def export_classifier(
         )
     if add_cls is None:
         add_cls = model.pooling == "cls"
-    signatures = _ClassifierSignatures(model, tokenizer, class_names, add_cls, add_sep)
     parts = _parts(model, mix)
+    if not parts["encoder"]:
+        _check_head_is_zeros(model)
+    signatures = _ClassifierSignatures(model, tokenizer, class_names, add_cls, add_sep)
     return write_new_version(
         base_dir, lambda folder: _write(folder, signatures, class_names, parts)
     )
@@ -65,17 +79,40 @@ def _parts(model, mix):
         "transformer_tokens": model.sequence_length,
         "bag_weight": bag_weight,
         "bag_tokens": None if model.ngrams is None else model.input_length,
+        # Whether the export holds the encoder (and its `attention` signature): not where
+        # the Transformer's weight is 0, as nothing it computes reaches the answer.
+        "encoder": transformer_weight != 0.0,
     }
+
+
+def _check_head_is_zeros(model):
+    """ValueError unless the head of `model` (the Transformer's logits) is all zeros: only
+    then is the bag of n-grams alone the model's answer."""
+    for weight in (model.head.kernel, model.head.bias):
+        if np.any(keras.ops.convert_to_numpy(weight) != 0.0):
+            raise ValueError(
+                "`mix` gives the Transformer weight 0, but the model's head "
+                f"({weight.path}) is not zeros: exporting the bag of n-grams alone would "
+                "change its answers. Training scales the head by the chosen weight; "
+                "export the model it left, or pass the `mix` it recorded."
+            )
 
 
 def _write(folder, signatures, class_names, parts):
     """The SavedModel of `signatures` in `folder`, the class names beside it."""
     text_spec = [tf.TensorSpec([None], tf.string, name="text")]
     archive = keras.export.ExportArchive()
-    archive.track(signatures.model)
     archive.track(signatures.tokenizer)
-    archive.add_endpoint("serving_default", signatures.serve, input_signature=text_spec)
-    archive.add_endpoint("attention", signatures.attention, input_signature=text_spec)
+    if parts["encoder"]:
+        archive.track(signatures.model)
+        archive.add_endpoint("serving_default", signatures.serve, input_signature=text_spec)
+        archive.add_endpoint("attention", signatures.attention, input_signature=text_spec)
+    else:
+        # Only the bag's weights are tracked, so the encoder's are not saved.
+        archive.track(signatures.model.ngrams)
+        archive.add_endpoint(
+            "serving_default", signatures.serve_bag_alone, input_signature=text_spec
+        )
     archive.write_out(folder, verbose=False)
     # Column names for clients; assets.extra is the SavedModel convention
     # for files that serving ignores.
@@ -103,6 +140,16 @@ class _ClassifierSignatures:
         # their length, not `input_length`; the probabilities are the same.
         token_ids = trim_shared_padding(self._encode(text, self.model.input_length))
         probabilities = tf.cast(self.model(token_ids, training=False), tf.float32)
+        return self._answer(probabilities)
+
+    def serve_bag_alone(self, text):
+        # The model's answer where its head is zeros: the softmax of the bag's logits
+        # (the head adds exactly 0 to them).
+        token_ids = trim_shared_padding(self._encode(text, self.model.input_length))
+        logits = tf.cast(self.model.ngrams(token_ids), tf.float32)
+        return self._answer(tf.nn.softmax(logits, axis=-1))
+
+    def _answer(self, probabilities):
         label = tf.gather(self.names, tf.argmax(probabilities, axis=-1))
         return {"probabilities": probabilities, "label": label}
 

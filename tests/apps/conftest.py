@@ -1,9 +1,14 @@
-"""Shares the session's two classifier runs (see tests/classifier_fixtures.py),
+"""Shares the session's two classifier runs and the export at Transformer weight 0
+(see tests/classifier_fixtures.py),
 and a module-wide cache of SavedModel loads for the apps that load exports."""
 
 import pytest
 
-from tests.classifier_fixtures import budget_classifier, trained_classifier  # noqa: F401  (fixtures)
+from tests.classifier_fixtures import (  # noqa: F401  (fixtures)
+    bag_alone_classifier,
+    budget_classifier,
+    trained_classifier,
+)
 
 
 @pytest.fixture(scope="module")

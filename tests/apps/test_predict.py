@@ -124,6 +124,25 @@ def test_plot_attention_says_when_the_transformer_does_not_count(
     assert "weight in this model is 0" in capsys.readouterr().err
 
 
+def test_a_model_without_an_encoder_answers_but_has_no_attention_to_plot(
+    bag_alone_classifier, tmp_path, capsys
+):
+    """The export at Transformer weight 0 holds the bag of n-grams alone: it classifies,
+    and --plot-attention says plainly why there is nothing to draw."""
+    assert predict.main([bag_alone_classifier.export_dir, *TEXTS]) == 0
+    output = capsys.readouterr().out
+    assert "(the Transformer at weight 0.0, the bag of n-grams at" in output.splitlines()[0]
+    assert label_lines(output) == ["sport", "business", "culture"]
+    out = tmp_path / "a.png"
+    message = usage_error(
+        [bag_alone_classifier.export_dir, "--plot-attention", TEXTS[0], "--out", str(out)],
+        capsys,
+    )
+    assert "This model has no attention to show" in message
+    assert "the bag of n-grams' alone" in message
+    assert not out.exists()
+
+
 def test_a_layer_out_of_range_is_a_usage_error(trained_classifier, tmp_path, capsys):
     out = tmp_path / "a.png"
     message = usage_error(

@@ -354,3 +354,81 @@ def test_a_model_that_went_away(open_page, server, tmp_path):
         page, "#answer-text", rest_predict(server, "classifier", "the cat sat on the mat")["label"]
     )
     assert "Traceback" not in server.log()
+
+
+def stub_the_classifier(page, server, **summary):
+    """Routes `/explorer/models` to the server's own answer with the classifier's summary
+    updated by `summary`, and reloads the page. The shared server serves no classifier with
+    a bag of n-grams (one would cost the session a bag's graph to trace and export), so a
+    notice the server would send for one is stubbed here; tests/serving/test_explorer.py and
+    tests/export/ cover what the server and the export say of such a model."""
+
+    def answer(route):
+        models = route.fetch().json()
+        for model in models["models"]:
+            if model["name"] == "classifier":
+                model.update(summary)
+        route.fulfill(json=models)
+
+    page.route(re.compile(r".*/explorer/models$"), answer)
+    page.reload()
+    page.wait_for_selector("#model option:not([disabled])", state="attached")
+
+
+def test_the_attention_notice_is_shown_for_a_model_that_has_one(open_page, server, tmp_path):
+    from playwright.sync_api import expect
+
+    from keras_transformer.export.parts import attention_notice
+
+    text = "the cat sat on the mat"
+    page = open_page(1280)
+    signatures = []
+    page.on(
+        "request",
+        lambda request: (
+            signatures.append(json.loads(request.post_data)["signature_name"])
+            if ":predict" in request.url
+            else None
+        ),
+    )
+    # A Transformer alone (the server's classifier): no notice, the maps.
+    ask(page, "classifier", text)
+    notice = page.locator("#attention-notice")
+    expect(notice).to_be_hidden()
+    assert notice.text_content() == ""
+    expect(page.locator("#heatmap .cell").first).to_be_visible()
+
+    # The answer is the bag of n-grams' alone: the export has no encoder, no attention
+    # signature; the notice says so where the maps would be, and no map is drawn.
+    alone = {
+        "transformer_weight": 0.0,
+        "transformer_tokens": 16,
+        "bag_weight": 1.0,
+        "bag_tokens": 16,
+        "encoder": False,
+    }
+    stub_the_classifier(
+        page, server, attention=False, parts=alone, attention_notice=attention_notice(alone)
+    )
+    signatures.clear()
+    ask(page, "classifier", text)
+    expect_text(page, "#answer-text", rest_predict(server, "classifier", text)["label"])
+    expect(notice).to_be_visible()
+    expect(notice).to_have_text(attention_notice(alone))
+    assert "no attention to show" in attention_notice(alone)
+    assert notice.get_attribute("role") == "status"
+    expect(page.locator("#attention-view")).to_be_hidden()
+    expect(page.locator("#attention-message")).to_be_hidden()
+    assert signatures == ["serving_default"]  # the attention signature is not asked for
+    shot(page, tmp_path, "bag-alone-notice")
+
+    # A mix whose bag reads past the maps: the notice above the maps, which are drawn.
+    mixed = {**alone, "transformer_weight": 1.0, "bag_tokens": 40, "encoder": True}
+    stub_the_classifier(
+        page, server, attention=True, parts=mixed, attention_notice=attention_notice(mixed)
+    )
+    ask(page, "classifier", text)
+    expect(notice).to_have_text(attention_notice(mixed))
+    expect(notice).to_be_visible()
+    expect(page.locator("#heatmap .cell").first).to_be_visible()
+    shot(page, tmp_path, "mix-notice")

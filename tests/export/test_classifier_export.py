@@ -146,6 +146,7 @@ def test_the_parts_weights_travel_with_the_export(trained_classifier):
         "transformer_tokens": settings["sequence_length"],
         "bag_weight": combination["bag_weight"],
         "bag_tokens": max(settings["sequence_length"], settings["ngram_length"]),
+        "encoder": combination["transformer_weight"] != 0.0,
     }
 
 

@@ -98,6 +98,7 @@ def test_the_model_list_names_each_model_its_version_and_kind(serve, exports, tm
                     "transformer_tokens": 16,
                     "bag_weight": None,
                     "bag_tokens": None,
+                    "encoder": True,
                 },
                 "attention_notice": None,
             },

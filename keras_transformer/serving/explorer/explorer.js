@@ -199,8 +199,10 @@
         return;
       }
       showAnswer(model, answer.value);
+      showNotice(model);
       if (!model.attention) {
-        showAttentionMessage("This export has no attention signature to draw.");
+        // A notice already says why (a classifier whose answer is the bag of n-grams' alone).
+        showAttentionMessage(model.attention_notice ? "" : "This export has no attention signature to draw.");
       } else if (attention.status === "rejected") {
         const tooLarge = attention.reason instanceof ServerError && attention.reason.status === 413;
         showAttentionMessage(tooLarge
@@ -259,7 +261,15 @@
     byId("attention-view").hidden = true;
     const line = byId("attention-message");
     line.textContent = message;
-    line.hidden = false;
+    line.hidden = !message;
+  }
+
+  // What the server says a reader of this model's attention should know
+  // (`attention_notice` of /explorer/models), above the maps; none, no note.
+  function showNotice(model) {
+    const notice = byId("attention-notice");
+    notice.textContent = model.attention_notice || "";
+    notice.hidden = !model.attention_notice;
   }
 
   // The tokens before the padding (""); a token that is not UTF-8 comes as {"b64": ...}.
