@@ -31,6 +31,7 @@ SHARED_GROUPS = {
     "tests/apps/test_predict_process.py": "trained_classifier",
     "tests/apps/test_train_classifier.py": "trained_classifier",
     "tests/export/test_classifier_export.py": "trained_classifier",
+    "tests/export/test_bag_alone_export.py": "trained_classifier",
     # exports, and direct_models / direct_answers built on it (tests/serving/conftest.py;
     # tests/browser/conftest.py shares the same build, tests/serving/serving_helpers.py)
     "tests/browser/test_explorer_browser.py": "serving_exports",
@@ -54,6 +55,7 @@ SHARED_FIXTURES = {
     "translator": "tiny_translator",  # tests/apps/test_translate.py, through build_translator
     "trained_classifier": "trained_classifier",
     "budget_classifier": "trained_classifier",
+    "bag_alone_classifier": "trained_classifier",  # a copy of its run, exported at weight 0
     "translator_runs": "translator_runs",
     "exports": "serving_exports",
     "api_server": "serving_exports",  # real servers on the exports (tests/serving/conftest.py)
