@@ -265,7 +265,7 @@ def check_checkpoint_tokens(tokenized, pretrained):
             name,
             f"{name} holds tokens of the vocabulary of {tokenized_for} ({len(tokens)} tokens), "
             f"and {{flag}} {pretrained} has another ({len(checkpoint_tokens)} tokens; id {first} "
-            f"is {shown[0]} there, {shown[1]} here): {again}.",
+            f"is {shown[0]} in the folder, {shown[1]} in the checkpoint): {again}.",
         )
     if casing != checkpoint_casing:
         raise TokenCheckpointConflict(

@@ -523,6 +523,8 @@ def test_a_checkpoint_fine_tuned_from_tokens_on_jax_exports_to_the_same_probabil
     run_dir = os.path.join(os.path.dirname(jax_runs[0]), "pretrained_run")
     with open(os.path.join(run_dir, "settings.json")) as settings_file:
         saved = json.load(settings_file)
+    with open(os.path.join(run_dir, "tokenizer_config.json")) as casing_file:
+        assert json.load(casing_file) == CASING  # the export's tokenizer reads them
     assert saved["data"] == f"tokens:{tokens_dir}"
     assert saved["settings"]["pretrained"].endswith("checkpoint_elsewhere")
     assert saved["settings"]["pooling"] == "mean"  # the fine-tuning default, not the folder's
@@ -568,7 +570,9 @@ def test_tokens_and_checkpoints_that_do_not_match_are_usage_errors(
     }.get(case.split(", ")[1])
     other = copy_of_checkpoint(checkpoint, tmp_path / "other", changed) if changed else None
     folder = token_folders[0] if case.startswith("our") else pretrained_dir
-    argv = ["--data", f"tokens:{folder}", "--run-dir", str(tmp_path / "run")]
+    # Were the tokens taken, the run would be one epoch, and not exported.
+    argv = ["--data", f"tokens:{folder}", "--epochs", "1", "--no-export"]
+    argv += ["--verbose", "0", "--run-dir", str(tmp_path / "run")]
     if not case.endswith("none"):
         argv += ["--pretrained", str(other or checkpoint)]
     line = expect_usage_error(train_classifier_app.main, argv, capsys)
