@@ -4,6 +4,11 @@
     python -m apps.tokenize translator --data bible:es-en --out tokens/bible-es-en
     # then train here, or on a machine without TensorFlow:
     python -m apps.train_classifier --data tokens:tokens/bbc
+    # a BERT-family checkpoint's tokens, to fine-tune it from the folder:
+    python -m apps.tokenize classifier --data csv:reviews.csv --pretrained all-MiniLM-L6-v2 \
+        --out tokens/reviews-minilm
+    python -m apps.train_classifier --data tokens:tokens/reviews-minilm \
+        --pretrained all-MiniLM-L6-v2
 
 The data and vocabulary flags are the training app's: the folder holds the
 same split, vocabulary and token ids that a training run of the same flags
@@ -13,6 +18,14 @@ pooling, --shared-vocabulary) are kept in DIR/tokens.json; training chooses
 the rest (batch size, warmup, the translator's size) from the folder's counts
 as it would from the texts. An earlier token folder at --out is replaced;
 any other non-empty folder is refused.
+
+With --pretrained PATH the texts are encoded as the fine-tuning run of
+python -m apps.train_classifier --pretrained PATH encodes them: the
+checkpoint's vocabulary and casing rules (saved in the folder), [CLS] text
+[SEP], --sequence-length chosen from the texts within the checkpoint's
+positions. Training from the folder takes --pretrained again: that
+checkpoint, or one of the same vocabulary, casing and sizes (its path may
+differ); the pooling is the training run's choice.
 """
 
 import argparse
@@ -23,6 +36,7 @@ from apps.training_flags import (
     add_settings_flags,
     add_translator_data_flags,
     classification_data_from_flags,
+    flags_given,
     settings_from_flags,
     translation_data_from_flags,
 )
@@ -39,12 +53,18 @@ from keras_transformer.data.tokens import (
 from keras_transformer.training.classifier.settings import ClassifierSettings
 from keras_transformer.training.classifier.tokenizing import tokenize_classification_data
 from keras_transformer.training.data_rules import choices_from_record
+from keras_transformer.training.settings import fine_tuning_defaults
 from keras_transformer.training.translator.settings import TranslatorSettings
 from keras_transformer.training.translator.tokenizing import tokenize_translation_data
 
-# Per task: its settings, the flags of its raw data, the settings tokenization fixes.
+# Per task: its settings, the flags of its raw data, the settings tokenization fixes
+# (with the classifier's checkpoint, whose vocabulary it may encode with).
 TASKS = {
-    "classifier": (ClassifierSettings, add_classifier_data_flags, CLASSIFIER_TOKEN_SETTINGS),
+    "classifier": (
+        ClassifierSettings,
+        add_classifier_data_flags,
+        (*CLASSIFIER_TOKEN_SETTINGS, "pretrained"),
+    ),
     "translator": (TranslatorSettings, add_translator_data_flags, TRANSLATOR_TOKEN_SETTINGS),
 }
 
@@ -58,8 +78,12 @@ def build_parser():
     tasks = parser.add_subparsers(dest="task", required=True, metavar="{classifier,translator}")
     for task, (settings_class, add_data_flags, token_settings) in TASKS.items():
         task_parser = tasks.add_parser(
-            task, help=f"the data and vocabulary flags of python -m apps.train_{task}"
+            task,
+            help=f"the data and vocabulary flags of python -m apps.train_{task}",
         )
+        # Which flags were given (fine-tuning defaults fill the others) is the task's parser's
+        # to tell.
+        task_parser.set_defaults(task_parser=task_parser)
         task_parser.add_argument(
             "--out", required=True, metavar="DIR", help="the token folder to write"
         )
@@ -73,16 +97,25 @@ def build_parser():
     return parser
 
 
-def settings_from(args):
-    """The training settings the flags set, the rest at their defaults."""
-    return settings_from_flags(TASKS[args.task][0], args)
+def settings_from(args, given=frozenset()):
+    """The training settings the flags set, the rest at their defaults (`--pretrained`'s
+    fine-tuning defaults for those not in `given`, as the training app takes them)."""
+    return fine_tuning_defaults(settings_from_flags(TASKS[args.task][0], args), given)
 
 
 def main(argv=None):
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    # The task comes first: the rest are its flags.
+    given = flags_given(args.task_parser, argv[argv.index(args.task) + 1 :])
     try:
-        settings = settings_from(args).validate()
+        settings = settings_from(args, given).validate()
+        if getattr(args, "pretrained", None) is not None and "pooling" in given:
+            raise ValueError(
+                "--pooling is the fine-tuning run's choice: a checkpoint's tokens start with "
+                "[CLS] whatever the pooling. Give it to python -m apps.train_classifier."
+            )
         if args.max_examples is not None and args.max_examples < 2:
             raise ValueError(f"--max-examples must be at least 2, got {args.max_examples}.")
         if args.task == "classifier":
@@ -114,9 +147,11 @@ def main(argv=None):
     counts = ", ".join(f"{len(getattr(written, split))} {split}" for split in SPLITS)
     size = folder_size(args.out)
     size = f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 2**10:.0f} KiB"
+    pretrained = getattr(args, "pretrained", None)
+    pretrained = f" --pretrained {pretrained}" if pretrained is not None else ""
     print(
         f"Token folder: {args.out} ({counts}; {size}). "
-        f"Train from it: python -m apps.train_{args.task} --data tokens:{args.out}"
+        f"Train from it: python -m apps.train_{args.task} --data tokens:{args.out}{pretrained}"
     )
     return 0
 

@@ -18,6 +18,8 @@ layout; nothing downloads) instead of training a Transformer from scratch:
     python -m apps.train_classifier --data csv:reviews.csv --pretrained all-MiniLM-L6-v2
     python -m apps.train_classifier --data csv:reviews.csv --pretrained all-MiniLM-L6-v2 \
         --lora-rank 8                                   # low-rank adapters only
+    python -m apps.train_classifier --data tokens:DIR --pretrained all-MiniLM-L6-v2
+                                # DIR from apps.tokenize classifier --pretrained (JAX too)
 
 The run folder (--run-dir) keeps the vocabulary, a backup every epoch (for
 --resume), checkpoints (last.keras, best.keras: the epoch with the best

@@ -10,14 +10,18 @@ trains from a folder written elsewhere. A token folder holds:
   `"translator"`), the data source it came from, the settings tokenization
   fixed (`settings`) with the record of those chosen from the data
   (`chosen_from_data`), and the counts training still chooses from;
-* the vocabulary file(s), named as in a run folder;
+* the vocabulary file(s), named as in a run folder; for a checkpoint's
+  vocabulary (`apps.tokenize classifier --pretrained PATH`), its casing rules
+  (`tokenizer_config.json`) beside it, and the checkpoint and its sizes among
+  the settings;
 * one `SPLIT.npz` per split (`np.savez`, read with `allow_pickle=False`):
   classifier `token_ids` int32 [N, sequence_length] and `labels` int32 [N];
   translator `source_ids` int32 [N, sequence_length], `target_ids` int32
   [N, sequence_length + 1] (with [START] and [END]) and, for validation and
   test, the `sources` and `targets` texts (chrF and samples need references).
 
-This module imports NumPy and json only.
+This module imports NumPy, json and `keras_transformer.text.checkpoint_files`
+(a checkpoint's tokenizer files, read without TensorFlow) only.
 """
 
 import contextlib
@@ -31,6 +35,7 @@ import zipfile
 import numpy as np
 
 from keras_transformer.data.errors import DataError
+from keras_transformer.text.checkpoint_files import CASING_FILE, read_json, tokenizer_rules
 
 FORMAT = "keras_transformer.tokens"
 VERSION = 1
@@ -50,6 +55,14 @@ CLASSIFIER_TOKEN_SETTINGS = (
     "pooling",
     "ngram_length",
 )
+# The settings a pretrained checkpoint fixes: settings field -> its `config.json` key.
+CHECKPOINT_SIZES = {
+    "vocabulary_size": "vocab_size",
+    "num_layers": "num_hidden_layers",
+    "d_model": "hidden_size",
+    "num_heads": "num_attention_heads",
+    "intermediate_dim": "intermediate_size",
+}
 TRANSLATOR_TOKEN_SETTINGS = (
     "vocabulary_size",
     "target_vocabulary_size",
@@ -135,6 +148,23 @@ class TokenizedTranslationData:
     test: TranslationTokens
 
 
+def classifier_token_settings(pretrained):
+    """The names of the settings a classifier's tokens fix: `CLASSIFIER_TOKEN_SETTINGS`, and
+    for a checkpoint's vocabulary (`pretrained` not None) the checkpoint and its sizes."""
+    if pretrained is None:
+        return CLASSIFIER_TOKEN_SETTINGS
+    sizes = [name for name in CHECKPOINT_SIZES if name not in CLASSIFIER_TOKEN_SETTINGS]
+    return (*CLASSIFIER_TOKEN_SETTINGS, "pretrained", *sizes)
+
+
+def classifier_tokenizer_files(pretrained):
+    """The files of a classifier's tokenizer, named as in a run folder: the vocabulary, and
+    for a checkpoint's (`pretrained` not None) its casing rules."""
+    if pretrained is None:
+        return (CLASSIFIER_VOCABULARY,)
+    return (CLASSIFIER_VOCABULARY, CASING_FILE)
+
+
 def classifier_input_length(settings):
     """How many tokens a classifier's texts are encoded to: its `sequence_length`,
     or its bag of n-grams' `ngram_length` where that is longer (a dict of
@@ -170,6 +200,96 @@ class TokenSettingConflict(ValueError):
         )
 
 
+class TokenCheckpointConflict(TokenSettingConflict):
+    """A checkpoint to fine-tune (`pretrained`) that the tokens of a folder were not made
+    for: tokens of our own vocabulary, of a checkpoint's without one to fine-tune, or of
+    another checkpoint's vocabulary, casing or sizes."""
+
+    def __init__(self, data_name, template):
+        # `{flag}` in `template` is where the setting is named.
+        self.template = template
+        super().__init__("pretrained", None, None, data_name)
+
+    def message(self, name_of=lambda setting: setting):
+        return self.template.replace("{flag}", name_of(self.setting))
+
+
+def check_checkpoint_tokens(tokenized, pretrained):
+    """Raises unless `tokenized` holds tokens for the checkpoint folder `pretrained`
+    (None: of our own vocabulary): the same vocabulary and casing rules, as
+    `PretrainedTokenizer.from_pretrained` reads them, and the same sizes. The
+    folder's path may differ (tokens written on one machine, fine-tuned on
+    another).
+
+    Raises:
+        TokenCheckpointConflict: naming the folder and what differs.
+    """
+    tokenized_for = tokenized.settings.get("pretrained")
+    name = tokenized.name
+    if tokenized_for is None and pretrained is None:
+        return
+    if tokenized_for is None:
+        raise TokenCheckpointConflict(
+            name,
+            f"{name} holds tokens of our own vocabulary, and {{flag}} {pretrained} fine-tunes "
+            "a checkpoint that reads its own: tokenize for it (python -m apps.tokenize "
+            f"classifier --pretrained {pretrained}), or leave {{flag}} out.",
+        )
+    if pretrained is None:
+        raise TokenCheckpointConflict(
+            name,
+            f"{name} holds tokens of the checkpoint {tokenized_for}'s vocabulary: give "
+            "{flag} with that checkpoint's folder to fine-tune it, or tokenize without "
+            "--pretrained to train a Transformer of our own.",
+        )
+    pretrained = os.fspath(pretrained)
+    if not os.path.isdir(pretrained):
+        raise TokenCheckpointConflict(
+            name, f"{{flag}} {pretrained} is not a folder: give a Hugging Face checkpoint folder."
+        )
+    folder = os.path.dirname(tokenized.vocabulary_files[CLASSIFIER_VOCABULARY])
+    tokens, casing = tokenizer_rules(folder, CLASSIFIER_VOCABULARY)
+    checkpoint_tokens, checkpoint_casing = tokenizer_rules(pretrained)
+    again = f"tokenize again with --pretrained {pretrained}"
+    if tokens != checkpoint_tokens:
+        first = next(
+            (
+                index
+                for index, pair in enumerate(zip(tokens, checkpoint_tokens))
+                if len(set(pair)) > 1
+            ),
+            min(len(tokens), len(checkpoint_tokens)),
+        )
+        shown = [repr(t[first]) if first < len(t) else "none" for t in (tokens, checkpoint_tokens)]
+        raise TokenCheckpointConflict(
+            name,
+            f"{name} holds tokens of the vocabulary of {tokenized_for} ({len(tokens)} tokens), "
+            f"and {{flag}} {pretrained} has another ({len(checkpoint_tokens)} tokens; id {first} "
+            f"is {shown[0]} in the folder, {shown[1]} in the checkpoint): {again}.",
+        )
+    if casing != checkpoint_casing:
+        raise TokenCheckpointConflict(
+            name,
+            f"{name} was tokenized with the casing rules {casing} of {tokenized_for}, and "
+            f"{{flag}} {pretrained} has {checkpoint_casing}: {again}.",
+        )
+    config = read_json(os.path.join(pretrained, "config.json")) or {}
+    for setting, key in CHECKPOINT_SIZES.items():
+        if tokenized.settings[setting] != config.get(key):
+            raise TokenCheckpointConflict(
+                name,
+                f"{name} was tokenized for a checkpoint with {key} {tokenized.settings[setting]} "
+                f"({tokenized_for}), and {{flag}} {pretrained} has {config.get(key)}: {again}.",
+            )
+    positions = config.get("max_position_embeddings", 512)
+    if tokenized.settings["max_length"] > positions:
+        raise TokenCheckpointConflict(
+            name,
+            f"{name} holds texts of up to {tokenized.settings['max_length']} tokens, more than "
+            f"the {positions} positions of {{flag}} {pretrained}: {again}.",
+        )
+
+
 def settings_from_tokens(settings, tokenized, given=None):
     """`settings` with the values tokenization fixed taken from `tokenized`.
 
@@ -178,13 +298,20 @@ def settings_from_tokens(settings, tokenized, given=None):
     given) or, without `given`, when it is neither None nor the settings'
     default. Pooling contradicts only when one side adds [CLS] and the
     other does not; without `given`, a pooling the tokens allow is kept.
+    Tokens of a checkpoint's vocabulary start with [CLS] whatever the pooling
+    (any pooling is the run's to choose), and are for that checkpoint alone:
+    `settings.pretrained` must name it (`check_checkpoint_tokens`).
 
     Raises:
         TokenSettingConflict: naming the setting, its value and the folder's.
     """
+    check_checkpoint_tokens(tokenized, getattr(settings, "pretrained", None))
+    for_checkpoint = tokenized.settings.get("pretrained") is not None
     defaults = type(settings)()
     fixed = {}
     for name, value in tokenized.settings.items():
+        if name == "pretrained" or (name == "pooling" and for_checkpoint):
+            continue  # the run's own checkpoint folder, checked above; its own pooling
         current = getattr(settings, name)
         was_set = (
             name in given
@@ -342,8 +469,9 @@ def read_token_folder(path, task, name=None):
             f"tokenize with `python -m apps.tokenize {task}`."
         )
     settings = description["settings"]
+    pretrained = settings.get("pretrained") if isinstance(settings, dict) else None
     expected_settings = (
-        CLASSIFIER_TOKEN_SETTINGS if task == "classifier" else TRANSLATOR_TOKEN_SETTINGS
+        classifier_token_settings(pretrained) if task == "classifier" else TRANSLATOR_TOKEN_SETTINGS
     )
     _require(
         isinstance(settings, dict) and set(settings) == set(expected_settings),
@@ -357,6 +485,12 @@ def read_token_folder(path, task, name=None):
         folder,
         TOKENS_FILE,
         f"ngram_length must be a positive integer or null, got {ngram_length!r}",
+    )
+    _require(
+        pretrained is None or (isinstance(pretrained, str) and pretrained),
+        folder,
+        TOKENS_FILE,
+        f"pretrained must be a checkpoint folder's path or absent, got {pretrained!r}",
     )
     sequence_length = settings["sequence_length"]
     _require(
@@ -499,6 +633,13 @@ def _read_classification(folder, name, description):
         "class_names must list at least two classes",
     )
     vocabulary_size = _vocabulary_size(folder, CLASSIFIER_VOCABULARY)
+    files = classifier_tokenizer_files(settings.get("pretrained"))
+    for file_name in files:
+        if not os.path.isfile(os.path.join(folder, file_name)):
+            raise DataError(
+                f"{os.path.join(folder, file_name)} is missing: a token folder keeps its "
+                "tokenizer's files."
+            )
     splits = {}
     for split in SPLITS:
         arrays = _read_split(
@@ -527,7 +668,7 @@ def _read_classification(folder, name, description):
         source_name=description["data"],
         settings=settings,
         chosen_from_data=description["chosen_from_data"],
-        vocabulary_files={CLASSIFIER_VOCABULARY: os.path.join(folder, CLASSIFIER_VOCABULARY)},
+        vocabulary_files={file_name: os.path.join(folder, file_name) for file_name in files},
         class_names=class_names,
         **splits,
     )

@@ -19,6 +19,15 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
+from keras_transformer.text.checkpoint_files import (
+    CASING_FILE,
+    FAST_TOKENIZER_FILE,
+    VOCABULARY_NAME,
+    accents_stripped,
+    casing_rules,
+    fast_vocabulary,
+    read_json,
+)
 from keras_transformer.text.vocabulary import CLS, MASK, PAD, SEP, UNK
 from keras_transformer.text.wordpiece import WordPieceTokenizer
 
@@ -26,8 +35,6 @@ from keras_transformer.text.wordpiece import WordPieceTokenizer
 MAX_WORD_CHARACTERS = 100
 # The most UTF-8 bytes of a character: tensorflow-text's word limit is in bytes.
 MAX_CHARACTER_BYTES = 4
-VOCABULARY_NAME = "vocab.txt"  # a Hugging Face checkpoint's
-CASING_FILE = "tokenizer_config.json"  # where Hugging Face keeps do_lower_case, strip_accents
 
 
 class PretrainedTokenizer(WordPieceTokenizer):
@@ -52,7 +59,7 @@ class PretrainedTokenizer(WordPieceTokenizer):
     def __init__(self, vocabulary_path, lower_case=True, strip_accents=None, name=None):
         super().__init__(vocabulary_path, lower_case=False, normalization_form=None, name=name)
         self.lower_case = lower_case
-        self.strip_accents = lower_case if strip_accents is None else strip_accents
+        self.strip_accents = accents_stripped(lower_case, strip_accents)
         self._splitter = BasicTokenizer(lower_case=False, normalization_form=None)
         self._word_piece = tf_text.WordpieceTokenizer(
             self._table,
@@ -75,8 +82,8 @@ class PretrainedTokenizer(WordPieceTokenizer):
         path = os.fspath(path)
         if not os.path.isdir(path):
             raise ValueError(f"{path} is not a folder: give a Hugging Face checkpoint folder.")
-        fast = _read_json(os.path.join(path, "tokenizer.json"))
-        settings = _casing_rules(path, fast)
+        fast = read_json(os.path.join(path, FAST_TOKENIZER_FILE))
+        settings = casing_rules(path, fast)
         vocabulary_path = os.path.join(path, vocabulary_name)
         if not os.path.isfile(vocabulary_path):
             if fast is None:
@@ -84,7 +91,9 @@ class PretrainedTokenizer(WordPieceTokenizer):
                     f"{path} has neither {vocabulary_name} nor tokenizer.json: a BERT-family "
                     "checkpoint's tokenizer needs one of them."
                 )
-            vocabulary_path = _write_fast_vocabulary(fast, os.path.join(path, "tokenizer.json"))
+            vocabulary_path = _write_fast_vocabulary(
+                fast_vocabulary(fast, os.path.join(path, FAST_TOKENIZER_FILE))
+            )
         return cls(vocabulary_path, **settings)
 
     def save(self, folder, vocabulary_name=VOCABULARY_NAME):
@@ -123,61 +132,12 @@ class PretrainedTokenizer(WordPieceTokenizer):
         return self._word_piece.tokenize(words).merge_dims(-2, -1)
 
 
-def _read_json(path):
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as json_file:
-        try:
-            return json.load(json_file)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path} is not JSON: {error}.") from error
-
-
-def _casing_rules(path, fast):
-    """`lower_case` and `strip_accents` of a checkpoint folder's tokenizer files."""
-    normalizer = (fast or {}).get("normalizer") or {}
-    if normalizer:
-        if normalizer.get("type") != "BertNormalizer":
-            raise ValueError(
-                f"{os.path.join(path, 'tokenizer.json')}: normalizer "
-                f"{normalizer.get('type')!r} is not supported; supported: BertNormalizer."
-            )
-        rules = {
-            "lower_case": normalizer.get("lowercase", True),
-            "strip_accents": normalizer.get("strip_accents"),
-            "tokenize_chinese_chars": normalizer.get("handle_chinese_chars", True),
-        }
-        where = "tokenizer.json"
-    else:
-        config = _read_json(os.path.join(path, CASING_FILE)) or {}
-        rules = {
-            "lower_case": config.get("do_lower_case", True),
-            "strip_accents": config.get("strip_accents"),
-            "tokenize_chinese_chars": config.get("tokenize_chinese_chars", True),
-        }
-        where = CASING_FILE
-    if not rules.pop("tokenize_chinese_chars"):
-        raise ValueError(
-            f"{os.path.join(path, where)}: only tokenizers that split CJK characters "
-            "(tokenize_chinese_chars / handle_chinese_chars true) are supported."
-        )
-    return rules
-
-
-def _write_fast_vocabulary(fast, source):
-    """The WordPiece vocabulary of a `tokenizer.json`, written one token per line in id order."""
-    model = fast.get("model") or {}
-    if model.get("type") != "WordPiece" or not isinstance(model.get("vocab"), dict):
-        raise ValueError(
-            f"{source}: model {model.get('type')!r} is not supported; supported: WordPiece."
-        )
-    by_id = sorted(model["vocab"].items(), key=lambda item: item[1])
-    if [index for _, index in by_id] != list(range(len(by_id))):
-        raise ValueError(f"{source}: the vocabulary's ids are not 0..{len(by_id) - 1}.")
+def _write_fast_vocabulary(tokens):
+    """A `tokenizer.json`'s vocabulary (`fast_vocabulary`), written one token per line."""
     # The table reads a file, which then travels with every export as an asset.
     folder = tempfile.mkdtemp(prefix="pretrained_vocabulary_")
-    vocabulary_path = os.path.join(folder, "vocab.txt")
+    vocabulary_path = os.path.join(folder, VOCABULARY_NAME)
     with open(vocabulary_path, "w", encoding="utf-8") as vocabulary_file:
-        for token, _ in by_id:
+        for token in tokens:
             vocabulary_file.write(token + "\n")
     return vocabulary_path

@@ -10,12 +10,21 @@ TensorFlow-free decode loop and detokenizer. `apps.export` exports both run
 folders (the classifier's in a TensorFlow process of its own, as a JAX
 training app does); a fresh process that cannot import the project loads the
 exports with `tf.saved_model.load` and answers the raw strings.
+
+With transformers and PyTorch installed, a small random BERT checkpoint
+(`save_pretrained`) goes the same way: `apps.tokenize classifier --pretrained`
+encodes a mixed-case corpus (checked id for id against Hugging Face's
+`BertTokenizer`), the same subprocess fine-tunes it from the token folder, and
+the export answers raw strings as the JAX model does on `BertTokenizer`'s ids.
 """
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
+import random
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -26,12 +35,19 @@ import tensorflow as tf
 
 from apps import export as export_app
 from apps import tokenize as tokenize_app
+from apps import train_classifier as train_classifier_app
+from apps.training_flags import classification_data_from_flags
 from keras_transformer.data.tokens import read_token_folder
 from keras_transformer.text.wordpiece import WordPieceTokenizer
 from keras_transformer.training.runs import PLOTS_NOTICE
 from tests.apps.test_train_translator import FLAGS as TRANSLATOR_FLAGS
 from tests.apps.test_train_translator import write_pairs
-from tests.classifier_fixtures import CLASS_NAMES, write_keyword_csv
+from tests.classifier_fixtures import (
+    CLASS_NAMES,
+    expect_usage_error,
+    keyword_text,
+    write_keyword_csv,
+)
 from tests.classifier_fixtures import MODEL_FLAGS as CLASSIFIER_FLAGS
 from tests.export.fresh_loader import LOADER_HEADER
 from tests.export.test_translator_export import fresh_environment
@@ -102,6 +118,12 @@ _, target_vocabulary = run_vocabularies(RunFolder(run_dir), settings)
 generated = greedy_decode_loop(model, np.asarray(request["translator_ids"], np.int32), settings.sequence_length,
                                target_vocabulary.index(START), target_vocabulary.index(END))
 answers["translations"] = detokenize(generated, target_vocabulary)
+
+if "pretrained_argv" in request:  # a checkpoint fine-tuned from its token folder
+    assert train_classifier.main(request["pretrained_argv"]) == 0
+    model = keras.models.load_model(os.path.join(request["pretrained_run"], "model.keras"), compile=False)
+    answers["pretrained_probabilities"] = np.asarray(
+        model.predict(np.asarray(request["pretrained_ids"], np.int32), verbose=0)).tolist()
 answers["backend"] = keras.backend.backend()
 from keras_transformer.training.distribute import compile_with_xla
 answers["xla_without_the_flag"] = compile_with_xla(False)
@@ -127,6 +149,15 @@ LOADER = LOADER_HEADER + textwrap.dedent(
     print("RESULT " + json.dumps(result))
     """
 )
+
+
+# Raw strings for the checkpoint: capitals, accents and punctuation its casing rules and
+# splitter must handle as Hugging Face's do.
+PRETRAINED_TEXTS = [
+    "The TEAM scored a Goal in the match.",
+    "Stócks and shares fell, the MARKET today",
+    "zebra fílm; actors and Music",
+]
 
 
 def last_json_line(stdout, prefix):
@@ -171,6 +202,65 @@ def token_folders(tmp_path_factory):
     return classifier_tokens, translator_tokens
 
 
+CASING = {"do_lower_case": True, "strip_accents": False}
+
+
+def write_mixed_case_csv(path, num_examples=90, seed=0):
+    """The keyword corpus with capitals, accents and punctuation: what the checkpoint's
+    casing rules map to its (lower-case, unaccented) vocabulary or to `[UNK]`."""
+    rng = random.Random(seed)
+    changes = [str.upper, str.capitalize, lambda word: word.replace("o", "ó"), lambda word: word]
+    with open(path, "w", encoding="utf-8") as csv_file:
+        csv_file.write("text,label\n")
+        for index in range(num_examples):
+            label = CLASS_NAMES[index % len(CLASS_NAMES)]
+            words = [rng.choice(changes)(word) for word in keyword_text(label, rng).split()]
+            # Every fifth text long enough to be cut at the chosen sequence length.
+            words += words * 3 * (index % 5 == 0)
+            csv_file.write(f'"{" ".join(words)}.",{label}\n')
+    return str(path)
+
+
+def bert_tokenizer_ids(checkpoint, texts, length):
+    """Hugging Face's own `BertTokenizer` on the checkpoint's `vocab.txt`: `[CLS] text [SEP]`,
+    cut and padded to `length`."""
+    import transformers
+
+    reference = transformers.BertTokenizer(str(checkpoint / "vocab.txt"), **CASING)
+    return reference(
+        list(texts), padding="max_length", truncation=True, max_length=length, return_tensors="np"
+    )["input_ids"].astype("int32")
+
+
+@pytest.fixture(scope="module")
+def pretrained_tokens(tmp_path_factory):
+    """A small random BERT checkpoint and its token folder, written by `apps.tokenize
+    classifier --pretrained`: `(checkpoint, tokenize argv, token folder)`; None without
+    transformers and PyTorch (the other tests here need neither)."""
+    if not all(importlib.util.find_spec(name) for name in ("transformers", "torch")):
+        return None
+    from tests.apps.test_train_classifier_pretrained import POSITIONS, VOCABULARY
+    from tests.models.test_pretrained import write_checkpoint
+
+    folder = tmp_path_factory.mktemp("pretrained_tokens")
+    checkpoint = folder / "checkpoint"
+    write_checkpoint(checkpoint, vocab_size=len(VOCABULARY), max_position_embeddings=POSITIONS)
+    (checkpoint / "vocab.txt").write_text("".join(f"{token}\n" for token in VOCABULARY))
+    # Lower-cased, accents kept: not the rules a folder without them gets (accents follow
+    # the lower-casing), so a run that lost them answers otherwise.
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps(CASING))
+    argv = [
+        "classifier",
+        "--data",
+        f"csv:{write_mixed_case_csv(folder / 'mixed_case.csv')}",
+        "--pretrained",
+        str(checkpoint),
+    ]
+    tokens_dir = str(folder / "tokens")
+    assert tokenize_app.main([*argv, "--out", tokens_dir]) == 0
+    return checkpoint, argv, tokens_dir
+
+
 def encode_texts(token_folder, task):
     """`TEXTS` as the token folder's vocabulary and settings encode them (the model inputs the
     export makes).
@@ -189,9 +279,10 @@ def encode_texts(token_folder, task):
 
 
 @pytest.fixture(scope="module")
-def jax_runs(token_folders, tmp_path_factory):
+def jax_runs(token_folders, pretrained_tokens, tmp_path_factory):
     """The two run folders trained on JAX without TensorFlow, and the JAX models' answers to
-    `TEXTS`.
+    `TEXTS` (and, with `pretrained_tokens`, the fine-tuned checkpoint's to
+    `PRETRAINED_TEXTS`, on `BertTokenizer`'s ids).
     """
     classifier_tokens, translator_tokens = token_folders
     folder = tmp_path_factory.mktemp("jax_runs")
@@ -239,6 +330,34 @@ def jax_runs(token_folders, tmp_path_factory):
             "--no-export",
         ],
     }
+    if pretrained_tokens is not None:
+        checkpoint, _, pretrained_dir = pretrained_tokens
+        # The checkpoint at another path, as on a machine the folder was copied to.
+        elsewhere = folder / "checkpoint_elsewhere"
+        shutil.copytree(checkpoint, elsewhere)
+        length = read_token_folder(pretrained_dir, "classifier").settings["sequence_length"]
+        request["pretrained_run"] = str(folder / "pretrained_run")
+        request["pretrained_ids"] = bert_tokenizer_ids(
+            checkpoint, PRETRAINED_TEXTS, length
+        ).tolist()
+        request["pretrained_argv"] = [
+            "--data",
+            f"tokens:{pretrained_dir}",
+            "--pretrained",
+            str(elsewhere),
+            # A random checkpoint has nothing to keep: a from-scratch learning rate.
+            "--learning-rate",
+            "0.003",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "16",
+            "--verbose",
+            "0",
+            "--run-dir",
+            request["pretrained_run"],
+            "--no-export",
+        ]
     done = run_without_tensorflow(JAX_SIDE, timeout=420, env={"JAX_REQUEST": json.dumps(request)})
     answers = last_json_line(done.stdout, "ANSWERS ")
     assert answers["backend"] == "jax"
@@ -357,3 +476,105 @@ def test_jax_compiles_the_training_step_with_xla_without_the_flag(jax_runs):
 
     assert jax_runs[2]["xla_without_the_flag"] is True
     assert compile_with_xla(False) is False and compile_with_xla(True) is True
+
+
+def needs_pretrained(pretrained_tokens):
+    if pretrained_tokens is None:
+        pytest.skip("needs transformers and torch, to write a checkpoint")
+    return pretrained_tokens
+
+
+def test_the_checkpoints_token_folder_holds_bert_tokenizers_ids(pretrained_tokens):
+    checkpoint, argv, tokens_dir = needs_pretrained(pretrained_tokens)
+    tokens = read_token_folder(tokens_dir, "classifier")
+    settings = tokens.settings
+    with open(checkpoint / "config.json") as config_file:
+        config = json.load(config_file)
+    assert settings["pretrained"] == str(checkpoint)
+    assert (settings["vocabulary_size"], settings["d_model"], settings["num_layers"]) == (
+        config["vocab_size"],
+        config["hidden_size"],
+        config["num_hidden_layers"],
+    )
+    assert (
+        settings["sequence_length"] <= settings["max_length"] == config["max_position_embeddings"]
+    )
+    # The split apps.tokenize made, encoded by the reference tokenizer; some texts are cut.
+    data = classification_data_from_flags(
+        tokenize_app.build_parser().parse_args([*argv, "--out", "x"])
+    )
+    cut = 0
+    for split in ("train", "validation", "test"):
+        texts = getattr(data, split).texts
+        expected = bert_tokenizer_ids(checkpoint, texts, settings["sequence_length"])
+        np.testing.assert_array_equal(getattr(tokens, split).token_ids, expected, err_msg=split)
+        cut += int((expected[:, -1] != 0).sum())
+    assert cut > 0
+    # The tokenizer's files, as a run folder of the checkpoint keeps them.
+    with open(os.path.join(tokens_dir, "tokenizer_config.json")) as config_file:
+        assert json.load(config_file) == CASING
+
+
+def test_a_checkpoint_fine_tuned_from_tokens_on_jax_exports_to_the_same_probabilities(
+    pretrained_tokens, jax_runs, tmp_path
+):
+    checkpoint, _, tokens_dir = needs_pretrained(pretrained_tokens)
+    answers = jax_runs[2]
+    run_dir = os.path.join(os.path.dirname(jax_runs[0]), "pretrained_run")
+    with open(os.path.join(run_dir, "settings.json")) as settings_file:
+        saved = json.load(settings_file)
+    with open(os.path.join(run_dir, "tokenizer_config.json")) as casing_file:
+        assert json.load(casing_file) == CASING  # the export's tokenizer reads them
+    assert saved["data"] == f"tokens:{tokens_dir}"
+    assert saved["settings"]["pretrained"].endswith("checkpoint_elsewhere")
+    assert saved["settings"]["pooling"] == "mean"  # the fine-tuning default, not the folder's
+    assert export_app.main([run_dir, "--export-dir", str(tmp_path / "export")]) == 0
+
+    import tensorflow_text  # noqa: F401  registers the tokenizer ops
+
+    export = tf.saved_model.load(str(tmp_path / "export" / "1"))
+    answered = export.signatures["serving_default"](text=tf.constant(PRETRAINED_TEXTS))
+    expected = np.asarray(answers["pretrained_probabilities"])
+    assert expected.shape == (len(PRETRAINED_TEXTS), len(CLASS_NAMES))
+    np.testing.assert_allclose(answered["probabilities"].numpy(), expected, atol=1e-5)
+
+
+def copy_of_checkpoint(checkpoint, folder, files):
+    """The checkpoint's files in `folder`, but those in `files` ({name: text})."""
+    shutil.copytree(checkpoint, folder)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("our tokens, a checkpoint", "holds tokens of our own vocabulary, and --pretrained"),
+        ("a checkpoint's tokens, none", "holds tokens of the checkpoint"),
+        ("a checkpoint's tokens, another vocabulary", "and --pretrained {other} has another"),
+        ("a checkpoint's tokens, cased", "casing rules"),
+    ],
+)
+def test_tokens_and_checkpoints_that_do_not_match_are_usage_errors(
+    token_folders, pretrained_tokens, tmp_path, capsys, case, message
+):
+    checkpoint, _, pretrained_dir = needs_pretrained(pretrained_tokens)
+    from tests.apps.test_train_classifier_pretrained import VOCABULARY
+
+    swapped = [*VOCABULARY]
+    swapped[-1], swapped[-2] = swapped[-2], swapped[-1]
+    changed = {
+        "another vocabulary": {"vocab.txt": "".join(f"{token}\n" for token in swapped)},
+        "cased": {"tokenizer_config.json": '{"do_lower_case": false}'},
+    }.get(case.split(", ")[1])
+    other = copy_of_checkpoint(checkpoint, tmp_path / "other", changed) if changed else None
+    folder = token_folders[0] if case.startswith("our") else pretrained_dir
+    # Were the tokens taken, the run would be one epoch, and not exported.
+    argv = ["--data", f"tokens:{folder}", "--epochs", "1", "--no-export"]
+    argv += ["--verbose", "0", "--run-dir", str(tmp_path / "run")]
+    if not case.endswith("none"):
+        argv += ["--pretrained", str(other or checkpoint)]
+    line = expect_usage_error(train_classifier_app.main, argv, capsys)
+    assert f"tokens:{folder}" in line and message.format(other=other) in line, line
+    assert not os.path.exists(tmp_path / "run")

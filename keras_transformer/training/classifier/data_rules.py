@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+# The settings a pretrained checkpoint fixes (a token folder records them too).
+from keras_transformer.data.tokens import CHECKPOINT_SIZES
 from keras_transformer.training.data_rules import (
     VOCABULARY_SIZE_RANGE,
     Choice,
@@ -99,16 +101,6 @@ def classifier_tokenization_from_data(settings, texts, build_tokenizer):
         rules.append(("ngram_length", lambda current: _ngram_length(current, lengths())))
     more_settings, more_choices = fill_from_data(settings, rules)
     return more_settings, choices + more_choices
-
-
-# The settings a pretrained checkpoint fixes: settings field -> its `config.json` key.
-CHECKPOINT_SIZES = {
-    "vocabulary_size": "vocab_size",
-    "num_layers": "num_hidden_layers",
-    "d_model": "hidden_size",
-    "num_heads": "num_attention_heads",
-    "intermediate_dim": "intermediate_size",
-}
 
 
 def classifier_tokenization_for_checkpoint(settings, config, tokenizer, texts):

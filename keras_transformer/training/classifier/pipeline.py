@@ -19,6 +19,7 @@ import numpy as np
 from keras_transformer.data.tokens import (
     CLASSIFIER_VOCABULARY,
     TokenizedClassificationData,
+    check_checkpoint_tokens,
     copy_vocabularies,
     settings_from_tokens,
 )
@@ -183,11 +184,9 @@ def _settings_and_tokens(data, settings, folder, run_dir, resume, verbose, unlab
     """The run's settings and tokens: those it saved, to resume; else `settings` with the
     values chosen from the data (said and saved), the folder ready for a new run."""
     tokens = data if isinstance(data, TokenizedClassificationData) else None
-    if tokens is not None and settings.pretrained is not None:
-        raise ValueError(
-            f"{tokens.name} holds tokens of our own vocabulary; fine-tuning {settings.pretrained} "
-            "needs its tokenizer: train from the data source instead."
-        )
+    if tokens is not None:
+        # Before any file is written: tokens are for one vocabulary, ours or a checkpoint's.
+        check_checkpoint_tokens(tokens, settings.pretrained)
     if tokens is not None and (unlabeled_texts or settings.pretrain_epochs):
         raise ValueError(
             f"{tokens.name} holds tokens, and pretraining (--pretrain-epochs, --unlabeled) needs "

@@ -6,11 +6,12 @@ import os
 import numpy as np
 
 from keras_transformer.data.tokens import (
-    CLASSIFIER_TOKEN_SETTINGS,
     CLASSIFIER_VOCABULARY,
     ClassificationTokens,
     TokenizedClassificationData,
     classifier_input_length,
+    classifier_token_settings,
+    classifier_tokenizer_files,
 )
 from keras_transformer.training.classifier.data_rules import (
     classifier_tokenization_for_checkpoint,
@@ -129,9 +130,15 @@ def encode_classification_data(data, settings, vocabulary_path, chosen_from_data
     return TokenizedClassificationData(
         name=data.name,
         source_name=data.name,
-        settings={name: getattr(settings, name) for name in CLASSIFIER_TOKEN_SETTINGS},
+        settings={
+            name: getattr(settings, name) for name in classifier_token_settings(settings.pretrained)
+        },
         chosen_from_data=chosen_from_data or {},
-        vocabulary_files={CLASSIFIER_VOCABULARY: vocabulary_path},
+        # A checkpoint's casing rules lie beside its vocabulary (`PretrainedTokenizer.save`).
+        vocabulary_files={
+            name: os.path.join(os.path.dirname(vocabulary_path), name)
+            for name in classifier_tokenizer_files(settings.pretrained)
+        },
         class_names=list(data.class_names),
         train=encode(data.train),
         validation=encode(data.validation),
