@@ -257,6 +257,7 @@ def test_classifier_from_tokens_is_the_raw_run(classifier_runs):
         "batch_size",
         "warmup_fraction",
         "ngram_l2",
+        "ngram_buckets",
     }
     # The same choices, printed the same way.
     raw_lines = choice_lines(classifier_runs["outputs"]["raw"][1])
