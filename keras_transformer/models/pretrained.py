@@ -210,6 +210,28 @@ class PretrainedEncoder(keras.Model):
                     dense.trainable = True
                     dense.enable_lora(rank)
 
+    def layer_decay_factors(self, layer_decay):
+        """The learning-rate factors of layer-wise learning-rate decay, by layer
+        name, for `FineTuningAdamW`'s `learning_rate_factors`.
+
+        Block `i` of `num_layers` (0 at the bottom) learns at
+        `layer_decay ** (num_layers - i)` times the base rate, the
+        embeddings (token, position and type embeddings and their norm) at
+        `layer_decay ** (num_layers + 1)`; the pooler and a head on top keep
+        the base rate. The lower blocks hold the most general features, which
+        fine-tuning should disturb least (Clark et al., "ELECTRA", 2020).
+        """
+        if not 0.0 < layer_decay <= 1.0:
+            raise ValueError(f"`layer_decay` must be in (0, 1], got {layer_decay}.")
+        depth = self.num_layers
+        factors = {
+            block.name: layer_decay ** (depth - index)
+            for index, block in enumerate(self.encoder_blocks)
+        }
+        for layer in (self.embedding, self.token_type_embedding, self.embedding_norm):
+            factors[layer.name] = layer_decay ** (depth + 1)
+        return factors
+
     def compute_output_shape(self, inputs_shape):
         # Given, not traced: a symbolic length (`keras.Input((None,))`) cannot
         # be checked against the position table on JAX and PyTorch.

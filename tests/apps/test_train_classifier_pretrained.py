@@ -9,6 +9,7 @@ The export is checked against an independent path: Hugging Face's
 
 import json
 import os
+import zipfile
 
 import keras
 import numpy as np
@@ -175,6 +176,12 @@ def test_lora_moves_the_adapters_and_the_head_only(checkpoint, keyword_csv, tmp_
         (["--pretrained", "{checkpoint}", "--bag-of-ngrams"], "bag of n-grams beside"),
         (["--pretrained", "{checkpoint}", "--search", "2"], "--search trains Transformers"),
         (["--pretrained", "{missing}"], "is not a folder"),
+        (["--layer-decay", "0.9"], "--layer-decay) lowers the learning rates"),
+        (
+            ["--pretrained", "{checkpoint}", "--layer-decay", "0"],
+            "--layer-decay) must be in (0, 1]",
+        ),
+        (["--pretrained", "{checkpoint}", "--layer-decay", "1.5"], "must be in (0, 1], got 1.5"),
     ],
 )
 def test_flags_that_do_not_fit_a_checkpoint_are_named(
@@ -204,10 +211,13 @@ def test_fine_tuning_defaults_apply_where_no_flag_was_given(checkpoint, capsys):
             values.bag_of_ngrams,
             values.dropout,
             values.epochs,
+            values.weight_decay,
+            values.layer_decay,
         )
 
-    assert shown(settings()) == ("max", 1e-3, True, 0.3, 12)
-    assert shown(settings("--pretrained", str(checkpoint))) == ("mean", 5e-5, False, 0.1, 5)
+    assert shown(settings()) == ("max", 1e-3, True, 0.3, 12, 0.01, 1.0)
+    fine_tuning = ("mean", 5e-5, False, 0.1, 5, 0.01, 1.0)
+    assert shown(settings("--pretrained", str(checkpoint))) == fine_tuning
     assert settings("--pretrained", str(checkpoint), "--lora-rank", "8").learning_rate == 5e-4
     given = settings("--pretrained", str(checkpoint), "--pooling", "cls", "--learning-rate", "1e-4")
     assert (given.pooling, given.learning_rate) == ("cls", 1e-4)
@@ -215,6 +225,9 @@ def test_fine_tuning_defaults_apply_where_no_flag_was_given(checkpoint, capsys):
         parser.parse_args(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "default 0.001; 5e-05 with --pretrained; 0.0005 with --lora-rank" in help_text
+    assert "--layer-decay FACTOR with --pretrained: the head and pooler learn" in help_text
+    assert "in (0, 1], 0.9 is the usual recipe (default 1.0: off)" in help_text
+    assert "not on the layer norms and biases" in help_text
 
 
 def test_resume_continues_a_stopped_fine_tuning(checkpoint, keyword_csv, tmp_path, monkeypatch):
@@ -229,7 +242,16 @@ def test_resume_continues_a_stopped_fine_tuning(checkpoint, keyword_csv, tmp_pat
     with monkeypatch.context() as patch:
         patch.setattr(pipeline, "FitScheduleToBudget", StopAfterTheSecondEpoch)
         with pytest.raises(KeyboardInterrupt):
-            train(checkpoint, keyword_csv, tmp_path, "--epochs", "4", export=False)
+            train(
+                checkpoint,
+                keyword_csv,
+                tmp_path,
+                "--epochs",
+                "4",
+                "--layer-decay",
+                "0.8",
+                export=False,
+            )
     assert not (tmp_path / "run" / "metrics.json").exists()
     before = (tmp_path / "run" / "history.csv").read_text().splitlines()
     argv = ["--data", f"csv:{keyword_csv}", "--pretrained", str(checkpoint), "--epochs", "4"]
@@ -241,3 +263,14 @@ def test_resume_continues_a_stopped_fine_tuning(checkpoint, keyword_csv, tmp_pat
     assert sorted(set(epochs)) == [0, 1, 2, 3] and len(epochs) <= 5, history
     with open(tmp_path / "run" / "metrics.json") as metrics_file:
         assert json.load(metrics_file)["epochs_completed"] == 4
+    # The resumed run kept the saved --layer-decay, and its optimizer saved the factors.
+    with open(tmp_path / "run" / "settings.json") as settings_file:
+        assert json.load(settings_file)["settings"]["layer_decay"] == 0.8
+    with zipfile.ZipFile(tmp_path / "run" / "model.keras") as saved:
+        optimizer = json.loads(saved.read("config.json"))["compile_config"]["optimizer"]
+    assert optimizer["class_name"] == "FineTuningAdamW"
+    assert optimizer["registered_name"] == "keras_transformer>FineTuningAdamW"
+    factors = optimizer["config"]["learning_rate_factors"]
+    assert factors["encoder_block_1"] == pytest.approx(0.8)
+    assert factors["encoder_block_0"] == pytest.approx(0.8**2)
+    assert factors["embedding_norm"] == pytest.approx(0.8**3)

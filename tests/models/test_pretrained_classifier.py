@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_transformer.models import PretrainedClassifier
+from keras_transformer.models import FineTuningAdamW, PretrainedClassifier, PretrainedEncoder
 from tests.models.test_pretrained import TOKEN_IDS, reference_states, write_checkpoint
 
 pytest.importorskip("transformers")
@@ -114,3 +114,179 @@ def test_bad_arguments_are_named(tmp_path, arguments, message):
     write_checkpoint(tmp_path)
     with pytest.raises(ValueError, match=message):
         PretrainedClassifier.from_pretrained(tmp_path, **arguments)
+
+
+# Fine-tuning's optimizer: layer-wise learning-rate decay, no decay on norms and biases.
+
+BETA_1, BETA_2, EPSILON = 0.9, 0.999, 1e-7
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("checkpoint")
+    write_checkpoint(folder)
+    return folder
+
+
+def numpy_adamw(value, gradients, learning_rate, weight_decay):
+    """AdamW (Loshchilov and Hutter, 2019, algorithm 2) in float64, from its formulas: each
+    step decays the weights by `learning_rate * weight_decay`, then takes Adam's bias-corrected
+    step, epsilon added to sqrt(v) before the correction ("epsilon hat", Kingma and Ba 2015,
+    end of section 2, as Keras' AdamW documents)."""
+    value = value.astype("float64")
+    m = np.zeros_like(value)
+    v = np.zeros_like(value)
+    for step, gradient in enumerate(gradients, start=1):
+        m = BETA_1 * m + (1 - BETA_1) * gradient
+        v = BETA_2 * v + (1 - BETA_2) * gradient**2
+        corrected = learning_rate * np.sqrt(1 - BETA_2**step) / (1 - BETA_1**step)
+        value = value - learning_rate * weight_decay * value
+        value = value - corrected * m / (np.sqrt(v) + EPSILON)
+    return value
+
+
+def expected_factor(path, num_layers, layer_decay):
+    """The learning-rate factor layer-wise decay gives the variable at `path`: the head and
+    pooler 1, block i layer_decay ** (num_layers - i), the embeddings ** (num_layers + 1)."""
+    parts = path.split("/")
+    for index in range(num_layers):
+        if f"encoder_block_{index}" in parts:
+            return layer_decay ** (num_layers - index)
+    if {"embedding", "token_type_embedding", "embedding_norm"} & set(parts):
+        return layer_decay ** (num_layers + 1)
+    assert "head" in parts or "pooler" in parts, path
+    return 1.0
+
+
+def fine_tuning_optimizer(classifier, layer_decay, learning_rate=0.05, weight_decay=0.3):
+    return FineTuningAdamW(
+        learning_rate=learning_rate,
+        weight_decay=weight_decay,
+        beta_1=BETA_1,
+        beta_2=BETA_2,
+        epsilon=EPSILON,
+        learning_rate_factors=classifier.encoder.layer_decay_factors(layer_decay),
+    )
+
+
+def apply_gradients(optimizer, steps, variables):
+    """`optimizer`'s steps on each list of gradients in `steps`, as `fit` takes them: on JAX,
+    stateless under `jax.jit` (the one way a `LossScaleOptimizer` steps there)."""
+    steps = [[keras.ops.convert_to_tensor(gradient) for gradient in step] for step in steps]
+    if keras.backend.backend() != "jax":
+        for gradients in steps:
+            optimizer.apply(gradients, variables)
+        return
+    import jax
+
+    stateless_apply = jax.jit(optimizer.stateless_apply)  # compiled once for every step
+    values = [variable.value for variable in variables]
+    optimizer_values = [variable.value for variable in optimizer.variables]
+    for gradients in steps:
+        values, optimizer_values = stateless_apply(optimizer_values, gradients, values)
+    for variable, value in zip([*variables, *optimizer.variables], [*values, *optimizer_values]):
+        variable.assign(value)
+
+
+def known_gradients(variables, steps, seed=5):
+    rng = np.random.default_rng(seed)
+    return [
+        [
+            rng.normal(scale=0.1, size=tuple(variable.shape)).astype("float32")
+            for variable in variables
+        ]
+        for _ in range(steps)
+    ]
+
+
+@pytest.mark.parametrize(
+    "lora_rank, loss_scaled",
+    [(None, False), (2, False), (None, True)],
+    ids=["whole", "lora", "loss_scaled"],
+)
+def test_each_variable_steps_as_adamw_at_its_blocks_learning_rate(
+    checkpoint, lora_rank, loss_scaled
+):
+    layer_decay, learning_rate, weight_decay = 0.5, 0.05, 0.3
+    classifier = PretrainedClassifier.from_pretrained(
+        checkpoint, num_classes=2, pooling="cls", lora_rank=lora_rank
+    )
+    classifier.build((None, 8))
+    variables = classifier.trainable_variables
+    before = [as_numpy(variable) for variable in variables]
+    optimizer = fine_tuning_optimizer(classifier, layer_decay, learning_rate, weight_decay)
+    if loss_scaled:  # as `compile` wraps it under mixed_float16
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    optimizer.build(variables)
+    steps = known_gradients(variables, steps=2)
+    scale = float(as_numpy(optimizer.dynamic_scale)) if loss_scaled else 1.0
+    apply_gradients(optimizer, [[g * scale for g in gradients] for gradients in steps], variables)
+
+    num_layers = classifier.encoder.num_layers
+    seen = set()
+    for index, variable in enumerate(variables):
+        factor = expected_factor(variable.path, num_layers, layer_decay)
+        decays = variable.name not in ("gamma", "beta", "bias")
+        expected = numpy_adamw(
+            before[index],
+            [gradients[index] for gradients in steps],
+            learning_rate * factor,
+            weight_decay if decays else 0.0,
+        )
+        np.testing.assert_allclose(
+            as_numpy(variable), expected, rtol=1e-5, atol=1e-6, err_msg=variable.path
+        )
+        seen.add((factor, decays, variable.name))
+    factors = {factor for factor, _, _ in seen}
+    if lora_rank is None:  # the head, both blocks and the embeddings: four rates
+        assert factors == {1.0, 0.5, 0.25, 0.125}, seen
+        assert {"gamma", "beta", "bias", "embeddings", "kernel"} <= {name for *_, name in seen}
+    else:  # the adapters get their block's rate and decay
+        assert factors == {1.0, 0.5, 0.25}, seen
+        assert {(0.25, True, "lora_kernel_a"), (0.5, True, "lora_kernel_b")} <= seen
+
+
+def test_the_fine_tuning_optimizer_survives_save_and_load(checkpoint, tmp_path):
+    classifier = PretrainedClassifier.from_pretrained(checkpoint, num_classes=2)
+    classifier.build((None, 8))
+    classifier.compile(
+        optimizer=fine_tuning_optimizer(classifier, layer_decay=0.5),
+        loss="sparse_categorical_crossentropy",
+    )
+    variables = classifier.trainable_variables
+    classifier.optimizer.build(variables)
+    first, second = known_gradients(variables, steps=2)
+    apply_gradients(classifier.optimizer, [first], variables)
+    path = str(tmp_path / "classifier.keras")
+    classifier.save(path)
+    reloaded = keras.models.load_model(path)
+
+    config = reloaded.optimizer.get_config()
+    assert type(reloaded.optimizer).__name__ == "FineTuningAdamW"
+    assert config["learning_rate_factors"] == classifier.encoder.layer_decay_factors(0.5)
+    assert config["no_decay_names"] == ["gamma", "beta", "bias"]
+    # The next step, from the saved moments, moves both alike.
+    for model in (classifier, reloaded):
+        apply_gradients(model.optimizer, [second], model.trainable_variables)
+    for variable, loaded in zip(variables, reloaded.trainable_variables):
+        np.testing.assert_allclose(as_numpy(loaded), as_numpy(variable), atol=1e-6)
+
+
+def test_layer_decay_outside_0_to_1_is_refused():
+    encoder = PretrainedEncoder(
+        vocabulary_size=20,
+        sequence_length=8,
+        num_layers=1,
+        d_model=8,
+        num_heads=2,
+        intermediate_dim=16,
+    )
+    for layer_decay in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match=r"`layer_decay` must be in \(0, 1\], got"):
+            encoder.layer_decay_factors(layer_decay)
+    assert encoder.layer_decay_factors(1.0) == {
+        "encoder_block_0": 1.0,
+        "embedding": 1.0,
+        "token_type_embedding": 1.0,
+        "embedding_norm": 1.0,
+    }

@@ -60,6 +60,7 @@ def _build_fine_tuned_model(settings, num_classes, total_steps, strategy):
         "sparse_categorical_crossentropy",
         lambda: _classifier_metrics(settings, num_classes),
         strategy,
+        make_optimizer=lambda model: build_fine_tuning_adamw(settings, total_steps, model),
     )
 
 
@@ -117,15 +118,16 @@ def build_compiled_model(
     )
 
 
-def _compiled(settings, make_model, total_steps, loss, make_metrics, strategy):
-    """`make_model()` created, built and compiled for `fit` as `build_compiled_model` says."""
+def _compiled(settings, make_model, total_steps, loss, make_metrics, strategy, make_optimizer=None):
+    """`make_model()` created, built and compiled for `fit` as `build_compiled_model` says,
+    with `make_optimizer(model)` (default: `build_adamw`)."""
     with strategy_scope(strategy), dtype_policy(settings.mixed_precision):
         model = make_model()
         # BackupAndRestore loads weights before the first batch, so they must exist.
         model.build((None, settings.sequence_length))
         compile_for_fit(
             model,
-            build_adamw(settings, total_steps),
+            build_adamw(settings, total_steps) if make_optimizer is None else make_optimizer(model),
             loss=loss,
             metrics=make_metrics(),
             jit_compile=settings.jit_compile,
@@ -140,4 +142,19 @@ def build_adamw(settings, total_steps):
         learning_rate=WarmupCosine(settings.learning_rate, total_steps, settings.warmup_fraction),
         weight_decay=settings.weight_decay,
         clipnorm=settings.clip_norm,
+    )
+
+
+def build_fine_tuning_adamw(settings, total_steps, model):
+    """`build_adamw` for fine-tuning `model`, a `PretrainedClassifier`: a `FineTuningAdamW`
+    whose encoder blocks and embeddings learn at `settings.layer_decay`'s factors, with no
+    weight decay on the layer norms and biases."""
+    from keras_transformer.models import FineTuningAdamW
+
+    check_chosen(settings, "warmup_fraction")
+    return FineTuningAdamW(
+        learning_rate=WarmupCosine(settings.learning_rate, total_steps, settings.warmup_fraction),
+        weight_decay=settings.weight_decay,
+        clipnorm=settings.clip_norm,
+        learning_rate_factors=model.encoder.layer_decay_factors(settings.layer_decay),
     )
