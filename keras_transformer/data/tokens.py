@@ -20,7 +20,7 @@ trains from a folder written elsewhere. A token folder holds:
   [N, sequence_length + 1] (with [START] and [END]) and, for validation and
   test, the `sources` and `targets` texts (chrF and samples need references).
 
-This module imports NumPy, json and `keras_transformer.text.checkpoint_files`
+This module imports NumPy, json and `keras_transformer.data.checkpoint_files`
 (a checkpoint's tokenizer files, read without TensorFlow) only.
 """
 
@@ -34,8 +34,8 @@ import zipfile
 
 import numpy as np
 
+from keras_transformer.data.checkpoint_files import CASING_FILE, read_json, tokenizer_rules
 from keras_transformer.data.errors import DataError
-from keras_transformer.text.checkpoint_files import CASING_FILE, read_json, tokenizer_rules
 
 FORMAT = "keras_transformer.tokens"
 VERSION = 1

@@ -19,7 +19,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
 
-from keras_transformer.text.checkpoint_files import (
+from keras_transformer.data.checkpoint_files import (
     CASING_FILE,
     FAST_TOKENIZER_FILE,
     VOCABULARY_NAME,

@@ -51,6 +51,7 @@ def test_from_data_lists_the_settings_declared_so():
         "ngram_length",
         "vocabulary_size",
         "ngram_l2",
+        "ngram_buckets",
         "batch_size",
         "warmup_fraction",
     )
