@@ -454,8 +454,12 @@ def test_wheel_and_sdist_without_tensorflow_in_a_fresh_environment(distributions
         f"jax[cpu]=={pinned_version('jax')}",
     )
 
+    # A user's environment: not `make test`'s shared JAX compilation cache either (its file
+    # lock needs filelock, which the package does not depend on).
     clean = {
-        key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "KERAS_HOME")
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONPATH", "KERAS_HOME") and not key.startswith("JAX_")
     }
     on_jax = dict(clean, KERAS_BACKEND="jax", KERAS_HOME=str(tmp_path / "keras_home"))
     absent = subprocess.run(

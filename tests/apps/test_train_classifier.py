@@ -637,5 +637,12 @@ def test_the_bag_of_ngrams_reads_past_the_transformer_and_so_does_the_export(tmp
     exported = tf.saved_model.load(os.path.join(export_dir, "1"))
     served = exported.signatures["serving_default"](text=tf.constant(texts))
     np.testing.assert_allclose(served["probabilities"].numpy(), expected, atol=1e-5)
-    attention = exported.signatures["attention"](text=tf.constant(texts))
-    assert attention["tokens"].shape[1] == 8  # what the Transformer reads
+    # The Transformer reads filler only, so validation may give it weight 0: then the export
+    # ships no encoder, and no attention to show.
+    with open(os.path.join(run_dir, "metrics.json")) as metrics_file:
+        transformer_weight = json.load(metrics_file)["bag_of_ngrams"]["transformer_weight"]
+    if transformer_weight == 0:
+        assert "attention" not in exported.signatures
+    else:
+        attention = exported.signatures["attention"](text=tf.constant(texts))
+        assert attention["tokens"].shape[1] == 8  # what the Transformer reads

@@ -366,6 +366,7 @@ def test_the_classifier_app_chooses_what_no_flag_set(budget_run):
         "warmup_fraction",
         "ngram_l2",
         "ngram_length",
+        "ngram_buckets",
     }
 
 
