@@ -454,8 +454,7 @@ def test_wheel_and_sdist_without_tensorflow_in_a_fresh_environment(distributions
         f"jax[cpu]=={pinned_version('jax')}",
     )
 
-    # A user's environment: not `make test`'s shared JAX compilation cache either (its file
-    # lock needs filelock, which the package does not depend on).
+    # A user's environment: not `make test`'s shared JAX compilation cache either.
     clean = {
         key: value
         for key, value in os.environ.items()
