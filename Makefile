@@ -24,7 +24,7 @@ $(INSTALLED): requirements.txt pyproject.toml
 
 venv: $(INSTALLED)
 
-# Benchmark-only peers and metrics (keras-hub, sacrebleu), on top of the main set.
+# Benchmark-only peers (keras-hub), on top of the main set.
 BENCH_INSTALLED := $(VENV)/.installed-bench
 $(BENCH_INSTALLED): $(INSTALLED) requirements-bench.txt
 	$(VENV_PYTHON) -m pip install --quiet -r requirements-bench.txt

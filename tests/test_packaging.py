@@ -30,6 +30,7 @@ DISTRIBUTION = "keras-transformer-toolkit"
 FILE_PREFIX = f"keras_transformer_toolkit-{keras_transformer.__version__}"
 EXTRAS = {
     "tensorflow",
+    "bleu",
     "plots",
     "serve",
     "data",
@@ -221,6 +222,7 @@ def test_wheel_metadata(wheel):
     assert {"jax", "pytest-timeout", "hatchling", "build", "twine"} <= by_extra["dev"]
     assert by_extra["search"] == {"keras-tuner"}
     assert by_extra["pretrained"] == {"safetensors"}
+    assert by_extra["bleu"] == {"sacrebleu"} <= by_extra["bench"]
     assert by_extra["all"] == (
         by_extra["tensorflow"]
         | by_extra["plots"]
@@ -228,6 +230,7 @@ def test_wheel_metadata(wheel):
         | by_extra["data"]
         | by_extra["search"]
         | by_extra["pretrained"]
+        | by_extra["bleu"]
     )
 
 

@@ -16,7 +16,7 @@ import zipfile
 
 from keras_transformer.data.sources import one_line
 from keras_transformer.training.classifier.settings import ClassifierSettings
-from keras_transformer.training.runs import SETTINGS_FILE, RunFolder
+from keras_transformer.training.runs import METRICS_FILE, SETTINGS_FILE, RunFolder
 from keras_transformer.training.translator.settings import TranslatorSettings
 from keras_transformer.training.translator.tokenizing import run_tokenizers
 
@@ -187,7 +187,7 @@ def _export_classifier_run(run, model_path, export_dir):
 def _chosen_mix(run):
     """`(transformer_weight, bag_weight)` that the run's `metrics.json` records, or None."""
     try:
-        with open(run.file("metrics.json"), encoding="utf-8") as metrics_file:
+        with open(run.file(METRICS_FILE), encoding="utf-8") as metrics_file:
             combination = json.load(metrics_file).get("bag_of_ngrams")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None

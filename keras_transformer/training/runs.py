@@ -17,6 +17,7 @@ from keras_transformer.training.callbacks import BestEpoch, TimeBudget, read_bes
 from keras_transformer.training.distribute import fit, is_chief
 
 SETTINGS_FILE = "settings.json"
+METRICS_FILE = "metrics.json"  # the test split's score, written once a run finished
 
 
 class RunFolder:

@@ -86,6 +86,7 @@ def test_run_trains_and_writes_its_folder(translator_run):
         "target_vocabulary.txt",
         "learning_curves.png",
         "settings.json",
+        "metrics.json",
     ):
         assert os.path.exists(os.path.join(run_dir, name)), name
     with open(os.path.join(run_dir, "samples.json"), encoding="utf-8") as samples_file:
@@ -93,6 +94,54 @@ def test_run_trains_and_writes_its_folder(translator_run):
     assert len(samples) == 5
     assert all(set(sample) == {"source", "reference", "translation"} for sample in samples)
     assert all(sample["source"].split()[0] in NUMBERS for sample in samples)
+
+
+def test_the_run_scores_its_whole_test_split(translator_run):
+    """metrics.json's BLEU and chrF are sacrebleu's on test_translations.tsv, whose
+    translations are the saved model's greedy decode (the export's graph op) of each source."""
+    import sacrebleu
+    import tensorflow as tf
+
+    from keras_transformer.decoding import greedy_decode
+    from keras_transformer.training.runs import RunFolder
+    from keras_transformer.training.translator.settings import TranslatorSettings
+    from keras_transformer.training.translator.tokenizing import run_tokenizers
+
+    _, run_dir = translator_run
+    with open(os.path.join(run_dir, "metrics.json"), encoding="utf-8") as metrics_file:
+        metrics = json.load(metrics_file)
+    with open(os.path.join(run_dir, "test_translations.tsv"), encoding="utf-8") as rows_file:
+        rows = list(csv.DictReader(rows_file, delimiter="\t"))
+    assert metrics["split"] == "test" and metrics["decoding"] == "greedy"
+    assert metrics["pairs"] == len(rows) == 8  # --test-size 8
+    assert all(row["source"].split()[0] in NUMBERS for row in rows)
+
+    with open(os.path.join(run_dir, "settings.json"), encoding="utf-8") as settings_file:
+        settings = TranslatorSettings(**json.load(settings_file)["settings"])
+    source_tokenizer, target_tokenizer = run_tokenizers(RunFolder(run_dir), settings)
+    model = keras.models.load_model(os.path.join(run_dir, "model.keras"), compile=False)
+    source_ids = source_tokenizer.encode(
+        tf.constant([row["source"] for row in rows]), settings.sequence_length
+    )
+    generated = greedy_decode(
+        model,
+        source_ids,
+        settings.sequence_length,
+        target_tokenizer.token_id("[START]"),
+        target_tokenizer.token_id("[END]"),
+    )
+    translations = [row["translation"] for row in rows]
+    assert translations == [
+        text.decode("utf-8") for text in target_tokenizer.detokenize(generated).numpy()
+    ]
+
+    references = [row["reference"] for row in rows]
+    bleu = sacrebleu.corpus_bleu(translations, [references])
+    assert metrics["bleu"] == pytest.approx(bleu.score, abs=0.005)
+    chrf = sacrebleu.corpus_chrf(translations, [references])
+    assert metrics["chrf"] == pytest.approx(chrf.score, abs=0.005)
+    assert "tok:13a" in metrics["bleu_scorer"] and "case:mixed" in metrics["bleu_scorer"]
+    assert metrics["chrf_scorer"].startswith("sacrebleu chrF")
 
 
 def test_saved_model_reloads_with_the_same_logits(translator_run):

@@ -52,6 +52,7 @@ from keras_transformer.training.compiling import learning_rate_schedule
 from keras_transformer.training.data_rules import choices_from_record, choices_record
 from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.runs import (
+    METRICS_FILE,
     RunFolder,
     draw_plot,
     fit_in_folder,
@@ -60,8 +61,6 @@ from keras_transformer.training.runs import (
     saved_run_or_fresh_start,
     say,
 )
-
-METRICS_FILE = "metrics.json"  # written once a run finished
 
 
 @dataclasses.dataclass

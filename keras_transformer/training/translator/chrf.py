@@ -19,9 +19,8 @@ from collections import Counter
 import keras
 import numpy as np
 
-from keras_transformer.decoding import greedy_decode, greedy_decode_loop
-from keras_transformer.text.padding import trim_shared_padding, trim_shared_padding_array
-from keras_transformer.text.vocabulary import END, START, detokenize
+from keras_transformer.text.vocabulary import END, START
+from keras_transformer.training.translator.greedy import GreedyTranslator
 
 CHAR_ORDER = 6
 BETA = 2
@@ -94,18 +93,15 @@ def chrf_subset(num_pairs, size, seed):
 class ValidationChrF(keras.callbacks.Callback):
     """Logs `val_chrf`: corpus chrF of the greedy translations of fixed validation pairs.
 
-    Sources, encoded as for training, are decoded greedily with the model's
-    key/value caches in batches of similar source length, and detokenized
-    as the export detokenizes (`keras_transformer.text.vocabulary.detokenize`),
-    so the score is that of what a user of the export's `greedy` signature
-    reads. Outputs are cut at `max_output_length` tokens and at twice the
-    longest reference (plus `[END]`): an untrained model that never says
-    `[END]` then costs a short decode, and an output twice too long scores
-    poorly either way. The decode runs inside the epoch, so it counts against
-    `--time-budget` like validation does.
-
-    On TensorFlow, `greedy_decode` runs as one traced `tf.function`; on other
-    backends `greedy_decode_loop` gives the same tokens.
+    Sources, encoded as for training, are translated by a `GreedyTranslator`
+    (the model's key/value caches, batches of similar source length,
+    detokenized as the export detokenizes), so the score is that of what a
+    user of the export's `greedy` signature reads. Outputs are cut at
+    `max_output_length` tokens and at twice the longest reference (plus
+    `[END]`): an untrained model that never says `[END]` then costs a short
+    decode, and an output twice too long scores poorly either way. The decode
+    runs inside the epoch, so it counts against `--time-budget` like
+    validation does.
 
     Args:
         source_ids: int `[N, L]` encoded sources, 0-padded (already the subset).
@@ -129,54 +125,25 @@ class ValidationChrF(keras.callbacks.Callback):
             )
         self.references = list(references)
         self.vocabulary = list(vocabulary)
-        self.start_id, self.end_id = self.vocabulary.index(START), self.vocabulary.index(END)
-        reference_lengths = np.isin(
-            reference_ids, [0, self.start_id, self.end_id], invert=True
-        ).sum(axis=1)
+        special_ids = [0, self.vocabulary.index(START), self.vocabulary.index(END)]
+        reference_lengths = np.isin(reference_ids, special_ids, invert=True).sum(axis=1)
         self.max_output_length = min(int(max_output_length), 2 * int(reference_lengths.max()) + 1)
         self.batch_size = int(batch_size)
-        # Sorted by length so a batch of short sentences does not wait on one long one.
-        order = np.argsort((source_ids > 0).sum(axis=1), kind="stable")
-        self._batches = [
-            order[start : start + self.batch_size]
-            for start in range(0, len(order), self.batch_size)
-        ]
         self._source_ids = source_ids
-        self._decode = None
+        self._translator = None
 
     def on_train_begin(self, logs=None):
-        model = self.model
-        max_length = min(self.max_output_length, model.sequence_length)
-        start_id, end_id = self.start_id, self.end_id
-        if keras.backend.backend() == "tensorflow":
-            import tensorflow as tf
-
-            # One trace for every batch: the signature leaves both dimensions open.
-            @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-            def traced(source_ids):
-                return greedy_decode(
-                    model, trim_shared_padding(source_ids), max_length, start_id, end_id
-                )
-
-            self._decode = lambda source_ids: traced(tf.constant(source_ids)).numpy()
-        else:
-            self._decode = lambda source_ids: greedy_decode_loop(
-                model, trim_shared_padding_array(source_ids), max_length, start_id, end_id
-            )
+        self._translator = GreedyTranslator(
+            self.model, self.vocabulary, self.max_output_length, self.batch_size
+        )
 
     def translations(self):
         """The current model's translations of the sources, in their order."""
-        if self._decode is None:
+        if self._translator is None:
             raise RuntimeError(
                 "ValidationChrF translates once training has begun (on_train_begin)."
             )
-        translations = [None] * len(self.references)
-        for indices in self._batches:
-            for index, text in zip(
-                indices, detokenize(self._decode(self._source_ids[indices]), self.vocabulary)
-            ):
-                translations[index] = text
-        return translations
+        return self._translator(self._source_ids)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:

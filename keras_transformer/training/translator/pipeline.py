@@ -8,6 +8,7 @@ Mixed precision, XLA and tf.distribute strategies come from
 stands in for `fit`.
 """
 
+import csv
 import dataclasses
 import json
 import os
@@ -20,16 +21,15 @@ from keras_transformer.data.tokens import (
     copy_vocabularies,
     settings_from_tokens,
 )
-from keras_transformer.decoding import greedy_decode, greedy_decode_loop
 from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text.padding import trim_shared_padding_array
-from keras_transformer.text.vocabulary import END, START, detokenize
 from keras_transformer.training.batching import ArrayBatches, batch_width_rounding
 from keras_transformer.training.callbacks import FitScheduleToBudget
 from keras_transformer.training.compiling import learning_rate_schedule
 from keras_transformer.training.data_rules import choices_from_record, choices_record
 from keras_transformer.training.distribute import worker_run_dir
 from keras_transformer.training.runs import (
+    METRICS_FILE,
     RunFolder,
     fit_in_folder,
     save_model_and_curves,
@@ -40,7 +40,9 @@ from keras_transformer.training.runs import (
 from keras_transformer.training.schedules import WarmupCosine
 from keras_transformer.training.translator.chrf import ValidationChrF, chrf_subset
 from keras_transformer.training.translator.data_rules import translator_settings_from_counts
+from keras_transformer.training.translator.greedy import GreedyTranslator
 from keras_transformer.training.translator.model import build_compiled_translator
+from keras_transformer.training.translator.scoring import corpus_scores
 from keras_transformer.training.translator.settings import TranslatorSettings
 from keras_transformer.training.translator.tokenizing import (
     encode_translation_data,
@@ -50,6 +52,7 @@ from keras_transformer.training.translator.tokenizing import (
 )
 
 SAMPLES_FILE = "samples.json"  # written once a run finished
+TEST_TRANSLATIONS_FILE = "test_translations.tsv"  # the test split, as metrics.json scores it
 
 
 @dataclasses.dataclass
@@ -57,6 +60,7 @@ class TranslatorRun:
     model: Seq2SeqTransformer
     settings: TranslatorSettings  # with the values chosen from the data (or resumed)
     samples: list
+    metrics: dict  # the test split's score, as metrics.json records it
     epochs_completed: int
     stopped_by_time_budget: bool
     training_seconds: float
@@ -176,11 +180,14 @@ def _train_translator(
     if fitted is None:
         return None  # the chief translates the samples and writes the results
 
-    samples = _samples(fitted, settings, tokens, target_vocabulary, folder, num_samples, verbose)
+    metrics, samples = _test_report(
+        fitted, settings, tokens, target_vocabulary, folder, num_samples, verbose
+    )
     return TranslatorRun(
         model=fitted.model,
         settings=settings,
         samples=samples,
+        metrics=metrics,
         epochs_completed=len(fitted.history.get("loss", [])),
         stopped_by_time_budget=fitted.stopped_by_time_budget,
         training_seconds=fitted.training_seconds,
@@ -222,27 +229,65 @@ def _settings_and_tokens(data, settings, folder, run_dir, resume, verbose):
     return settings, tokens
 
 
-def _samples(fitted, settings, tokens, target_vocabulary, folder, num_samples, verbose):
-    """The first `num_samples` test sources translated, said and written with the model and
-    the learning curves into `folder`."""
-    sources = tokens.test.sources[:num_samples]
-    translations = translate_ids(
-        fitted.model, tokens.test.source_ids[:num_samples], settings, target_vocabulary
-    )
+def _test_report(fitted, settings, tokens, target_vocabulary, folder, num_samples, verbose):
+    """Translates the whole test split greedily, as the export's `greedy` signature would, and
+    writes its BLEU and chrF (`metrics.json`), every translation beside its source and
+    reference (`test_translations.tsv`), the first `num_samples` of them (`samples.json`, the
+    run's finished mark, last), the model and the learning curves.
+
+    Returns `(metrics, samples)`.
+    """
+    test = tokens.test
+    say(verbose, f"Translating the {len(test)} test pairs (greedy):")
+    translations = GreedyTranslator(
+        fitted.model, target_vocabulary, settings.sequence_length, settings.batch_size
+    )(test.source_ids, progress=bool(verbose))
+    metrics = {
+        "data": tokens.name,
+        "split": "test",
+        "pairs": len(test),
+        "decoding": "greedy",
+        **(corpus_scores(translations, test.targets) if len(test) else {}),
+        "kept_epoch": folder.read_best_epoch(),
+        "epochs_completed": len(fitted.history.get("loss", [])),
+        "stopped_by_time_budget": fitted.stopped_by_time_budget,
+        "training_seconds": round(fitted.training_seconds, 1),
+        "settings": dataclasses.asdict(settings),
+    }
+    with open(folder.file(METRICS_FILE), "w", encoding="utf-8") as metrics_file:
+        json.dump(metrics, metrics_file, indent=2)
+    with open(folder.file(TEST_TRANSLATIONS_FILE), "w", encoding="utf-8", newline="") as rows:
+        writer = csv.writer(rows, delimiter="\t", lineterminator="\n")
+        writer.writerow(["source", "reference", "translation"])
+        writer.writerows(zip(test.sources, test.targets, translations))
     samples = [
         {"source": source, "reference": reference, "translation": translation}
-        for source, reference, translation in zip(sources, tokens.test.targets, translations)
+        for source, reference, translation in zip(
+            test.sources[:num_samples], test.targets, translations
+        )
     ]
     with open(folder.file(SAMPLES_FILE), "w", encoding="utf-8") as samples_file:
         json.dump(samples, samples_file, indent=2, ensure_ascii=False)
     save_model_and_curves(folder, fitted)
+    say(verbose, score_line(metrics))
     for sample in samples:
         say(
             verbose,
             f"  source:      {sample['source']}\n  reference:   {sample['reference']}\n"
             f"  translation: {sample['translation']}\n",
         )
-    return samples
+    return metrics, samples
+
+
+def score_line(metrics):
+    """One line of a run's test score (`metrics.json`'s) and what computed it."""
+    if not metrics["pairs"]:
+        return "Test: no test pairs, so no test score."
+    if metrics["bleu"] is None:
+        scores = f"chrF {metrics['chrf']:.2f}, no BLEU (sacrebleu is not installed)"
+    else:
+        scores = f"BLEU {metrics['bleu']:.2f}, chrF {metrics['chrf']:.2f} (sacrebleu)"
+    return f"Test ({metrics['pairs']} pairs, greedy): {scores}"
 
 
 def _validation_chrf(source_ids, target_ids, references, settings, vocabulary):
@@ -267,22 +312,11 @@ def _validation_chrf(source_ids, target_ids, references, settings, vocabulary):
 
 
 def translate_ids(model, source_ids, settings, vocabulary):
-    """Greedy translations of encoded sources (`[N, sequence_length]`) as text, on any backend.
-
-    What the end-of-run samples show: `greedy_decode` on TensorFlow,
-    `greedy_decode_loop` (the same tokens) elsewhere, detokenized with the
-    target `vocabulary` (a list of tokens) as the export detokenizes.
-    """
-    start_id, end_id = vocabulary.index(START), vocabulary.index(END)
-    if keras.backend.backend() == "tensorflow":
-        token_ids = greedy_decode(
-            model, source_ids, settings.sequence_length, start_id, end_id
-        ).numpy()
-    else:
-        token_ids = greedy_decode_loop(
-            model, source_ids, settings.sequence_length, start_id, end_id
-        )
-    return detokenize(token_ids, vocabulary)
+    """Greedy translations of encoded sources (`[N, sequence_length]`) as text, on any backend:
+    a `GreedyTranslator` with the run's sequence length and batch size."""
+    return GreedyTranslator(model, vocabulary, settings.sequence_length, settings.batch_size)(
+        source_ids
+    )
 
 
 def _translation_batches(source_ids, target_ids, settings, shuffle):
