@@ -58,12 +58,16 @@ class GreedyTranslator:
                 model, trim_shared_padding_array(source_ids), max_length, start_id, end_id
             )
 
-    def __call__(self, source_ids, progress=False):
-        """The translations (str) of `source_ids` (int `[N, L]`, 0-padded), in their order;
-        with `progress`, a Keras progress bar counts the sources."""
+    def __call__(self, source_ids, verbose=0):
+        """The translations (str) of `source_ids` (int `[N, L]`, 0-padded), in their order.
+        `verbose` as Keras': 1 a progress bar counting the sources, 2 one line at the end."""
         source_ids = np.asarray(source_ids, np.int32)
         order = np.argsort((source_ids > 0).sum(axis=1), kind="stable")
-        bar = keras.utils.Progbar(len(order), unit_name="source") if progress else None
+        bar = (
+            keras.utils.Progbar(len(order), verbose=verbose, unit_name="source")
+            if verbose
+            else None
+        )
         translations = [None] * len(order)
         for start in range(0, len(order), self.batch_size):
             indices = order[start : start + self.batch_size]

@@ -241,7 +241,7 @@ def _test_report(fitted, settings, tokens, target_vocabulary, folder, num_sample
     say(verbose, f"Translating the {len(test)} test pairs (greedy):")
     translations = GreedyTranslator(
         fitted.model, target_vocabulary, settings.sequence_length, settings.batch_size
-    )(test.source_ids, progress=bool(verbose))
+    )(test.source_ids, verbose=verbose)
     metrics = {
         "data": tokens.name,
         "split": "test",
