@@ -7,18 +7,20 @@ detokenized, case-sensitive output (BLEU and chrF).
 * ours: `train_translator` with the default `TranslatorSettings` (what
   `apps.train_translator` trains), decoded by beam search as the export does
   (width 4, length penalty 0.6), and greedily for comparison.
-* peer: what a KerasHub user builds (the keras.io translation example, with a
-  short-budget recipe): `keras_hub` WordPiece vocabularies and tokenizers,
-  start/end packing to a fixed length, `TokenAndPositionEmbedding`,
-  `TransformerEncoder` / `TransformerDecoder` of our sizes on a large corpus
-  (3+3 blocks, d 256, dropout 0.1) with the WordPiece budget per side that
-  ours picks for the corpus, pre-norm
-  (`normalize_first=True`, with a final layer norm after each stack, which
-  trains better at this learning rate than KerasHub's post-norm default),
-  AdamW at our schedule's peak rate (2e-3) with a linear warmup over the
-  first tenth of the budget, then a cosine decay that reaches zero when the
-  budget ends, label smoothing 0.1; greedy decoding. Its output goes through the same
-  punctuation rejoining as ours, so BLEU compares translations, not spacing.
+* peer: what a KerasHub user builds from KerasHub's public API with the
+  strongest short-budget recipe we know: `keras_hub` cased WordPiece
+  vocabularies learned on the training split (the budget per side that ours
+  picks for the corpus) and tokenizers, `TokenAndPositionEmbedding`, 3+3
+  pre-norm `TransformerEncoder` / `TransformerDecoder` blocks
+  (`normalize_first=True`) with a final layer norm after each stack, width
+  256, feed-forward 512, 4 heads, dropout 0.1 (`--peer-sizes` sweeps them);
+  batches bucketed by length and padded only to their own longest pair;
+  AdamW at a peak rate of 2e-3 with a linear warmup over the first 400 steps
+  (or the first tenth of the budget, whichever ends first, so a slow machine
+  does not spend its whole run warming up), then a cosine decay that reaches
+  zero when the budget ends; label smoothing 0.1; batched greedy decoding.
+  Its output goes through the same punctuation rejoining as ours, so BLEU
+  compares translations, not spacing.
 
 The loss function is the same masked, label-smoothed cross-entropy in both
 arms; what differs is the model, the batching, the schedule and the decoding.
@@ -51,6 +53,7 @@ The curve of BLEU against training time: `--snapshots 5,10,20,30,45,60
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -66,7 +69,16 @@ RESULTS_DIR = os.path.join("benchmarks", "results", "translation_quality")
 BEAM_WIDTH = 4
 LENGTH_PENALTY = 0.6
 DECODE_BATCH = 100
-PEER_WARMUP_FRACTION = 0.1
+# Written into each peer result, so a report tells this recipe's results from earlier ones
+# (a fixed 64-token padding, a warmup over a tenth of the budget, the model's own sizes).
+PEER_RECIPE = "bucketed-2026-11"
+PEER_WARMUP_STEPS = 400
+PEER_WARMUP_FRACTION = 0.1  # of the budget: where the warmup ends if 400 steps take longer
+PEER_PEAK_LEARNING_RATE = 2e-3
+# The peer's blocks a side, width, feed-forward size and heads (`--peer-sizes`).
+PEER_SIZES = (3, 256, 512, 4)
+# Bucket boundaries (tokens) of the peer's batches: each batch is padded to its own longest.
+PEER_BUCKET_WIDTH = 8
 
 # Corpora a neighbouring script writes from an installed package:
 # name -> (pairs file, the script's main).
@@ -108,6 +120,13 @@ def main():
         help="JSON of TranslatorSettings fields for ours, e.g. '{\"shared_vocabulary\": true}'; "
         "needs --variant",
     )
+    parser.add_argument(
+        "--peer-sizes",
+        default=None,
+        metavar="LAYERS,WIDTH,FF,HEADS",
+        help=f"the peer with other sizes (default {','.join(map(str, PEER_SIZES))}; results "
+        "kept as arm 'peer-L,W,F,H')",
+    )
     parser.add_argument("--report", action="store_true", help="only print the saved results")
     args = parser.parse_args()
     snapshots = sorted({float(value) for value in args.snapshots.split(",") if value.strip()})
@@ -135,6 +154,17 @@ def main():
         parser.error(
             "--variant takes letters, digits, '_' and '.', with --arm ours and without --layers"
         )
+    if args.peer_sizes is not None:
+        try:
+            args.peer_sizes = tuple(int(n) for n in args.peer_sizes.split(","))
+        except ValueError:
+            args.peer_sizes = ()
+        if len(args.peer_sizes) != 4 or min(args.peer_sizes) < 1 or args.arm != "peer":
+            parser.error(
+                "--peer-sizes takes four positive integers, e.g. 3,256,512,4, with --arm peer"
+            )
+        if args.peer_sizes[1] % args.peer_sizes[3]:
+            parser.error("--peer-sizes: the heads must divide the width")
     if any(minute > args.minutes for minute in snapshots):
         parser.error("--snapshots must not exceed --minutes")
     os.makedirs(RESULTS_DIR, exist_ok=True)
@@ -170,6 +200,8 @@ def _result_path(args, arm):
 
 
 def _arm_name(args, arm):
+    if arm == "peer" and args.peer_sizes:
+        return "peer-" + ",".join(map(str, args.peer_sizes))
     if arm == "ours" and args.variant:
         return f"ours-{args.variant}"
     return f"{arm}-{args.layers[0]}+{args.layers[1]}" if arm == "ours" and args.layers else arm
@@ -342,10 +374,19 @@ def run_peer(data, args, snapshots):
     from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
     from keras_transformer.training.translator.settings import TranslatorSettings
 
-    # Our sizes on a large corpus (ours chooses its own from the data), but the
-    # WordPiece budget per side that ours picks for this corpus: 8,000 pieces
-    # learned from a few thousand pairs would handicap the peer.
-    settings = large_corpus_settings(TranslatorSettings(seed=args.seed))
+    # The recipe's sizes (or --peer-sizes), and the WordPiece budget per side that ours
+    # picks for this corpus: 8,000 pieces learned from a few thousand pairs would
+    # handicap the peer.
+    num_layers, d_model, intermediate_dim, num_heads = args.peer_sizes or PEER_SIZES
+    settings = dataclasses.replace(
+        large_corpus_settings(TranslatorSettings(seed=args.seed)),
+        num_layers=num_layers,
+        d_model=d_model,
+        intermediate_dim=intermediate_dim,
+        num_heads=num_heads,
+        dropout=0.1,
+        label_smoothing=0.1,
+    )
     source_vocabulary_size, _ = vocabulary_size_for(data.train.sources)
     target_vocabulary_size, _ = vocabulary_size_for(data.train.targets)
     print(
@@ -374,23 +415,31 @@ def run_peer(data, args, snapshots):
         target_tokenizer.token_to_id("[END]"),
     )
     source_packer = keras_hub.layers.StartEndPacker(sequence_length=sequence_length)
-    target_packer = keras_hub.layers.StartEndPacker(
-        sequence_length=sequence_length + 1, start_value=start_id, end_value=end_id
-    )
 
-    def pack(sources, targets):
-        target_ids = target_packer(target_tokenizer(targets))
-        inputs = {
-            "encoder_inputs": source_packer(source_tokenizer(sources)),
-            "decoder_inputs": target_ids[:, :-1],
-        }
+    def encode(source, target):
+        source_ids = source_tokenizer(source)[:sequence_length]
+        target_ids = target_tokenizer(target)[: sequence_length - 1]
+        return source_ids, tf.concat([[start_id], target_ids, [end_id]], axis=0)
+
+    def teacher_forcing(source_ids, target_ids):
+        inputs = {"encoder_inputs": source_ids, "decoder_inputs": target_ids[:, :-1]}
         return inputs, target_ids[:, 1:]
 
+    # Batches of pairs of similar length, each padded to its own longest pair.
+    boundaries = list(range(PEER_BUCKET_WIDTH, sequence_length + 1, PEER_BUCKET_WIDTH))
     train_dataset = (
         tf.data.Dataset.from_tensor_slices((data.train.sources, data.train.targets))
+        .map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+        .cache()
         .shuffle(len(data.train), seed=settings.seed, reshuffle_each_iteration=True)
-        .batch(settings.batch_size)
-        .map(pack, num_parallel_calls=tf.data.AUTOTUNE)
+        .bucket_by_sequence_length(
+            lambda source_ids, target_ids: tf.maximum(
+                tf.shape(source_ids)[0], tf.shape(target_ids)[0]
+            ),
+            bucket_boundaries=boundaries,
+            bucket_batch_sizes=[settings.batch_size] * (len(boundaries) + 1),
+        )
+        .map(teacher_forcing, num_parallel_calls=tf.data.AUTOTUNE)
         .prefetch(tf.data.AUTOTUNE)
     )
 
@@ -422,7 +471,7 @@ def run_peer(data, args, snapshots):
     logits = _UnmaskedDense(target_tokenizer.vocabulary_size())(y)
     model = keras.Model([encoder_inputs, decoder_inputs], logits)
 
-    peak_learning_rate = 2e-3
+    peak_learning_rate = PEER_PEAK_LEARNING_RATE
     optimizer = keras.optimizers.AdamW(
         peak_learning_rate, weight_decay=0.01, clipnorm=settings.clip_norm
     )
@@ -431,9 +480,11 @@ def run_peer(data, args, snapshots):
         loss=MaskedSparseCategoricalCrossentropy(label_smoothing=settings.label_smoothing),
     )
     build_optimizer(model)  # as train_translator does: one trace of the train step, not two
-    run_dir = _run_dir(args, "peer")
+    run_dir = _run_dir(args, _arm_name(args, "peer"))
     snapshot_callback = Snapshots(snapshots, os.path.join(run_dir, "snapshots"))
-    schedule = WarmupCosineByTime(args.minutes, PEER_WARMUP_FRACTION, peak_learning_rate)
+    schedule = WarmupCosineByTime(
+        args.minutes, PEER_WARMUP_STEPS, PEER_WARMUP_FRACTION, peak_learning_rate
+    )
     started = time.monotonic()
     history = model.fit(
         train_dataset,
@@ -502,12 +553,16 @@ def run_peer(data, args, snapshots):
     return {
         "arm": "peer",
         "data": args.data,
+        "recipe": PEER_RECIPE,
         "settings": {
             **vars(settings),
             "peak_learning_rate": peak_learning_rate,
+            "warmup_steps": PEER_WARMUP_STEPS,
             "warmup_fraction": PEER_WARMUP_FRACTION,
+            "bucket_width": PEER_BUCKET_WIDTH,
             "normalize_first": True,
         },
+        "warmup_ended_at_step": schedule.warmup_ended_at_step,
         "threads": args.threads,
         "train_pairs": len(data.train),
         "test_pairs": len(data.test),
@@ -528,29 +583,37 @@ class _UnmaskedDense(keras.layers.Dense):
 
 
 class WarmupCosineByTime(keras.callbacks.Callback):
-    """Linear warmup over the first `warmup_fraction` of the wall-clock budget,
-    then a cosine decay that reaches zero exactly when the budget ends.
+    """A linear warmup over the first `warmup_steps` steps, or over the first
+    `warmup_fraction` of the wall-clock budget if that ends first (the rate rises by
+    whichever is further along), then a cosine decay from the peak that reaches zero
+    exactly when the budget ends.
 
-    A step-count schedule can't know how many steps a time budget holds (a
-    500-step warmup was longer than a whole 30-minute run on one core); this
-    one fits any budget and machine, the best a fixed-budget recipe can do.
+    A step-count schedule alone can't know how many steps a time budget holds (a
+    500-step warmup was longer than a whole 30-minute run on one core); the time
+    cap keeps the recipe's warmup on a fast machine and a sane one on a slow one.
     """
 
-    def __init__(self, minutes, warmup_fraction, peak):
+    def __init__(self, minutes, warmup_steps, warmup_fraction, peak):
         super().__init__()
-        self.seconds, self.warmup_fraction, self.peak = minutes * 60, warmup_fraction, peak
+        self.seconds, self.peak = minutes * 60, peak
+        self.warmup_steps, self.warmup_fraction = warmup_steps, warmup_fraction
+        self.warmup_ended_at_step = None
 
     def on_train_begin(self, logs=None):
-        self.start = time.monotonic()
+        self.start, self.step, self.decay_start = time.monotonic(), 0, None
 
     def on_train_batch_begin(self, batch, logs=None):
         progress = min(1.0, (time.monotonic() - self.start) / self.seconds)
-        if progress < self.warmup_fraction:
-            rate = self.peak * progress / self.warmup_fraction
+        warmup = max((self.step + 1) / self.warmup_steps, progress / self.warmup_fraction)
+        if self.decay_start is None and warmup > 1.0:
+            self.decay_start, self.warmup_ended_at_step = progress, self.step
+        if self.decay_start is None:
+            rate = self.peak * warmup
         else:
-            decay = (progress - self.warmup_fraction) / (1.0 - self.warmup_fraction)
+            decay = (progress - self.decay_start) / max(1e-9, 1.0 - self.decay_start)
             rate = self.peak * 0.5 * (1 + math.cos(math.pi * decay))
         self.model.optimizer.learning_rate.assign(rate)
+        self.step += 1
 
 
 # --- report ----------------------------------------------------------------------
@@ -559,12 +622,15 @@ class WarmupCosineByTime(keras.callbacks.Callback):
 def report(args):
     results = {}
     prefix = os.path.basename(_result_path(args, ""))[: -len(".json")]
-    variants = sorted(
-        name[len(prefix) : -len(".json")]
-        for name in os.listdir(RESULTS_DIR)
-        if name.startswith(prefix + "ours-") and name.endswith(".json")
-    )
-    for arm in ("ours", *variants, "peer"):
+    variants = {
+        kind: sorted(
+            name[len(prefix) : -len(".json")]
+            for name in os.listdir(RESULTS_DIR)
+            if name.startswith(f"{prefix}{kind}-") and name.endswith(".json")
+        )
+        for kind in ("ours", "peer")
+    }
+    for arm in ("ours", *variants["ours"], "peer", *variants["peer"]):
         path = _result_path(args, arm)
         if os.path.exists(path):
             with open(path) as result_file:
@@ -573,7 +639,7 @@ def report(args):
         sys.exit(f"No results for {args.data} at {args.minutes:g} minutes in {RESULTS_DIR}.")
     print(f"\n{args.data}, {args.minutes:g} minutes of training per arm")
     print(
-        f"{'arm':8} {'decoding':8} {'BLEU':>6} {'chrF':>6} {'epochs':>6} {'train s':>8} "
+        f"{'arm':16} {'decoding':8} {'BLEU':>6} {'chrF':>6} {'epochs':>6} {'train s':>8} "
         f"{'threads':>7}"
     )
     for arm, result in results.items():
@@ -581,16 +647,29 @@ def report(args):
             if decoding in result["final"]:
                 metrics = result["final"][decoding]
                 print(
-                    f"{arm:8} {decoding:8} {metrics['bleu']:6.2f} {metrics['chrf']:6.2f} "
+                    f"{arm:16} {decoding:8} {metrics['bleu']:6.2f} {metrics['chrf']:6.2f} "
                     f"{result['epochs']:6d} "
                     f"{result['training_seconds']:8.0f} {result['threads'] or 'all':>7}"
                 )
-    if "ours" in results and "peer" in results:
-        gap = results["ours"]["final"]["beam"]["bleu"] - results["peer"]["final"]["greedy"]["bleu"]
-        print(f"BLEU gap, ours (beam) - peer: {gap:+.2f} (target: at least +5)")
+    old_recipe = [
+        arm
+        for arm, result in results.items()
+        if arm.startswith("peer") and result.get("recipe") != PEER_RECIPE
+    ]
+    if old_recipe:
+        print(f"{', '.join(old_recipe)}: an earlier, weaker peer recipe; run the peer again")
+    peers = {
+        arm: result["final"]["greedy"]["bleu"]
+        for arm, result in results.items()
+        if arm.startswith("peer") and arm not in old_recipe
+    }
+    if "ours" in results and peers:
+        best = max(peers, key=peers.get)
+        gap = results["ours"]["final"]["beam"]["bleu"] - peers[best]
+        print(f"BLEU gap, ours (beam) - the best peer ({best}): {gap:+.2f} (target: at least +5)")
     for arm, result in results.items():
         if result["snapshots"]:
-            key = "greedy" if arm == "peer" else "beam"
+            key = "greedy" if arm.startswith("peer") else "beam"
             curve = ", ".join(
                 f"{p['minutes']:g} min {p[key]['bleu']:.1f}" for p in result["snapshots"]
             )
@@ -611,7 +690,7 @@ def _plot(args, results):
         return
     figure, axes = plt.subplots(figsize=(6, 4))
     for arm, result in results.items():
-        key = "greedy" if arm == "peer" else "beam"
+        key = "greedy" if arm.startswith("peer") else "beam"
         minutes = [p["minutes"] for p in result["snapshots"]] + [result["training_seconds"] / 60]
         bleu = [p[key]["bleu"] for p in result["snapshots"]] + [result["final"][key]["bleu"]]
         axes.plot(minutes, bleu, marker="o", label=f"{arm} ({key})")

@@ -313,3 +313,56 @@ def test_recipe_model_has_the_published_sizes_and_learns_its_positions():
     expected = 640_000 + 6_400 + 3 * (2_048 + 64) + 2_080 + 128 + 2 * 1_056 + 660 + 42
     assert model.count_params() == expected
     assert model.output_shape == (None, 2)
+
+
+# --- translation_quality's peer schedule -------------------------------------------------
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _peer_rates(monkeypatch, minutes, warmup_steps, seconds_per_step, steps):
+    """The learning rates the peer's schedule sets at each of `steps` steps on a fake clock."""
+    import keras
+    import translation_quality
+
+    clock = _Clock()
+    monkeypatch.setattr(translation_quality.time, "monotonic", clock)
+    schedule = translation_quality.WarmupCosineByTime(minutes, warmup_steps, 0.1, 2e-3)
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.AdamW(2e-3), loss="mse")
+    schedule.set_model(model)
+    schedule.on_train_begin()
+    rates = []
+    for step in range(steps):
+        clock.now = step * seconds_per_step
+        schedule.on_train_batch_begin(step)
+        rates.append(float(model.optimizer.learning_rate.numpy()))
+    return schedule, rates
+
+
+def test_peer_warms_up_over_its_steps_then_decays_to_zero_at_the_budget(monkeypatch):
+    # 0.01 s a step: 400 steps take 4 s, less than a tenth of the minute (6 s).
+    schedule, rates = _peer_rates(monkeypatch, 1, 400, 0.01, 6000)
+    assert schedule.warmup_ended_at_step == 400
+    assert rates[0] == pytest.approx(2e-3 / 400) and rates[399] == pytest.approx(2e-3)
+    assert all(a < b for a, b in zip(rates[:399], rates[1:400]))  # linear rise
+    assert rates[400] == pytest.approx(2e-3, rel=1e-3)  # the cosine starts at the peak
+    assert rates[-1] < 2e-3 * 1e-3  # and reaches zero when the minute ends
+    assert all(a >= b for a, b in zip(rates[400:], rates[401:]))
+
+
+def test_a_slow_machine_ends_the_peers_warmup_at_a_tenth_of_the_budget(monkeypatch):
+    # 0.05 s a step: a tenth of a minute (6 s) passes at step 120, long before 400 steps;
+    # the rate rises with the time, so it reaches the peak there without a jump.
+    schedule, rates = _peer_rates(monkeypatch, 1, 400, 0.05, 1200)
+    assert schedule.warmup_ended_at_step in (120, 121)
+    assert rates[60] == pytest.approx(2e-3 * 0.5, rel=1e-5)  # 3 s of the 6 s warmup
+    steps = [b - a for a, b in zip(rates, rates[1:])]
+    assert max(abs(step) for step in steps) < 2e-3 / 100  # no jump anywhere
+    assert rates[-1] < 2e-3 * 1e-3
