@@ -7,13 +7,14 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.decoding import beam_search, greedy_decode, sample_decode
+from keras_transformer.export.controls import (
+    CONFIG_FILE,
+    CONTROLLED_SIGNATURE,
+    request_controls,
+)
 from keras_transformer.export.versions import write_new_version
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.text.wordpiece import END, START
-
-CONFIG_FILE = "translator.json"
-# The signature whose inputs choose the decoding of each request.
-CONTROLLED_SIGNATURE = "translate"
 
 
 def export_translator(
@@ -108,35 +109,6 @@ def export_translator(
     return write_new_version(base_dir, lambda folder: _write(folder, signatures, config))
 
 
-def request_controls(beam_width, vocabulary_size):
-    """What `translator.json` says of the `translate` signature's controls: each input's
-    dtype, default and range (`minimum`, `maximum`, `exclusive_minimum`; a `maximum`
-    naming another input is that input's value in the same request). The defaults
-    answer as `serving_default`."""
-    return {
-        "signature": CONTROLLED_SIGNATURE,
-        "inputs": {
-            "beam_width": {
-                "dtype": "int32",
-                "default": beam_width,
-                "minimum": 1,
-                "maximum": beam_width,
-            },
-            "num_translations": {
-                "dtype": "int32",
-                "default": 1,
-                "minimum": 1,
-                "maximum": "beam_width",
-            },
-            "sampling": {"dtype": "bool", "default": False},
-            "temperature": {"dtype": "float32", "default": 1.0, "exclusive_minimum": 0.0},
-            "top_k": {"dtype": "int32", "default": 0, "minimum": 0, "maximum": vocabulary_size},
-            "top_p": {"dtype": "float32", "default": 1.0, "exclusive_minimum": 0.0, "maximum": 1.0},
-            "seed": {"dtype": "int64", "default": 0},
-        },
-    }
-
-
 def _check_arguments(model, source_tokenizer, target_tokenizer, max_output_length, beam_width):
     if int(beam_width) < 1:
         raise ValueError(f"`beam_width` must be at least 1, got {beam_width!r}.")
@@ -228,8 +200,13 @@ class _TranslatorSignatures:
             tf.debugging.assert_positive(top_p, message="`top_p` must be in (0, 1]"),
             tf.debugging.assert_less_equal(top_p, 1.0, message="`top_p` must be in (0, 1]"),
         ]
+        # Every control passes the checks before any op reads it.
         with tf.control_dependencies(checks):
             source_ids = tf.identity(self._encode_trimmed(text))
+            beam_width, num_translations, top_k, top_p, temperature = (
+                tf.identity(control)
+                for control in (beam_width, num_translations, top_k, top_p, temperature)
+            )
 
         def beams():
             token_ids, scores = beam_search(
