@@ -58,20 +58,22 @@ def read_request_controls(version_dir):
 
 class ControlError(ValueError):
     """A control out of its range: the input's `name`, the `value` given and the range it must
-    be in (`allowed`, e.g. "between 1 and 4")."""
+    be in (`allowed`, e.g. "between 1 and 4"); its message spells the name as the caller's
+    interface does."""
 
-    def __init__(self, name, value, allowed):
-        super().__init__(f"`{name}` must be {allowed}, got {value!r}")
+    def __init__(self, name, value, allowed, spelled):
+        super().__init__(f"{spelled} must be {allowed}, got {value!r}")
         self.name, self.value, self.allowed = name, value, allowed
 
 
-def complete_controls(given, controls):
+def complete_controls(given, controls, spell=lambda name: f"`{name}`"):
     """`given` ({input name: value}, any of the controls) with the defaults of the others,
     every value checked against its range (a `ControlError` for the first out of it).
 
     Args:
         given: dict, the controls a request names; numbers may be Python or NumPy scalars.
         controls: dict, the `"request_controls"` of an export.
+        spell: callable, an input's name as messages write it (`--beam-width` for a flag).
 
     Returns:
         {input name: value} for every control, in `controls`' order.
@@ -79,9 +81,9 @@ def complete_controls(given, controls):
     inputs = controls["inputs"]
     values = {name: given.get(name, spec["default"]) for name, spec in inputs.items()}
     for name, spec in inputs.items():
-        allowed = _range_text(spec, values)
+        allowed = _range_text(spec, values, spell)
         if allowed and not _in_range(values[name], spec, values):
-            raise ControlError(name, _plain(values[name]), allowed)
+            raise ControlError(name, _plain(values[name]), allowed, spell(name))
     return values
 
 
@@ -100,13 +102,13 @@ def _in_range(value, spec, values):
     )
 
 
-def _range_text(spec, values):
+def _range_text(spec, values, spell):
     """The range of `spec` in words ("between 1 and 4", "above 0.0 and at most 1.0"), or None
     for a control of any value."""
 
     def named(key):
         bound = spec.get(key)
-        return f"{_plain(values[bound])} (`{bound}`)" if isinstance(bound, str) else bound
+        return f"{_plain(values[bound])} ({spell(bound)})" if isinstance(bound, str) else bound
 
     low = (
         f"above {spec['exclusive_minimum']}"
