@@ -226,3 +226,90 @@ def length_normalized(log_probs, lengths, length_penalty):
 
     penalty = tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, length_penalty)
     return log_probs / penalty
+
+
+def sample_decode(model, source_ids, max_length, start_id, end_id, temperature, top_k, top_p, seed):
+    """Draws every next token from the model's distribution, filtered, reproducibly.
+
+    At each step the logits are divided by `temperature`, then only the `top_k`
+    most probable tokens are kept, then only the smallest set of the most
+    probable whose probability reaches `top_p` (nucleus sampling; the most
+    probable token is always kept). The token is drawn by
+    `tf.random.stateless_categorical` seeded by `[seed, step]`, so the same
+    inputs give the same tokens. With `top_k=1` this is `greedy_decode`.
+
+    Args:
+        model, source_ids, max_length, start_id, end_id: as `greedy_decode`.
+        temperature: float, above 0; below 1 sharpens the distribution, above 1
+            flattens it.
+        top_k: int, tokens kept per step; 0 keeps them all.
+        top_p: float in `(0, 1]`, the probability mass kept per step; 1 keeps
+            every token.
+        seed: int, the random stream.
+
+    Returns:
+        (int32 `[B, max_length]`: generated ids, `[END]` included, 0 after it;
+        float32 `[B]`: the summed log-probabilities of the drawn tokens under
+        the model's unfiltered distribution, `[END]` included).
+    """
+    import tensorflow as tf
+
+    temperature = tf.cast(temperature, tf.float32)
+    top_k = tf.cast(top_k, tf.int32)
+    top_p = tf.cast(top_p, tf.float32)
+    seed = tf.cast(seed, tf.int64)
+    encoder_output, source_mask = model.encode(source_ids, training=False)
+    self_cache, step_constants = model.initialize_cache(encoder_output, source_mask, max_length)
+    batch_size = tf.shape(source_ids)[0]
+    tokens = tf.fill([batch_size], tf.constant(start_id, tf.int32))
+    finished = tf.zeros([batch_size], tf.bool)
+    log_probs = tf.zeros([batch_size], tf.float32)
+    # A fixed buffer, as in greedy_decode, so an empty batch stacks to [0, max_length].
+    outputs = tf.zeros([max_length, batch_size], tf.int32)
+
+    def keep_going(index, tokens, finished, log_probs, self_cache, outputs):
+        return tf.logical_and(index < max_length, tf.logical_not(tf.reduce_all(finished)))
+
+    def step(index, tokens, finished, log_probs, self_cache, outputs):
+        logits, self_cache = model.decode_step(tokens[:, None], index, self_cache, step_constants)
+        logits = tf.cast(logits, tf.float32)
+        filtered = _top_p_filtered(_top_k_filtered(logits / temperature, top_k), top_p)
+        step_seed = tf.stack([seed, tf.cast(index, tf.int64)])
+        next_tokens = tf.random.stateless_categorical(filtered, 1, seed=step_seed, dtype=tf.int32)[
+            :, 0
+        ]
+        next_tokens = tf.where(finished, 0, next_tokens)
+        token_log_probs = tf.gather(tf.nn.log_softmax(logits), next_tokens, batch_dims=1)
+        log_probs = log_probs + tf.where(finished, 0.0, token_log_probs)
+        outputs = tf.tensor_scatter_nd_update(outputs, [[index]], next_tokens[None])
+        finished = tf.logical_or(finished, tf.equal(next_tokens, end_id))
+        return index + 1, next_tokens, finished, log_probs, self_cache, outputs
+
+    _, _, _, log_probs, _, outputs = tf.while_loop(
+        keep_going, step, (tf.constant(0), tokens, finished, log_probs, self_cache, outputs)
+    )
+    return tf.transpose(outputs), log_probs
+
+
+def _top_k_filtered(logits, top_k):
+    """`logits` `[B, V]` with all but the `top_k` largest per row masked (0: none masked)."""
+    import tensorflow as tf
+
+    vocabulary_size = tf.shape(logits)[-1]
+    k = tf.where(top_k > 0, tf.minimum(top_k, vocabulary_size), vocabulary_size)
+    kth_largest = tf.math.top_k(logits, k=k).values[:, -1:]
+    return tf.where(logits < kth_largest, MASKED_LOGIT, logits)
+
+
+def _top_p_filtered(logits, top_p):
+    """`logits` `[B, V]` with all but the most probable tokens whose probability reaches
+    `top_p` masked; the most probable token is always kept."""
+    import tensorflow as tf
+
+    sorted_logits = tf.sort(logits, axis=-1, direction="DESCENDING")
+    # The probability of the tokens more probable than each: a token is kept
+    # while that is still short of top_p, so the first always is.
+    before = tf.math.cumsum(tf.nn.softmax(sorted_logits), axis=-1, exclusive=True)
+    kept = tf.cast(before < top_p, tf.int32)
+    smallest_kept = tf.gather(sorted_logits, tf.reduce_sum(kept, axis=-1) - 1, batch_dims=1)
+    return tf.where(logits < smallest_kept[:, None], MASKED_LOGIT, logits)

@@ -47,6 +47,7 @@ SHARED_GROUPS = {
     "tests/serving/test_release.py": "serving_exports",
     "tests/serving/test_shutdown.py": "serving_exports",
     "tests/serving/test_signatures.py": "serving_exports",
+    "tests/serving/test_translate_controls.py": "serving_exports",
 }
 
 # The session-scoped fixtures behind those groups: fixture name -> group.

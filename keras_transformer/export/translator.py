@@ -6,12 +6,15 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_transformer.decoding import beam_search, greedy_decode
+from keras_transformer.decoding import beam_search, greedy_decode, sample_decode
+from keras_transformer.export.controls import (
+    CONFIG_FILE,
+    CONTROLLED_SIGNATURE,
+    request_controls,
+)
 from keras_transformer.export.versions import write_new_version
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.text.wordpiece import END, START
-
-CONFIG_FILE = "translator.json"
 
 
 def export_translator(
@@ -31,6 +34,19 @@ def export_translator(
 
     * `serving_default` -> `translation` (string `[None]`), by beam search.
     * `greedy` -> `translation` (string `[None]`), by greedy decoding.
+    * `translate` takes, beside `text`, one value per request of each of
+      `beam_width` (int32, 1 to the export's `beam_width`), `num_translations`
+      (int32, 1 to the request's `beam_width`), `sampling` (bool),
+      `temperature` (float32, above 0), `top_k` (int32, 0 for all tokens),
+      `top_p` (float32, in `(0, 1]`) and `seed` (int64) -> `translations`
+      (string `[None, num_translations]`, best first) and `scores` (float32
+      `[None, num_translations]`): beam search's length-normalized scores, or
+      with `sampling` the summed log-probabilities of `num_translations`
+      drawings (`sample_decode`). With the export's beam width and one
+      translation it answers as `serving_default`, with a beam width of 1 as
+      `greedy`. Values out of range fail the call (`InvalidArgumentError`);
+      the ranges and defaults are in `translator.json` under
+      `"request_controls"`.
     * `attention` -> `source_tokens` (string `[None, S]`), `target_tokens`
       (string `[None, T]`, the greedy translation's tokens, `[END]` included),
       `decoder_input_tokens` (string `[None, T]`: `[START]` then the target
@@ -84,7 +100,11 @@ def export_translator(
             "serving_default": "beam search",
             "greedy": "greedy decoding",
             "attention": "attention weights of the greedy translation",
+            CONTROLLED_SIGNATURE: "beam search or sampling, chosen per request",
         },
+        "request_controls": request_controls(
+            signatures.beam_width, target_tokenizer.vocabulary_size
+        ),
     }
     return write_new_version(base_dir, lambda folder: _write(folder, signatures, config))
 
@@ -117,6 +137,16 @@ def _write(folder, signatures, config):
     archive.add_endpoint("serving_default", signatures.translate_beam, input_signature=text_spec)
     archive.add_endpoint("greedy", signatures.translate_greedy, input_signature=text_spec)
     archive.add_endpoint("attention", signatures.attention, input_signature=text_spec)
+    controls = config["request_controls"]["inputs"]
+    archive.add_endpoint(
+        CONTROLLED_SIGNATURE,
+        signatures.translate_controlled,
+        input_signature=text_spec
+        + [
+            tf.TensorSpec([], tf.as_dtype(spec["dtype"]), name=name)
+            for name, spec in controls.items()
+        ],
+    )
     archive.write_out(folder, verbose=False)
     extra = os.path.join(folder, "assets.extra")
     os.makedirs(extra, exist_ok=True)
@@ -157,6 +187,67 @@ class _TranslatorSignatures:
         token_ids = self._greedy(self._encode_trimmed(text))
         return {"translation": self.target_tokenizer.detokenize(token_ids)}
 
+    def translate_controlled(
+        self, text, beam_width, num_translations, sampling, temperature, top_k, top_p, seed
+    ):
+        # Clients and the server check these first, from translator.json; the
+        # graph refuses them too, for callers of the bare SavedModel.
+        checks = [
+            _assert_in_range(beam_width, "beam_width", 1, self.beam_width),
+            _assert_in_range(num_translations, "num_translations", 1, beam_width, "`beam_width`"),
+            tf.debugging.assert_positive(temperature, message="`temperature` must be above 0"),
+            tf.debugging.assert_non_negative(top_k, message="`top_k` must be at least 0"),
+            tf.debugging.assert_positive(top_p, message="`top_p` must be in (0, 1]"),
+            tf.debugging.assert_less_equal(top_p, 1.0, message="`top_p` must be in (0, 1]"),
+        ]
+        # Every control passes the checks before any op reads it.
+        with tf.control_dependencies(checks):
+            source_ids = tf.identity(self._encode_trimmed(text))
+            beam_width, num_translations, top_k, top_p, temperature = (
+                tf.identity(control)
+                for control in (beam_width, num_translations, top_k, top_p, temperature)
+            )
+
+        def beams():
+            token_ids, scores = beam_search(
+                self.model,
+                source_ids,
+                self.max_length,
+                self.start_id,
+                self.end_id,
+                beam_width=beam_width,
+                length_penalty=self.length_penalty,
+                return_all_beams=True,
+            )
+            return token_ids[:, :num_translations], scores[:, :num_translations]
+
+        def drawings():
+            # Row i * num_translations + j is the j-th drawing for text i: rows
+            # draw apart from one stream, so the drawings differ.
+            token_ids, scores = sample_decode(
+                self.model,
+                tf.repeat(source_ids, num_translations, axis=0),
+                self.max_length,
+                self.start_id,
+                self.end_id,
+                temperature,
+                top_k,
+                top_p,
+                seed,
+            )
+            token_ids = tf.reshape(token_ids, [-1, num_translations, self.max_length])
+            scores = tf.reshape(scores, [-1, num_translations])
+            order = tf.argsort(scores, axis=-1, direction="DESCENDING", stable=True)
+            return tf.gather(token_ids, order, batch_dims=1), tf.gather(scores, order, batch_dims=1)
+
+        token_ids, scores = tf.cond(sampling, drawings, beams)
+        batch_size = tf.shape(token_ids)[0]
+        texts = self.target_tokenizer.detokenize(tf.reshape(token_ids, [-1, self.max_length]))
+        return {
+            "translations": tf.reshape(texts, [batch_size, num_translations]),
+            "scores": scores,
+        }
+
     def attention(self, text):
         model, start_id = self.model, self.start_id
         source_ids = self._encode(text)
@@ -192,6 +283,14 @@ class _TranslatorSignatures:
 
     def _greedy(self, source_ids):
         return greedy_decode(self.model, source_ids, self.max_length, self.start_id, self.end_id)
+
+
+def _assert_in_range(value, name, minimum, maximum, maximum_name=None):
+    """A check that `minimum <= value <= maximum`, its message naming `name` and the range."""
+    message = f"`{name}` must be between {minimum} and {maximum_name or maximum}"
+    return tf.debugging.assert_equal(
+        tf.logical_and(value >= minimum, value <= maximum), True, message=message
+    )
 
 
 def _tokens(tokenizer, token_ids):

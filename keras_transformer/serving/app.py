@@ -203,6 +203,7 @@ class ServingApp:
             body,
             input_specs,
             settings.instance_limit(signature_name),
+            service.optional_inputs(served, signature_name),
         )
         del body, raw_body  # the inputs hold what the model needs
         request.state.instances = batch_size

@@ -177,6 +177,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             input_specs,
             settings.instance_limit(signature_name),
             settings.max_body_bytes,
+            self.service.optional_inputs(served, signature_name),
         )
         call.instances = batch_size
         # The client's deadline, when it set one and it is sooner than the server's.
@@ -292,14 +293,18 @@ def _output_names(output_filter, output_specs):
     return names
 
 
-def tensor_inputs(tensors, input_specs, max_instances, max_elements):
+def tensor_inputs(tensors, input_specs, max_instances, max_elements, optional=()):
     """A PredictRequest's `inputs` ({name: TensorProto}) -> ({name: numpy array}, batch size),
     checked against the signature's `input_specs` ({name: TensorSpec}): every input present and no
     other, the dtypes and shapes the specs give, one batch size, at most `max_instances` examples
-    (413) and at most `max_elements` values per tensor."""
+    (413) and at most `max_elements` values per tensor. The inputs named in `optional` may be
+    left out (absent from the arrays then)."""
     import tensorflow as tf
     from tensorflow.core.framework import types_pb2
 
+    input_specs = {
+        name: spec for name, spec in input_specs.items() if name in tensors or name not in optional
+    }
     missing, unknown = set(input_specs) - set(tensors), set(tensors) - set(input_specs)
     if missing or unknown:
         listed = ", ".join(_quote(name) for name in sorted(unknown)[:5])

@@ -8,6 +8,10 @@ Two request formats, as TensorFlow Serving reads them
   `{"predictions": [...]}` (bare values when there is one output);
 * columnar: `{"inputs": value-or-object}`, answered by `{"outputs": ...}`.
 
+An input of shape `[]` (a translator's decoding controls) is one value per
+request: a bare value in `inputs`; in `instances`, the same value in every
+instance. The inputs a signature may go without (`optional`) may be left out.
+
 Binary strings travel as `{"b64": "..."}`. Every problem with a body becomes a
 `RequestError` carrying the HTTP status and a message that names what was
 wrong; nothing here lets a malformed body reach the model.
@@ -99,13 +103,14 @@ def _reject_constant(name):
     raise RequestError(400, f"JSON parse error: {name} is not a number JSON allows.")
 
 
-def parse_predict_request(body, input_specs, max_instances):
+def parse_predict_request(body, input_specs, max_instances, optional=()):
     """A predict body -> (`"row"` or `"columnar"`, {input name: array}, batch size).
 
     Args:
         body: the parsed JSON object.
         input_specs: the signature's inputs, `{name: TensorSpec}`.
         max_instances: the most examples one request may carry.
+        optional: names of inputs a request may leave out (absent from the arrays then).
     """
     unknown = set(body) - {"instances", "inputs", "signature_name"}
     if unknown:
@@ -121,15 +126,23 @@ def parse_predict_request(body, input_specs, max_instances):
             "format).",
         )
     if "instances" in body:
-        return ("row", *_row_inputs(body["instances"], input_specs, max_instances))
-    return ("columnar", *_columnar_inputs(body["inputs"], input_specs, max_instances))
+        return ("row", *_row_inputs(body["instances"], input_specs, max_instances, optional))
+    return ("columnar", *_columnar_inputs(body["inputs"], input_specs, max_instances, optional))
 
 
-def _row_inputs(instances, input_specs, max_instances):
+def _given_names(input_specs, given, optional):
+    """The inputs a request sends: the signature's, less the optional ones `given` (its
+    keys) leaves out."""
+    return [name for name in input_specs if name in given or name not in optional]
+
+
+def _row_inputs(instances, input_specs, max_instances, optional=()):
     if not isinstance(instances, list):
         raise RequestError(400, f"'instances' must be a list, got {_json_type(instances)}.")
     _check_count(len(instances), max_instances)
     names = list(input_specs)
+    if optional and instances and isinstance(instances[0], dict):
+        names = _given_names(input_specs, instances[0], optional)
     columns = {name: [] for name in names}
     for index, instance in enumerate(instances):
         if len(names) == 1 and not (isinstance(instance, dict) and set(instance) != {"b64"}):
@@ -150,14 +163,31 @@ def _row_inputs(instances, input_specs, max_instances):
             )
         for name in names:
             columns[name].append(instance[name])
-    arrays = {
-        name: _to_array(values, input_specs[name], f"input '{name}'")
-        for name, values in columns.items()
-    }
+    arrays = {}
+    for name, values in columns.items():
+        if input_specs[name].shape:
+            arrays[name] = _to_array(values, input_specs[name], f"input '{name}'")
+        elif values:
+            if any(value != values[0] for value in values):
+                raise RequestError(
+                    400,
+                    f"Input '{name}' is one value per request; the instances give different ones.",
+                )
+            arrays[name] = _scalar(values[0], input_specs[name])
     return arrays, len(instances)
 
 
-def _columnar_inputs(inputs, input_specs, max_instances):
+def _scalar(value, spec):
+    """One value of an input of shape `[]`, as a 0-d array of its dtype."""
+    what = f"input '{spec.name}'"
+    if isinstance(value, list):
+        raise RequestError(
+            400, f"{what} is one value per request, not a list; got {_json_type(value)}."
+        )
+    return _to_array([value], TensorSpec(spec.name, spec.dtype, [None]), what)[0]
+
+
+def _columnar_inputs(inputs, input_specs, max_instances, optional=()):
     names = list(input_specs)
     if not isinstance(inputs, dict):
         if len(names) != 1:
@@ -165,6 +195,7 @@ def _columnar_inputs(inputs, input_specs, max_instances):
                 400, f"'inputs' must be an object with keys {names}, got {_json_type(inputs)}."
             )
         inputs = {names[0]: inputs}  # the bare value of the one input
+    names = _given_names(input_specs, inputs, optional)
     if set(inputs) != set(names):
         raise RequestError(
             400, f"'inputs' has keys {shorten(sorted(inputs))}; the signature's inputs are {names}."
@@ -172,6 +203,9 @@ def _columnar_inputs(inputs, input_specs, max_instances):
     arrays, batch_sizes = {}, set()
     for name in names:
         values = inputs[name]
+        if not input_specs[name].shape:
+            arrays[name] = _scalar(values, input_specs[name])
+            continue
         if not isinstance(values, list):
             raise RequestError(
                 400,
@@ -185,7 +219,7 @@ def _columnar_inputs(inputs, input_specs, max_instances):
         raise RequestError(
             400, f"The inputs disagree on the number of examples: {sorted(batch_sizes)}."
         )
-    return arrays, batch_sizes.pop()
+    return arrays, batch_sizes.pop() if batch_sizes else 1
 
 
 def _check_count(count, max_instances):

@@ -23,6 +23,7 @@ import threading
 import time
 import weakref
 
+from keras_transformer.export.controls import read_request_controls
 from keras_transformer.serving.model_config import model_configs
 from keras_transformer.serving.protocol import TensorSpec
 from keras_transformer.serving.service import DEFAULT_SIGNATURE
@@ -49,6 +50,11 @@ class ServedVersion:
         }
         self.inputs = {name: _input_specs(function) for name, function in self.signatures.items()}
         self.outputs = {name: _output_specs(function) for name, function in self.signatures.items()}
+        # {signature name: its per-request controls}, as the export recorded them.
+        self.controls = {}
+        recorded = read_request_controls(path)
+        if recorded and recorded.get("signature") in self.signatures:
+            self.controls[recorded["signature"]] = recorded
 
     def batchable(self, signature_name):
         """Whether requests can be merged: every input and output has a leading batch axis."""

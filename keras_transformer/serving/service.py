@@ -11,6 +11,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+from keras_transformer.export.controls import ControlError, complete_controls
 from keras_transformer.serving.batching import Batcher, DeadlineExceeded, QueueFull
 from keras_transformer.serving.metrics import ServingMetrics
 from keras_transformer.serving.protocol import RequestError
@@ -154,6 +155,28 @@ class PredictionService:
             )
         return served.inputs[signature_name]
 
+    @staticmethod
+    def optional_inputs(served, signature_name):
+        """The inputs of `signature_name` a request may leave out: the per-request controls the
+        export recorded (`keras_transformer.export.controls`), which have defaults."""
+        controls = served.controls.get(signature_name)
+        return frozenset(controls["inputs"]) if controls else frozenset()
+
+    @staticmethod
+    def with_controls(served, signature_name, inputs):
+        """`inputs` with the defaults of the controls it leaves out, every control checked
+        against the range the export recorded (a 400 naming the input), so no value out of
+        range reaches the model."""
+        controls = served.controls.get(signature_name)
+        if not controls:
+            return inputs
+        given = {name: value for name, value in inputs.items() if name in controls["inputs"]}
+        try:
+            values = complete_controls(given, controls, spell=lambda name: f"Input '{name}'")
+        except ControlError as error:
+            raise RequestError(400, f"{error}.") from None
+        return {**inputs, **values}
+
     async def predict(self, served, signature_name, inputs, batch_size, timeout=None):
         """Runs `inputs` ({name: array `[batch_size, ...]`}) on a signature checked by
         `signature_inputs`.
@@ -163,6 +186,7 @@ class PredictionService:
         client that went away) drops the request unless its batch has started.
         """
         limit = self.settings.request_timeout if timeout is None else timeout
+        inputs = self.with_controls(served, signature_name, inputs)
         try:
             return await self.batcher.submit(
                 served,

@@ -157,3 +157,74 @@ def test_a_classifier_export_is_a_usage_error(translator, loaded, tmp_path, caps
 def test_a_zero_batch_size_is_a_usage_error(translator, capsys):
     message = usage_error(["--batch-size", "0", translator.export_dir, TEXTS[0]], capsys)
     assert "--batch-size" in message
+
+
+def test_controls_at_their_defaults_answer_as_serving_default(translator, loaded, capsys):
+    assert translate.main([translator.export_dir, "--beam-width", "4", *TEXTS]) == 0
+    assert capsys.readouterr().out.splitlines() == WANTED
+
+
+def test_num_translations_prints_each_with_its_score_best_first(translator, loaded, capsys):
+    import tensorflow as tf
+
+    argv = [translator.export_dir, "--num-translations", "3", "--beam-width", "3"]
+    assert translate.main([*argv, "--json", *TEXTS]) == 0
+    answers = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    model = tf.saved_model.load(translator.version_dir)
+    controls = {
+        "beam_width": tf.constant(3),
+        "num_translations": tf.constant(3),
+        "sampling": tf.constant(False),
+        "temperature": tf.constant(1.0),
+        "top_k": tf.constant(0),
+        "top_p": tf.constant(1.0),
+        "seed": tf.constant(0, tf.int64),
+    }
+    outputs = model.signatures["translate"](text=tf.constant(TEXTS), **controls)
+    wanted = [[text.decode() for text in row] for row in outputs["translations"].numpy()]
+    assert [answer["translations"] for answer in answers] == wanted
+    assert [answer["translation"] for answer in answers] == WANTED
+    for answer, scores in zip(answers, outputs["scores"].numpy()):
+        assert answer["scores"] == pytest.approx(scores.tolist())
+        assert answer["scores"] == sorted(answer["scores"], reverse=True)
+    # Plain: "score<TAB>translation" lines, a blank line after each text's.
+    assert translate.main([*argv, TEXTS[0]]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert lines[3:] == ["", ""]
+    assert [line.split("\t")[1] for line in lines[:3]] == wanted[0]
+    assert [float(line.split("\t")[0]) for line in lines[:3]] == pytest.approx(
+        answers[0]["scores"], abs=1e-4
+    )
+
+
+def test_sampling_repeats_with_its_seed(translator, loaded, capsys):
+    argv = [translator.export_dir, "--sample", "--temperature", "3", "--json", *TEXTS]
+    answers = []
+    for seed in ("1", "1", "2"):
+        assert translate.main([*argv, "--seed", seed]) == 0
+        answers.append(capsys.readouterr().out)
+    assert answers[0] == answers[1] != answers[2]
+    assert translate.main([*argv, "--top-k", "1", "--seed", "3"]) == 0
+    sampled = [json.loads(line)["translation"] for line in capsys.readouterr().out.splitlines()]
+    assert translate.main([translator.export_dir, "--greedy", *TEXTS]) == 0
+    assert sampled == capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize(
+    "flags, fragment",
+    [
+        (["--beam-width", "5"], "--beam-width must be between 1 and 4, got 5"),
+        (["--beam-width", "0"], "--beam-width must be between 1 and 4, got 0"),
+        (
+            ["--beam-width", "2", "--num-translations", "3"],
+            "--num-translations must be between 1 and 2 (--beam-width), got 3",
+        ),
+        (["--num-translations", "5"], "--num-translations must be between 1 and 4"),
+        (["--sample", "--top-p", "1.5"], "--top-p must be above 0.0 and at most 1.0, got 1.5"),
+        (["--sample", "--temperature", "0"], "--temperature must be above 0.0, got 0.0"),
+        (["--greedy", "--beam-width", "2"], "--greedy does not combine with --beam-width"),
+    ],
+)
+def test_controls_out_of_range_are_usage_errors(translator, loaded, capsys, flags, fragment):
+    message = usage_error([translator.export_dir, *flags, TEXTS[0]], capsys)
+    assert fragment in message

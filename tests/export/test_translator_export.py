@@ -11,6 +11,7 @@ folder; `build_translator` is shared with tests/apps/test_translate.py.
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -333,6 +334,14 @@ def test_decoding_settings_travel_in_assets_extra(tiny_translator):
     # The default 64 is capped at the model's sequence length.
     assert config["max_output_length"] == SEQUENCE_LENGTH
     assert (config["source_language"], config["target_language"]) == ("es", "en")
+    controls = config["request_controls"]
+    assert controls["signature"] == "translate"
+    assert {name: spec["default"] for name, spec in controls["inputs"].items()} == DEFAULT_CONTROLS
+    assert (
+        controls["inputs"]["beam_width"]["minimum"],
+        controls["inputs"]["beam_width"]["maximum"],
+    ) == (1, 4)
+    assert controls["inputs"]["num_translations"]["maximum"] == "beam_width"
 
 
 def test_attention_signature_gives_the_greedy_tokens_and_cross_attention(tiny_translator):
@@ -425,6 +434,135 @@ def test_mismatched_tokenizers_are_refused(in_process, tmp_path):
     with pytest.raises(ValueError, match="source tokenizer has 9 tokens"):
         export_translator(in_process.model, small, in_process.target_tokenizer, str(base))
     assert not base.exists()
+
+
+# --- the `translate` signature: decoding chosen per request -------------------------
+
+# What a request that names no control gets: the export's own beam search.
+DEFAULT_CONTROLS = {
+    "beam_width": 4,
+    "num_translations": 1,
+    "sampling": False,
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "seed": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_translator):
+    """The export, loaded once for this module's `translate` tests."""
+    import tensorflow as tf
+
+    return tf.saved_model.load(tiny_translator.version_dir)
+
+
+def translate(exported, texts, **controls):
+    """The `translate` signature's (translations as bytes `[B, K]`, scores `[B, K]`)."""
+    import tensorflow as tf
+
+    signature = exported.signatures["translate"]
+    specs = signature.structured_input_signature[1]
+    arguments = {
+        name: tf.constant(value, specs[name].dtype)
+        for name, value in {**DEFAULT_CONTROLS, **controls}.items()
+    }
+    outputs = signature(text=tf.constant(texts, tf.string), **arguments)
+    return outputs["translations"].numpy(), outputs["scores"].numpy()
+
+
+def library_arguments(in_process, texts):
+    import tensorflow as tf
+
+    model, target = in_process.model, in_process.target_tokenizer
+    source_ids = in_process.source_tokenizer.encode(tf.constant(texts), model.sequence_length)
+    return (
+        model,
+        source_ids,
+        SEQUENCE_LENGTH,
+        target.token_id("[START]"),
+        target.token_id("[END]"),
+    )
+
+
+def test_translate_by_default_is_serving_default_and_with_one_beam_greedy(exported, expected):
+    translations, scores = translate(exported, TEXTS)
+    assert translations.shape == scores.shape == (len(TEXTS), 1)
+    assert list(translations[:, 0]) == expected["serving_default"]
+    translations, _ = translate(exported, TEXTS, beam_width=1)
+    assert list(translations[:, 0]) == expected["greedy"]
+    # Beam width 1 with top-k 1 sampling (any seed, any temperature) is greedy too.
+    translations, _ = translate(exported, TEXTS, sampling=True, top_k=1, seed=5, temperature=3.0)
+    assert list(translations[:, 0]) == expected["greedy"]
+
+
+@pytest.mark.parametrize("beam_width, num_translations", [(4, 4), (2, 2), (3, 2)])
+def test_translate_returns_the_beam_searchs_hypotheses_best_first(
+    exported, in_process, beam_width, num_translations
+):
+    from keras_transformer.decoding import beam_search
+
+    texts = [text.decode() for text in KNOWN_TEXTS[:4]]
+    translations, scores = translate(
+        exported, texts, beam_width=beam_width, num_translations=num_translations
+    )
+    ids, library_scores = beam_search(
+        *library_arguments(in_process, texts),
+        beam_width=beam_width,
+        length_penalty=0.6,
+        return_all_beams=True,
+    )
+    target = in_process.target_tokenizer
+    wanted = target.detokenize(tf_reshape(ids[:, :num_translations], SEQUENCE_LENGTH)).numpy()
+    assert translations.shape == (len(texts), num_translations)
+    assert list(translations.reshape(-1)) == list(wanted)
+    np.testing.assert_allclose(scores, library_scores[:, :num_translations], rtol=1e-5)
+    assert np.all(np.diff(scores, axis=1) <= 0)
+
+
+def tf_reshape(ids, length):
+    import tensorflow as tf
+
+    return tf.reshape(ids, [-1, length])
+
+
+def test_sampling_is_sample_decode_and_the_seed_chooses_the_drawing(exported, in_process):
+    from keras_transformer.decoding import sample_decode
+
+    texts = [text.decode() for text in KNOWN_TEXTS[:4]]
+    settings = {"temperature": 3.0, "top_k": 6, "top_p": 0.95}
+    first, first_scores = translate(exported, texts, sampling=True, seed=11, **settings)
+    again, again_scores = translate(exported, texts, sampling=True, seed=11, **settings)
+    assert first.tolist() == again.tolist() and first_scores.tolist() == again_scores.tolist()
+    ids, library_scores = sample_decode(*library_arguments(in_process, texts), seed=11, **settings)
+    assert list(first[:, 0]) == list(in_process.target_tokenizer.detokenize(ids).numpy())
+    np.testing.assert_allclose(first_scores[:, 0], library_scores, rtol=1e-5)
+    # At temperature 3 over the top 6 tokens, 4 texts drawn alike by two seeds is out of reach.
+    other, _ = translate(exported, texts, sampling=True, seed=12, **settings)
+    assert other.tolist() != first.tolist()
+    # Several drawings per text, best first.
+    drawings, scores = translate(
+        exported, texts, sampling=True, seed=11, num_translations=3, **settings
+    )
+    assert drawings.shape == (len(texts), 3) and np.all(np.diff(scores, axis=1) <= 0)
+    assert np.all(scores <= 0)
+
+
+@pytest.mark.parametrize(
+    "controls, fragment",
+    [
+        ({"beam_width": 5}, "`beam_width` must be between 1 and 4"),
+        ({"beam_width": 0}, "`beam_width` must be between 1 and 4"),
+        ({"beam_width": 2, "num_translations": 3}, "`num_translations` must be between 1"),
+        ({"sampling": True, "top_p": 0.0}, "`top_p` must be in (0, 1]"),
+    ],
+)
+def test_translate_refuses_controls_out_of_range(exported, controls, fragment):
+    import tensorflow as tf
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(fragment)):
+        translate(exported, ["el perro azul"], **controls)
 
 
 # --- the outside process's answers ----------------------------------------------
