@@ -315,17 +315,11 @@ def beam_search_loop(
             ops.convert_to_numpy(ops.log_softmax(logits, axis=-1)), np.float32
         )
         log_probs, parent, next_tokens = _extend_beams_numpy(log_probs, step_log_probs, finished)
-        sequences = np.take_along_axis(sequences, parent[:, :, None], axis=1)
-        finished = np.take_along_axis(finished, parent, axis=1)
-        lengths = np.take_along_axis(lengths, parent, axis=1) + ~finished
-        sequences[:, :, index] = next_tokens
-        finished = finished | (next_tokens == end_id)
-        # Reorder every cache to follow its hypothesis' parent beam; caches are
-        # [2 (keys, values), B * beam_width, ...].
-        parent_rows = ops.convert_to_tensor((parent + source_rows).reshape(-1))
-        self_cache = keras.tree.map_structure(
-            lambda cache, rows=parent_rows: ops.take(cache, rows, axis=1), self_cache
+        sequences, finished, lengths = _follow_parents_numpy(
+            parent, next_tokens, index, sequences, finished, lengths, end_id
         )
+        # Every cache follows its hypothesis' parent beam.
+        self_cache = _take_cache_rows(self_cache, (parent + source_rows).reshape(-1))
         tokens = next_tokens.reshape(-1)
 
     scores = length_normalized(log_probs, lengths, length_penalty)
@@ -339,6 +333,13 @@ def beam_search_loop(
     best = order[:, 0]
     rows = np.arange(batch_size)
     return sequences[rows, best], scores[rows, best]
+
+
+def _take_cache_rows(self_cache, rows):
+    """Every cache of `self_cache`, `[2 (keys, values), B * beam_width, ...]`, with the
+    rows `rows` (NumPy ints) in their order."""
+    rows = keras.ops.convert_to_tensor(rows)
+    return keras.tree.map_structure(lambda cache: keras.ops.take(cache, rows, axis=1), self_cache)
 
 
 def _extend_beams_numpy(log_probs, step_log_probs, finished):
@@ -363,6 +364,15 @@ def _extend_beams_numpy(log_probs, step_log_probs, finished):
         (flat_choice // vocabulary_size).astype(np.int32),
         (flat_choice % vocabulary_size).astype(np.int32),
     )
+
+
+def _follow_parents_numpy(parent, next_tokens, index, sequences, finished, lengths, end_id):
+    """`_follow_parents` in NumPy, for the hypotheses `_extend_beams_numpy` chose."""
+    sequences = np.take_along_axis(sequences, parent[:, :, None], axis=1)
+    finished = np.take_along_axis(finished, parent, axis=1)
+    lengths = np.take_along_axis(lengths, parent, axis=1) + ~finished
+    sequences[:, :, index] = next_tokens
+    return sequences, finished | (next_tokens == end_id), lengths
 
 
 def _top_k_lower_index_first(values, k):

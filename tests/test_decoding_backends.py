@@ -303,7 +303,7 @@ def teacher_forced_logits(model, sources, ids):
     return np.stack(steps, axis=1)
 
 
-def test_a_seed_draws_the_same_ids_and_other_seeds_others(translator):
+def test_a_seed_draws_the_same_ids_and_another_seed_others(translator):
     def draw(seed):
         return sample_loop(
             translator, REPEATED_SOURCES, MAX_LENGTH, START, END, temperature=1.5, seed=seed
@@ -313,8 +313,7 @@ def test_a_seed_draws_the_same_ids_and_other_seeds_others(translator):
     again_ids, again_log_probs = draw(0)
     np.testing.assert_array_equal(again_ids, ids)
     np.testing.assert_array_equal(again_log_probs, log_probs)
-    for seed in (1, 2):
-        assert (draw(seed)[0] != ids).any(), seed
+    assert (draw(1)[0] != ids).any()
 
 
 @pytest.mark.parametrize(
