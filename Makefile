@@ -125,7 +125,7 @@ test-tensorflow: venv $(CHROMIUM)
 
 # What runs on every backend, TensorFlow's pass aside.
 BACKEND_TESTS := tests/layers tests/keras_suite tests/models/test_pretrained.py \
-	tests/models/test_pretrained_classifier.py
+	tests/models/test_pretrained_classifier.py tests/test_decoding_backends.py
 
 test-jax: venv
 	KERAS_BACKEND=jax $(PYTEST) $(BACKEND_TESTS)

@@ -12,7 +12,12 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.decoding import beam_search
-from keras_transformer.models.seq2seq import Seq2SeqTransformer
+from tests.decoding_helpers import (
+    assert_padded_after_end,
+    push_end_until_ends_vary,
+    random_sources,
+    tiny_translator,
+)
 
 PAD, START, END = 0, 1, 2
 VOCABULARY_SIZE = 12
@@ -56,23 +61,6 @@ class ScriptedDecoder:
         return logits, self_cache
 
 
-def first_end_positions(sequences):
-    """`[..., MAX_LENGTH]` -> each row's first [END] position, -1 where there is none."""
-    rows = sequences.reshape(-1, sequences.shape[-1])
-    return np.array([np.flatnonzero(row == END)[0] if (row == END).any() else -1 for row in rows])
-
-
-def assert_padded_after_end(sequences):
-    """`[..., MAX_LENGTH]`: after the first [END], only [PAD]; returns each row's [END] position
-    (-1 if none)."""
-    rows = sequences.reshape(-1, sequences.shape[-1])
-    end_positions = first_end_positions(sequences)
-    for row, first in zip(rows, end_positions):
-        if first >= 0:
-            assert (row[first + 1 :] == PAD).all(), f"tokens after [END] at {first}: {row.tolist()}"
-    return end_positions
-
-
 # First ids name the step at which [END] takes over (the rest is padding and filler).
 SOURCES = np.array([[1, 5, 6], [3, 0, 0], [5, 7, 0], [7, 9, 9], [20, 4, 0], [2, 0, 0]], np.int32)
 
@@ -91,7 +79,7 @@ def test_every_beam_is_padded_after_its_first_end(beam_width):
     )
     sequences = sequences.numpy()
     assert sequences.shape == (len(SOURCES), beam_width, MAX_LENGTH)
-    end_positions = assert_padded_after_end(sequences)
+    end_positions = assert_padded_after_end(sequences, END)
     # What the script promises: some hypotheses finish early, at several different
     # steps, beams of one row among them, and a source with a late step never finishes.
     finished = end_positions[end_positions >= 0]
@@ -108,7 +96,7 @@ def test_every_beam_is_padded_after_its_first_end(beam_width):
     best, best_scores = beam_search(
         model, tf.constant(SOURCES), MAX_LENGTH, START, END, beam_width=beam_width
     )
-    assert_padded_after_end(best.numpy())
+    assert_padded_after_end(best.numpy(), END)
     np.testing.assert_allclose(best_scores.numpy(), scores.numpy()[:, 0], rtol=1e-6)
 
 
@@ -126,48 +114,21 @@ def test_a_row_finishing_first_stays_padded_while_the_others_decode():
         return_all_beams=True,
     )
     sequences = sequences.numpy()
-    end_positions = assert_padded_after_end(sequences).reshape(2, 3)
+    end_positions = assert_padded_after_end(sequences, END).reshape(2, 3)
     assert (end_positions[0] == 0).any(), sequences[0]
     assert (end_positions[1] == -1).all(), sequences[1]
     early = sequences[0][end_positions[0] == 0]
     assert (early[:, 1:] == PAD).all(), early
 
 
-def random_sources():
-    rng = np.random.default_rng(0)
-    sources = rng.integers(3, 20, size=(8, 7)).astype(np.int32)
-    for row, length in enumerate([7, 1, 3, 5, 2, 7, 4, 6]):
-        sources[row, length:] = 0
-    return sources
-
-
 @pytest.fixture(scope="module")
 def translator_ending_at_varied_steps():
-    """A random-weight model whose hypotheses end at different steps, some never.
-
-    Sharp logits and an `[END]` bias that makes it likely but not certain. The
-    fresh initialization never ends and a large bias ends everything at once;
-    the bias in between depends on the initial weights, so it is searched for
-    rather than fixed."""
+    """A random-weight model whose hypotheses end at different steps, some never."""
     keras.utils.set_random_seed(11)
-    model = Seq2SeqTransformer(
-        20,
-        VOCABULARY_SIZE,
-        sequence_length=12,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        d_model=16,
-        num_heads=2,
-        intermediate_dim=32,
-        dropout=0.0,
-    )
-    model.build()
-    kernel, bias = model.output_projection.get_weights()
-    for end_bias in np.arange(0.0, 10.0, 0.5):
-        shifted = bias.copy()
-        shifted[END] += end_bias
-        model.output_projection.set_weights([kernel * 4.0, shifted])
-        sequences, _ = beam_search(
+    return push_end_until_ends_vary(
+        tiny_translator(),
+        END,
+        lambda model: beam_search(
             model,
             tf.constant(random_sources()),
             MAX_LENGTH,
@@ -175,13 +136,7 @@ def translator_ending_at_varied_steps():
             END,
             beam_width=3,
             return_all_beams=True,
-        )
-        end_positions = first_end_positions(sequences.numpy())
-        finished = end_positions[end_positions >= 0]
-        if len(set(finished.tolist())) >= 2 and (end_positions == -1).any():
-            return model
-    pytest.fail(
-        "no [END] bias in [0, 10) makes the random model's hypotheses end at different steps"
+        )[0].numpy(),
     )
 
 
@@ -195,4 +150,4 @@ def test_a_random_weight_transformers_beams_are_padded_after_end(translator_endi
         beam_width=3,
         return_all_beams=True,
     )
-    assert_padded_after_end(sequences.numpy())
+    assert_padded_after_end(sequences.numpy(), END)
