@@ -326,7 +326,14 @@ def test_keeping_only_the_most_probable_token_is_greedy(
         translator, REPEATED_SOURCES, MAX_LENGTH, START, END, temperature, top_k, top_p, seed=3
     )
     np.testing.assert_array_equal(ids, greedy)
-    np.testing.assert_array_equal(log_probs, np.zeros(len(REPEATED_SOURCES), np.float32))
+    # Scored by the model, not by the one-token distribution drawn from (log 1 = 0).
+    logits = teacher_forced_logits(translator, REPEATED_SOURCES, ids)
+    log_softmax = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    ended = np.cumsum(ids == END, axis=1) - (ids == END)  # 1 after each row's first [END]
+    chosen = np.take_along_axis(log_softmax, ids[..., None], axis=-1)[..., 0]
+    expected = np.where(ended > 0, 0.0, chosen).sum(axis=1)
+    np.testing.assert_allclose(log_probs, expected, rtol=1e-5, atol=1e-5)
+    assert (log_probs < 0).all()
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ SavedModels answer raw strings as the JAX models do.
 subprocess with `KERAS_BACKEND=jax`, where `import tensorflow` fails
 (`tests/no_tensorflow.py`), trains both with the training apps from
 `--data tokens:DIR` and computes the models' own answers from their
-`model.keras`: probabilities, and greedy translations by the library's
-TensorFlow-free decode loop and detokenizer. `apps.export` exports both run
+`model.keras`: probabilities, and greedy and beam translations by the
+library's TensorFlow-free decode loops and detokenizer. `apps.export` exports both run
 folders (the classifier's in a TensorFlow process of its own, as a JAX
 training app does); a fresh process that cannot import the project loads the
 exports with `tf.saved_model.load` and answers the raw strings.
@@ -95,7 +95,7 @@ import numpy as np
 import keras
 
 from apps import train_classifier, train_translator
-from keras_transformer.decoding import greedy_decode_loop
+from keras_transformer.decoding import beam_search_loop, greedy_decode_loop
 from keras_transformer.text.vocabulary import END, START, detokenize
 from keras_transformer.training.runs import RunFolder
 from keras_transformer.training.translator.settings import TranslatorSettings
@@ -118,6 +118,10 @@ _, target_vocabulary = run_vocabularies(RunFolder(run_dir), settings)
 generated = greedy_decode_loop(model, np.asarray(request["translator_ids"], np.int32), settings.sequence_length,
                                target_vocabulary.index(START), target_vocabulary.index(END))
 answers["translations"] = detokenize(generated, target_vocabulary)
+best, _ = beam_search_loop(model, np.asarray(request["translator_ids"], np.int32), settings.sequence_length,
+                           target_vocabulary.index(START), target_vocabulary.index(END),
+                           beam_width=request["beam_width"], length_penalty=request["length_penalty"])
+answers["beam_translations"] = detokenize(best, target_vocabulary)
 
 if "pretrained_argv" in request:  # a checkpoint fine-tuned from its token folder
     assert train_classifier.main(request["pretrained_argv"]) == 0
@@ -144,6 +148,7 @@ LOADER = LOADER_HEADER + textwrap.dedent(
         "probabilities": classifier["probabilities"].numpy().tolist(),
         "labels": [label.decode() for label in classifier["label"].numpy()],
         "greedy": [text.decode() for text in translator.signatures["greedy"](text=tf.constant(texts))["translation"].numpy()],
+        "beam": [text.decode() for text in translator.signatures["serving_default"](text=tf.constant(texts))["translation"].numpy()],
         "cli": cli,
     }
     print("RESULT " + json.dumps(result))
@@ -310,6 +315,9 @@ def jax_runs(token_folders, pretrained_tokens, tmp_path_factory):
         ],
         "translator_run": translator_run,
         "translator_ids": encode_texts(translator_tokens, "translator").tolist(),
+        # The beam search apps.export gives the export by default.
+        "beam_width": export_app.DEFAULT_BEAM_WIDTH,
+        "length_penalty": export_app.DEFAULT_LENGTH_PENALTY,
         # Steps enough that the greedy translations differ from text to text.
         "translator_argv": [
             "--data",
@@ -416,6 +424,13 @@ def test_jax_translator_exports_to_the_same_greedy_translations(jax_runs, loaded
     # A model that says one thing to every text would match too easily.
     assert len(set(translations)) > 2, translations
     assert loaded_fresh["greedy"] == translations
+
+
+def test_jax_beam_search_loop_gives_the_exports_beam_translations(jax_runs, loaded_fresh):
+    """`beam_search_loop` on JAX keeps the hypotheses the export's graph beam search keeps."""
+    assert loaded_fresh["beam"] == jax_runs[2]["beam_translations"]
+    # A model that says one thing to every text would match too easily.
+    assert len(set(loaded_fresh["beam"])) > 2, loaded_fresh["beam"]
 
 
 def test_the_exports_list_their_string_signatures(loaded_fresh):
