@@ -153,7 +153,7 @@ def tie_at_the_first_cut(model, beam_width):
 
 
 @pytest.fixture(scope="module")
-def translator(randomize):
+def seq2seq(randomize):
     model = tiny_translator()
     randomize(model, seed=5, scale=0.3)
     push_end_until_ends_vary(
@@ -165,28 +165,28 @@ def translator(randomize):
 
 
 @pytest.fixture(scope="module")
-def reference(translator):
+def reference(seq2seq):
     """`reference_beam_search` of SOURCES with width 3."""
-    return reference_beam_search(translator, SOURCES, BEAM_WIDTH)
+    return reference_beam_search(seq2seq, SOURCES, BEAM_WIDTH)
 
 
 @pytest.fixture(scope="module")
-def greedy(translator):
+def greedy(seq2seq):
     """`greedy_decode_loop` of REPEATED_SOURCES."""
-    return greedy_decode_loop(translator, REPEATED_SOURCES, MAX_LENGTH, START, END)
+    return greedy_decode_loop(seq2seq, REPEATED_SOURCES, MAX_LENGTH, START, END)
 
 
 @on_tensorflow_only
 @pytest.mark.parametrize("beam_width, length_penalty", [(3, 0.6), (2, 0.0)])
-def test_beam_search_loop_gives_beam_searchs_hypotheses(translator, beam_width, length_penalty):
+def test_beam_search_loop_gives_beam_searchs_hypotheses(seq2seq, beam_width, length_penalty):
     import tensorflow as tf
 
     from keras_transformer.decoding import beam_search
 
     for return_all_beams in (True, False):
         arguments = (MAX_LENGTH, START, END, beam_width, length_penalty, return_all_beams)
-        expected_ids, expected_scores = beam_search(translator, tf.constant(SOURCES), *arguments)
-        ids, scores = beam_search_loop(translator, SOURCES, *arguments)
+        expected_ids, expected_scores = beam_search(seq2seq, tf.constant(SOURCES), *arguments)
+        ids, scores = beam_search_loop(seq2seq, SOURCES, *arguments)
         assert ids.dtype == np.int32 and scores.dtype == np.float32
         np.testing.assert_array_equal(ids, expected_ids.numpy())
         np.testing.assert_allclose(scores, expected_scores.numpy(), rtol=0, atol=1e-5)
@@ -194,7 +194,7 @@ def test_beam_search_loop_gives_beam_searchs_hypotheses(translator, beam_width, 
 
 @pytest.mark.parametrize("length_penalty", [0.6, 1.5])
 def test_beam_search_loop_equals_a_beam_search_from_its_definition(
-    translator, reference, length_penalty
+    seq2seq, reference, length_penalty
 ):
     beams, ties_at_cut = reference
     expected_ids, expected_scores = ranked_by_score(beams, length_penalty)
@@ -206,19 +206,19 @@ def test_beam_search_loop_equals_a_beam_search_from_its_definition(
     assert (end_positions == -1).any(), end_positions
 
     arguments = (MAX_LENGTH, START, END, BEAM_WIDTH, length_penalty)
-    ids, scores = beam_search_loop(translator, SOURCES, *arguments, return_all_beams=True)
+    ids, scores = beam_search_loop(seq2seq, SOURCES, *arguments, return_all_beams=True)
     assert ids.shape == (len(SOURCES), BEAM_WIDTH, MAX_LENGTH)
     np.testing.assert_array_equal(ids, expected_ids)
     np.testing.assert_allclose(scores, expected_scores, rtol=1e-5, atol=1e-5)
     assert (np.diff(scores, axis=1) <= 0).all(), scores  # best first
-    best_ids, best_scores = beam_search_loop(translator, SOURCES, *arguments)
+    best_ids, best_scores = beam_search_loop(seq2seq, SOURCES, *arguments)
     assert best_ids.shape == (len(SOURCES), MAX_LENGTH) and best_scores.shape == (len(SOURCES),)
     np.testing.assert_array_equal(best_ids, expected_ids[:, 0])
     np.testing.assert_allclose(best_scores, expected_scores[:, 0], rtol=1e-5, atol=1e-5)
 
 
-def test_beam_width_one_is_greedy_decode_loop(translator, greedy):
-    ids, _ = beam_search_loop(translator, REPEATED_SOURCES, MAX_LENGTH, START, END, beam_width=1)
+def test_beam_width_one_is_greedy_decode_loop(seq2seq, greedy):
+    ids, _ = beam_search_loop(seq2seq, REPEATED_SOURCES, MAX_LENGTH, START, END, beam_width=1)
     np.testing.assert_array_equal(ids, greedy)
 
 
@@ -247,8 +247,8 @@ class EndingByStep:
         return logits, self_cache
 
 
-def test_the_loops_stop_once_every_sequence_has_ended(translator):
-    model = EndingByStep(translator, last=3)
+def test_the_loops_stop_once_every_sequence_has_ended(seq2seq):
+    model = EndingByStep(seq2seq, last=3)
     ids, _ = beam_search_loop(
         model, SOURCES, MAX_LENGTH, START, END, BEAM_WIDTH, return_all_beams=True
     )
@@ -256,17 +256,17 @@ def test_the_loops_stop_once_every_sequence_has_ended(translator):
     assert (end_positions >= 0).all() and end_positions.max() <= 3, end_positions
     assert model.steps == end_positions.max() + 1 < MAX_LENGTH
 
-    model = EndingByStep(translator, last=3)
+    model = EndingByStep(seq2seq, last=3)
     ids, _ = sample_loop(model, REPEATED_SOURCES, MAX_LENGTH, START, END, seed=0)
     end_positions = first_end_positions(ids, END)
     assert (end_positions >= 0).all() and end_positions.max() <= 3, end_positions
     assert model.steps == end_positions.max() + 1 < MAX_LENGTH
 
 
-def test_an_empty_batch_decodes_to_empty_arrays(translator):
-    ids, scores = beam_search_loop(translator, SOURCES[:0], MAX_LENGTH, START, END, BEAM_WIDTH)
+def test_an_empty_batch_decodes_to_empty_arrays(seq2seq):
+    ids, scores = beam_search_loop(seq2seq, SOURCES[:0], MAX_LENGTH, START, END, BEAM_WIDTH)
     assert ids.shape == (0, MAX_LENGTH) and scores.shape == (0,)
-    ids, log_probs = sample_loop(translator, SOURCES[:0], MAX_LENGTH, START, END, seed=0)
+    ids, log_probs = sample_loop(seq2seq, SOURCES[:0], MAX_LENGTH, START, END, seed=0)
     assert ids.shape == (0, MAX_LENGTH) and log_probs.shape == (0,)
 
 
@@ -303,10 +303,10 @@ def teacher_forced_logits(model, sources, ids):
     return np.stack(steps, axis=1)
 
 
-def test_a_seed_draws_the_same_ids_and_another_seed_others(translator):
+def test_a_seed_draws_the_same_ids_and_another_seed_others(seq2seq):
     def draw(seed):
         return sample_loop(
-            translator, REPEATED_SOURCES, MAX_LENGTH, START, END, temperature=1.5, seed=seed
+            seq2seq, REPEATED_SOURCES, MAX_LENGTH, START, END, temperature=1.5, seed=seed
         )
 
     ids, log_probs = draw(0)
@@ -319,15 +319,13 @@ def test_a_seed_draws_the_same_ids_and_another_seed_others(translator):
 @pytest.mark.parametrize(
     "temperature, top_k, top_p", [(1.0, 1, 1.0), (2.0, 1, 0.5), (1.0, 0, 1e-6), (0.5, 5, 1e-6)]
 )
-def test_keeping_only_the_most_probable_token_is_greedy(
-    translator, greedy, temperature, top_k, top_p
-):
+def test_keeping_only_the_most_probable_token_is_greedy(seq2seq, greedy, temperature, top_k, top_p):
     ids, log_probs = sample_loop(
-        translator, REPEATED_SOURCES, MAX_LENGTH, START, END, temperature, top_k, top_p, seed=3
+        seq2seq, REPEATED_SOURCES, MAX_LENGTH, START, END, temperature, top_k, top_p, seed=3
     )
     np.testing.assert_array_equal(ids, greedy)
     # Scored by the model, not by the one-token distribution drawn from (log 1 = 0).
-    logits = teacher_forced_logits(translator, REPEATED_SOURCES, ids)
+    logits = teacher_forced_logits(seq2seq, REPEATED_SOURCES, ids)
     log_softmax = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
     ended = np.cumsum(ids == END, axis=1) - (ids == END)  # 1 after each row's first [END]
     chosen = np.take_along_axis(log_softmax, ids[..., None], axis=-1)[..., 0]
@@ -340,15 +338,15 @@ def test_keeping_only_the_most_probable_token_is_greedy(
     "temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 4, 1.0), (1.3, 0, 0.8), (1.0, 5, 0.6)]
 )
 def test_draws_are_in_the_filtered_distribution_and_scored_by_the_model(
-    translator, temperature, top_k, top_p
+    seq2seq, temperature, top_k, top_p
 ):
     ids, log_probs = sample_loop(
-        translator, REPEATED_SOURCES, MAX_LENGTH, START, END, temperature, top_k, top_p, seed=4
+        seq2seq, REPEATED_SOURCES, MAX_LENGTH, START, END, temperature, top_k, top_p, seed=4
     )
     assert ids.dtype == np.int32 and ids.shape == (len(REPEATED_SOURCES), MAX_LENGTH)
     assert log_probs.dtype == np.float32 and log_probs.shape == (len(REPEATED_SOURCES),)
     end_positions = assert_padded_after_end(ids, END)
-    logits = teacher_forced_logits(translator, REPEATED_SOURCES, ids)
+    logits = teacher_forced_logits(seq2seq, REPEATED_SOURCES, ids)
     kept_sizes = set()
     for row, end in enumerate(end_positions):
         expected = 0.0
@@ -363,12 +361,12 @@ def test_draws_are_in_the_filtered_distribution_and_scored_by_the_model(
         assert log_probs[row] == pytest.approx(expected, rel=1e-5, abs=1e-5), row
     # The filters kept more than one token somewhere and, when asked, fewer than all.
     assert max(kept_sizes) > 1
-    vocabulary_size = translator.target_vocabulary_size
+    vocabulary_size = seq2seq.target_vocabulary_size
     assert (max(kept_sizes) == vocabulary_size) == (top_k == 0 and top_p == 1.0), kept_sizes
 
 
-def test_every_sampled_row_is_padded_after_its_first_end(translator):
-    ids, _ = sample_loop(translator, REPEATED_SOURCES, MAX_LENGTH, START, END, seed=0)
+def test_every_sampled_row_is_padded_after_its_first_end(seq2seq):
+    ids, _ = sample_loop(seq2seq, REPEATED_SOURCES, MAX_LENGTH, START, END, seed=0)
     end_positions = assert_padded_after_end(ids, END)
     # Rows that end at different steps, and rows that never do.
     assert len(set(end_positions[end_positions >= 0].tolist())) >= 2, end_positions
@@ -388,18 +386,18 @@ def test_every_sampled_row_is_padded_after_its_first_end(translator):
         ({"max_length": 0}, "max_length"),
     ],
 )
-def test_bad_sampling_arguments_raise_naming_the_argument(translator, arguments, name):
+def test_bad_sampling_arguments_raise_naming_the_argument(seq2seq, arguments, name):
     arguments = {"max_length": MAX_LENGTH, **arguments}
     with pytest.raises(ValueError, match=f"`{name}`"):
-        sample_loop(translator, SOURCES, start_id=START, end_id=END, **arguments)
+        sample_loop(seq2seq, SOURCES, start_id=START, end_id=END, **arguments)
 
 
-def test_a_zero_temperature_points_to_greedy_decoding(translator):
+def test_a_zero_temperature_points_to_greedy_decoding(seq2seq):
     with pytest.raises(ValueError, match="greedy"):
-        sample_loop(translator, SOURCES, MAX_LENGTH, START, END, temperature=0.0)
+        sample_loop(seq2seq, SOURCES, MAX_LENGTH, START, END, temperature=0.0)
 
 
 @pytest.mark.parametrize("beam_width", [0, 1.5])
-def test_a_bad_beam_width_raises_naming_it(translator, beam_width):
+def test_a_bad_beam_width_raises_naming_it(seq2seq, beam_width):
     with pytest.raises(ValueError, match="`beam_width`"):
-        beam_search_loop(translator, SOURCES, MAX_LENGTH, START, END, beam_width=beam_width)
+        beam_search_loop(seq2seq, SOURCES, MAX_LENGTH, START, END, beam_width=beam_width)
