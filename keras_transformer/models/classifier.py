@@ -12,8 +12,63 @@ from keras_transformer.models.encoder_stack import EncoderStack
 POOLINGS = ("mean", "max", "cls")
 
 
+class BagOfNgramsBeside:
+    """What a classifier with a bag of n-grams beside its encoder keeps in one place: the
+    `BagOfNgrams` made from its arguments, how far it reads (`ngram_length`), and the
+    encoder's share of an input the bag reads further than the encoder attends.
+
+    The class using it has `sequence_length` and calls `_create_bag_of_ngrams` in its
+    constructor.
+    """
+
+    def _create_bag_of_ngrams(self, vocabulary_size, num_classes, bag_of_ngrams, ngram_length):
+        if bag_of_ngrams is not None and not isinstance(bag_of_ngrams, dict):
+            raise ValueError(
+                "`bag_of_ngrams` must be None or a dict of BagOfNgrams arguments, "
+                f"got {bag_of_ngrams!r}."
+            )
+        self.bag_of_ngrams = None if bag_of_ngrams is None else dict(bag_of_ngrams)
+        self.ngrams = None
+        if self.bag_of_ngrams is not None:
+            self.ngrams = BagOfNgrams(
+                vocabulary_size, num_classes, dtype="float32", name="ngrams", **self.bag_of_ngrams
+            )
+        if ngram_length is not None:
+            if self.ngrams is None:
+                raise ValueError(
+                    "`ngram_length` is how far the bag of n-grams reads: it needs `bag_of_ngrams`."
+                )
+            if (
+                not isinstance(ngram_length, numbers.Integral)
+                or isinstance(ngram_length, bool)
+                or ngram_length < 1
+            ):
+                raise ValueError(
+                    f"`ngram_length` must be a positive integer, got {ngram_length!r}."
+                )
+        self.ngram_length = None if ngram_length is None else int(ngram_length)
+
+    @property
+    def input_length(self):
+        """The longest input the model reads all of: `sequence_length`, or the
+        bag of n-grams' `ngram_length` where that is longer."""
+        return max(self.sequence_length, self.ngram_length or 0)
+
+    def _transformer_ids(self, token_ids):
+        # Only a bag that reads further than the Transformer makes longer inputs valid;
+        # without one, a too long input is an error, as in any encoder.
+        if self.ngram_length is None or self.ngram_length <= self.sequence_length:
+            return token_ids
+        return token_ids[:, : self.sequence_length]
+
+    def _add_bag_logits(self, logits, token_ids):
+        if self.ngrams is None:
+            return logits
+        return logits + self.ngrams(token_ids)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class TransformerClassifier(EncoderStack, keras.Model):
+class TransformerClassifier(BagOfNgramsBeside, EncoderStack, keras.Model):
     """Token ids in, class probabilities out.
 
     Embedding plus positions, `num_layers` encoder blocks, a pooling that
@@ -107,39 +162,6 @@ class TransformerClassifier(EncoderStack, keras.Model):
         self.head = keras.layers.Dense(num_classes, dtype="float32", name="head")
         self._create_bag_of_ngrams(vocabulary_size, num_classes, bag_of_ngrams, ngram_length)
 
-    def _create_bag_of_ngrams(self, vocabulary_size, num_classes, bag_of_ngrams, ngram_length):
-        if bag_of_ngrams is not None and not isinstance(bag_of_ngrams, dict):
-            raise ValueError(
-                "`bag_of_ngrams` must be None or a dict of BagOfNgrams arguments, "
-                f"got {bag_of_ngrams!r}."
-            )
-        self.bag_of_ngrams = None if bag_of_ngrams is None else dict(bag_of_ngrams)
-        self.ngrams = None
-        if self.bag_of_ngrams is not None:
-            self.ngrams = BagOfNgrams(
-                vocabulary_size, num_classes, dtype="float32", name="ngrams", **self.bag_of_ngrams
-            )
-        if ngram_length is not None:
-            if self.ngrams is None:
-                raise ValueError(
-                    "`ngram_length` is how far the bag of n-grams reads: it needs `bag_of_ngrams`."
-                )
-            if (
-                not isinstance(ngram_length, numbers.Integral)
-                or isinstance(ngram_length, bool)
-                or ngram_length < 1
-            ):
-                raise ValueError(
-                    f"`ngram_length` must be a positive integer, got {ngram_length!r}."
-                )
-        self.ngram_length = None if ngram_length is None else int(ngram_length)
-
-    @property
-    def input_length(self):
-        """The longest input the model reads all of: `sequence_length`, or the
-        bag of n-grams' `ngram_length` where that is longer."""
-        return max(self.sequence_length, self.ngram_length or 0)
-
     def build(self, token_ids_shape):
         length = token_ids_shape[1]
         self._build_encoder_stack(
@@ -158,19 +180,11 @@ class TransformerClassifier(EncoderStack, keras.Model):
         )
         pooled = self._pool(x, padding_mask)
         logits = self.head(self.head_dropout(pooled, training=training))
-        if self.ngrams is not None:
-            logits = logits + self.ngrams(token_ids)
+        logits = self._add_bag_logits(logits, token_ids)
         probabilities = ops.softmax(logits, axis=-1)
         if return_attention_scores:
             return probabilities, attention_scores
         return probabilities
-
-    def _transformer_ids(self, token_ids):
-        # Only a bag that reads further than the Transformer makes longer inputs valid;
-        # without one, a too long input is an error, as in any encoder.
-        if self.ngram_length is None or self.ngram_length <= self.sequence_length:
-            return token_ids
-        return token_ids[:, : self.sequence_length]
 
     def _pool(self, sequence, padding_mask):
         if self.pooling == "cls":

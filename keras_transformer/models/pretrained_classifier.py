@@ -1,20 +1,31 @@
 """A pretrained encoder with a classification head: BERT's fine-tuning."""
 
+import os
+
 import keras
 from keras import ops
 
+from keras_transformer.data.checkpoint_files import (
+    FAST_TOKENIZER_FILE,
+    VOCABULARY_NAME,
+    tokenizer_rules,
+)
 from keras_transformer.layers.masks import masked_value
+from keras_transformer.models.classifier import BagOfNgramsBeside
 from keras_transformer.models.pretrained import PretrainedEncoder
 
 POOLINGS = ("mean", "max", "cls")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class PretrainedClassifier(keras.Model):
+class PretrainedClassifier(BagOfNgramsBeside, keras.Model):
     """Token ids in, class probabilities out, through a `PretrainedEncoder`.
 
     The encoder's hidden states are pooled, dropped out and classified by a
     softmax layer, as BERT is fine-tuned for sequence classification.
+    Optionally a bag of n-grams beside the encoder adds its logits to the
+    head's, and may read further into a text than the encoder's
+    `sequence_length` (`TransformerClassifier` has the same bag).
 
     Args:
         encoder: a `PretrainedEncoder` (usually from `from_pretrained`).
@@ -24,9 +35,18 @@ class PretrainedClassifier(keras.Model):
             `"cls"` (BERT's pooler on the first token: inputs must start with
             `[CLS]`).
         dropout: before the head.
-        sequence_length: the most tokens an input has (`[CLS]` and `[SEP]`
-            included), which an export encodes its texts to; None: the
-            encoder's positions.
+        sequence_length: the most tokens the encoder reads (`[CLS]` and
+            `[SEP]` included); None: the encoder's positions.
+        bag_of_ngrams: None, or a dict of `BagOfNgrams` arguments: a bag of
+            n-grams whose logits are added to the head's.
+        ngram_length: None, or the most tokens the bag of n-grams reads,
+            beyond `sequence_length` (`input_length` is the longest input
+            worth giving, which an export encodes its texts to).
+        separator_id: None, or the id of `[SEP]`: where the bag reads
+            further and a text goes on past `sequence_length`, the encoder's
+            last token becomes `[SEP]`, so that the encoder sees a cut text
+            as in pretraining, `[CLS] ... [SEP]`. `from_pretrained` takes it
+            from the checkpoint's vocabulary.
         **kwargs: base `keras.Model` arguments (`name`, `dtype`).
 
     Call arguments:
@@ -57,11 +77,17 @@ class PretrainedClassifier(keras.Model):
         Hu et al., "LoRA: Low-Rank Adaptation of Large Language Models", 2021.
     """
 
-    # No bag of n-grams reads beside the encoder (`TransformerClassifier.ngrams`).
-    ngrams = None
-
     def __init__(
-        self, encoder, num_classes, pooling="mean", dropout=0.1, sequence_length=None, **kwargs
+        self,
+        encoder,
+        num_classes,
+        pooling="mean",
+        dropout=0.1,
+        sequence_length=None,
+        bag_of_ngrams=None,
+        ngram_length=None,
+        separator_id=None,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         if pooling not in POOLINGS:
@@ -88,19 +114,17 @@ class PretrainedClassifier(keras.Model):
         self.pooling = pooling
         self.dropout = dropout
         self.head_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
-        # The softmax in float32 under mixed precision, as Keras advises for outputs.
+        # float32 logits and probabilities under mixed precision, as Keras advises for outputs.
         self.head = keras.layers.Dense(
             num_classes,
-            activation="softmax",
             kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
             dtype="float32",
             name="head",
         )
-
-    @property
-    def input_length(self):
-        """The tokens an input is encoded to (`sequence_length`)."""
-        return self.sequence_length
+        self.separator_id = separator_id
+        self._create_bag_of_ngrams(
+            encoder.vocabulary_size, num_classes, bag_of_ngrams, ngram_length
+        )
 
     @property
     def vocabulary_size(self):
@@ -110,18 +134,48 @@ class PretrainedClassifier(keras.Model):
         if not self.encoder.built:
             self.encoder.build(input_shape)
         self.head.build((None, self.encoder.d_model))
+        if self.ngrams is not None:
+            self.ngrams.build(
+                input_shape["token_ids"] if isinstance(input_shape, dict) else input_shape
+            )
         self.built = True
 
     def call(self, inputs, training=None, return_attention_scores=False):
+        encoder_inputs = self._encoder_inputs(inputs)
         states = self.encoder(
-            inputs, training=training, return_attention_scores=return_attention_scores
+            encoder_inputs, training=training, return_attention_scores=return_attention_scores
         )
         if return_attention_scores:
             states, attention_scores = states
-        probabilities = self.head(self.head_dropout(self._pool(inputs, states), training=training))
+        pooled = self._pool(encoder_inputs, states)
+        logits = self.head(self.head_dropout(pooled, training=training))
+        token_ids = inputs["token_ids"] if isinstance(inputs, dict) else inputs
+        probabilities = ops.softmax(self._add_bag_logits(logits, token_ids), axis=-1)
         if return_attention_scores:
             return probabilities, attention_scores
         return probabilities
+
+    def _encoder_inputs(self, inputs):
+        """What the encoder reads of `inputs`: all of it, or where the bag of n-grams reads
+        further, the first `sequence_length` tokens, a cut text ending in `[SEP]`."""
+        if not isinstance(inputs, dict):
+            return self._cut_ids(inputs)
+        cut = {
+            name: self._transformer_ids(value)
+            for name, value in inputs.items()
+            if value is not None
+        }
+        cut["token_ids"] = self._cut_ids(inputs["token_ids"])
+        return cut
+
+    def _cut_ids(self, token_ids):
+        cut = self._transformer_ids(token_ids)
+        if cut is token_ids or self.separator_id is None:
+            return cut
+        real = ops.not_equal(token_ids, self.encoder.padding_id)
+        goes_on = ops.sum(ops.cast(real, "int32"), axis=1, keepdims=True) > self.sequence_length
+        last = ops.expand_dims(ops.arange(ops.shape(cut)[1]) == self.sequence_length - 1, 0)
+        return ops.where(last & goes_on, ops.cast(self.separator_id, cut.dtype), cut)
 
     def _pool(self, inputs, states):
         if self.pooling == "cls":
@@ -149,6 +203,9 @@ class PretrainedClassifier(keras.Model):
                 "pooling": self.pooling,
                 "dropout": self.dropout,
                 "sequence_length": self.sequence_length,
+                "bag_of_ngrams": self.bag_of_ngrams,
+                "ngram_length": self.ngram_length,
+                "separator_id": self.separator_id,
             }
         )
         return config
@@ -171,7 +228,8 @@ class PretrainedClassifier(keras.Model):
         **kwargs,
     ):
         """A classifier on the encoder of a Hugging Face checkpoint folder
-        (`PretrainedEncoder.from_pretrained`), its head new.
+        (`PretrainedEncoder.from_pretrained`), its head new, `separator_id`
+        the vocabulary's `[SEP]`.
 
         Args:
             path: the checkpoint folder.
@@ -182,8 +240,10 @@ class PretrainedClassifier(keras.Model):
                 low-rank adapters of that rank on the attention's query and
                 value projections, and the head, only
                 (`PretrainedEncoder.enable_lora`).
-            **kwargs: base `keras.Model` arguments (`name`, `dtype`).
+            **kwargs: the constructor's `bag_of_ngrams` and `ngram_length`, and
+                base `keras.Model` arguments (`name`, `dtype`).
         """
+        kwargs.setdefault("separator_id", _separator_id(path))
         encoder = PretrainedEncoder.from_pretrained(path, dropout=dropout)
         if lora_rank is not None:
             encoder.enable_lora(lora_rank)
@@ -195,3 +255,14 @@ class PretrainedClassifier(keras.Model):
             sequence_length=sequence_length,
             **kwargs,
         )
+
+
+def _separator_id(path):
+    """The id of `[SEP]` in the vocabulary of the checkpoint folder `path`; None where the
+    folder has no vocabulary (a classifier of token ids only) or no `[SEP]`."""
+    if not any(
+        os.path.isfile(os.path.join(path, name)) for name in (VOCABULARY_NAME, FAST_TOKENIZER_FILE)
+    ):
+        return None
+    vocabulary, _ = tokenizer_rules(path)
+    return vocabulary.index("[SEP]") if "[SEP]" in vocabulary else None

@@ -168,12 +168,62 @@ def test_lora_moves_the_adapters_and_the_head_only(checkpoint, keyword_csv, tmp_
     assert rank <= 2 * model.encoder.num_heads < query.shape[1], rank
 
 
+def test_a_bag_of_ngrams_beside_the_checkpoint_reads_past_it_and_travels_with_the_export(
+    checkpoint, keyword_csv, tmp_path
+):
+    saved = train(
+        checkpoint,
+        keyword_csv,
+        tmp_path,
+        "--learning-rate",
+        "0.003",
+        "--bag-of-ngrams",
+        "--sequence-length",
+        "6",
+        "--ngram-length",
+        "16",
+    )
+    assert (saved["settings"]["sequence_length"], saved["settings"]["ngram_length"]) == (6, 16)
+    with open(tmp_path / "run" / "metrics.json") as metrics_file:
+        metrics = json.load(metrics_file)
+    parts = metrics["bag_of_ngrams"]["parts"]
+    assert set(parts) == {"transformer", "bag_of_ngrams", "mix"}
+    # The keywords lie anywhere in a text: the bag reads all of it, the encoder 6 tokens.
+    assert parts["bag_of_ngrams"]["test"]["accuracy"] >= 0.9, parts
+    assert metrics["accuracy"] == pytest.approx(parts["mix"]["test"]["accuracy"])
+    tokens = (tmp_path / "run" / CLASSIFIER_VOCABULARY).read_text().splitlines()
+    reference = transformers.BertTokenizer(
+        vocab={token: index for index, token in enumerate(tokens)}, do_lower_case=True
+    )
+    long_texts = [" ".join([TEXTS[0]] * 3), *TEXTS[1:]]
+    token_ids = reference(
+        long_texts, padding="max_length", truncation=True, max_length=16, return_tensors="np"
+    )["input_ids"].astype("int32")
+    model = keras.models.load_model(tmp_path / "run" / "model.keras", compile=False)
+    assert model.input_length == 16 and model.ngrams is not None
+    expected = keras.ops.convert_to_numpy(model(token_ids, training=False))
+
+    import tensorflow_text  # noqa: F401  registers the tokenizer's ops
+
+    versions = sorted(os.listdir(tmp_path / "export"))
+    export = tf.saved_model.load(str(tmp_path / "export" / versions[-1]))
+    answers = export.signatures["serving_default"](text=tf.constant(long_texts))
+    np.testing.assert_allclose(answers["probabilities"].numpy(), expected, atol=1e-5)
+    mix = metrics["bag_of_ngrams"]
+    with open(tmp_path / "export" / versions[-1] / "assets.extra" / "classifier.json") as file:
+        shipped = json.load(file)
+    assert (shipped["transformer_weight"], shipped["bag_weight"], shipped["bag_tokens"]) == (
+        mix["transformer_weight"],
+        mix["bag_weight"],
+        16,
+    )
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
         (["--lora-rank", "4"], "give `pretrained` too"),
         (["--pretrained", "{checkpoint}", "--d-model", "32"], "--d-model: the checkpoint"),
-        (["--pretrained", "{checkpoint}", "--bag-of-ngrams"], "bag of n-grams beside"),
         (["--pretrained", "{checkpoint}", "--search", "2"], "--search trains Transformers"),
         (["--pretrained", "{missing}"], "is not a folder"),
         (["--layer-decay", "0.9"], "--layer-decay) lowers the learning rates"),

@@ -102,6 +102,36 @@ def test_pooling_ignores_padding(tmp_path, pooling):
     )
 
 
+def test_an_encoder_reading_less_than_the_bag_sees_a_cut_text_end_in_sep(tmp_path):
+    write_checkpoint(tmp_path)
+    # [SEP] is id 3: the tokens of a vocabulary laid out as BERT's.
+    (tmp_path / "vocab.txt").write_text(
+        "".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]"])
+    )
+    with_bag = PretrainedClassifier.from_pretrained(
+        tmp_path,
+        num_classes=2,
+        sequence_length=6,
+        bag_of_ngrams={"num_buckets": 11, "use_bias": True},
+        ngram_length=12,
+    )
+    assert (with_bag.separator_id, with_bag.input_length) == (3, 12)
+    token_ids = np.array([[2, 7, 8, 9, 10, 11, 12, 13, 3, 0, 0, 0], [2, 7, 8, 3, 0, 0] + [0] * 6])
+    bag_bias = np.array([2.0, 0.25], "float32")  # the bag's logits: no n-gram has a weight
+    with_bag(token_ids)  # builds the head and the bag
+    with_bag.ngrams.set_linear_weights(np.zeros((with_bag.ngrams.num_features, 2)), bag_bias)
+    # The same encoder and head on each row cut independently, `[CLS] ... [SEP]` in 6 tokens.
+    alone = PretrainedClassifier(with_bag.encoder, num_classes=2, sequence_length=6)
+    alone(token_ids[:, :6])
+    alone.head.set_weights(with_bag.head.get_weights())
+    cut = np.array([[2, 7, 8, 9, 10, 3], [2, 7, 8, 3, 0, 0]], "int32")
+    logits = np.log(as_numpy(alone(cut)))
+    expected = np.exp(logits + bag_bias)
+    np.testing.assert_allclose(
+        as_numpy(with_bag(token_ids)), expected / expected.sum(-1, keepdims=True), atol=1e-5
+    )
+
+
 @pytest.mark.parametrize(
     "arguments, message",
     [

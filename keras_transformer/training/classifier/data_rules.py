@@ -96,10 +96,7 @@ def classifier_tokenization_from_data(settings, texts, build_tokenizer):
     tokenizer = build_tokenizer(settings.vocabulary_size)
     # Counted once, and only if a rule needs them.
     lengths = functools.cache(functools.partial(_text_lengths, settings, tokenizer, texts))
-    rules = [("sequence_length", lambda current: _sequence_length(current, lengths()))]
-    if settings.bag_of_ngrams is not False:
-        rules.append(("ngram_length", lambda current: _ngram_length(current, lengths())))
-    more_settings, more_choices = fill_from_data(settings, rules)
+    more_settings, more_choices = fill_from_data(settings, _length_rules(settings, lengths))
     return more_settings, choices + more_choices
 
 
@@ -136,16 +133,18 @@ def classifier_tokenization_for_checkpoint(settings, config, tokenizer, texts):
             f"`sequence_length` {settings.sequence_length} is more than the checkpoint's "
             f"{positions} positions."
         )
-    settings, more_choices = fill_from_data(
-        settings,
-        [
-            (
-                "sequence_length",
-                lambda current: _sequence_length(current, _text_lengths(current, tokenizer, texts)),
-            )
-        ],
-    )
+    lengths = functools.cache(functools.partial(_text_lengths, settings, tokenizer, texts))
+    settings, more_choices = fill_from_data(settings, _length_rules(settings, lengths))
     return settings, choices + more_choices
+
+
+def _length_rules(settings, lengths):
+    """The `fill_from_data` rules of `sequence_length`, and of `ngram_length` with
+    `bag_of_ngrams`, from `lengths()` (the training texts' lengths)."""
+    rules = [("sequence_length", lambda current: _sequence_length(current, lengths()))]
+    if settings.bag_of_ngrams is not False:
+        rules.append(("ngram_length", lambda current: _ngram_length(current, lengths())))
+    return rules
 
 
 def classifier_settings_from_counts(settings, num_examples):

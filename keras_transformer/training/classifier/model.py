@@ -35,15 +35,14 @@ def build_classifier_model(settings, vocabulary_size, num_classes, steps_per_epo
         vocabulary_size=vocabulary_size,
         num_classes=num_classes,
         pooling=settings.pooling,
-        bag_of_ngrams=bag_of_ngrams_arguments(settings),
-        ngram_length=settings.ngram_length if settings.bag_of_ngrams is not False else None,
+        **_bag_of_ngrams_beside(settings),
     )
 
 
 def _build_fine_tuned_model(settings, num_classes, total_steps, strategy):
     """`build_classifier_model` for a run that fine-tunes `settings.pretrained`: a
     `PretrainedClassifier` on the checkpoint's encoder (its low-rank adapters only
-    with `settings.lora_rank`)."""
+    with `settings.lora_rank`), with the bag of n-grams of `settings` beside it."""
     from keras_transformer.models.pretrained_classifier import PretrainedClassifier
 
     return _compiled(
@@ -55,6 +54,7 @@ def _build_fine_tuned_model(settings, num_classes, total_steps, strategy):
             dropout=settings.dropout,
             lora_rank=settings.lora_rank,
             sequence_length=settings.sequence_length,
+            **_bag_of_ngrams_beside(settings),
         ),
         total_steps,
         "sparse_categorical_crossentropy",
@@ -69,6 +69,14 @@ def _classifier_metrics(settings, num_classes):
         keras.metrics.SparseCategoricalAccuracy(name="accuracy"),
         *([MacroF1(num_classes)] if settings.monitor == "val_macro_f1" else []),
     ]
+
+
+def _bag_of_ngrams_beside(settings):
+    """The classifier's `bag_of_ngrams` and `ngram_length` arguments for `settings`."""
+    return {
+        "bag_of_ngrams": bag_of_ngrams_arguments(settings),
+        "ngram_length": settings.ngram_length if settings.bag_of_ngrams is not False else None,
+    }
 
 
 def bag_of_ngrams_arguments(settings):

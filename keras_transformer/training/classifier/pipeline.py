@@ -16,6 +16,7 @@ import os
 import keras
 import numpy as np
 
+from keras_transformer.data.checkpoint_files import read_vocabulary_lines
 from keras_transformer.data.tokens import (
     CLASSIFIER_VOCABULARY,
     TokenizedClassificationData,
@@ -242,13 +243,13 @@ def _settings_and_tokens(data, settings, folder, run_dir, resume, verbose, unlab
 def _model_and_its_tokens(settings, tokens, folder, strategy):
     """The compiled model, its bag of n-grams adapted, and `tokens` cut to what it reads
     (tokens encoded for a bag of n-grams that reads further than this model)."""
-    # A checkpoint's vocabulary is not one of ours (no [START], [END]); its size is in settings.
-    vocabulary = (
-        read_vocabulary(folder.file(CLASSIFIER_VOCABULARY)) if settings.pretrained is None else None
+    # A checkpoint's vocabulary is not one of ours (no [START], [END]): read as it is.
+    vocabulary = (read_vocabulary if settings.pretrained is None else read_vocabulary_lines)(
+        folder.file(CLASSIFIER_VOCABULARY)
     )
     model = build_classifier_model(
         settings,
-        settings.vocabulary_size if vocabulary is None else len(vocabulary),
+        len(vocabulary),
         len(tokens.class_names),
         math.ceil(len(tokens.train) / settings.batch_size),
         strategy,

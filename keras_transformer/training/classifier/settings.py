@@ -213,14 +213,9 @@ class ClassifierSettings:
             raise ValueError(
                 "`lora_rank` trains adapters of a pretrained checkpoint: give `pretrained` too."
             )
-        if self.pretrained is not None:
-            for name, what in (
-                ("bag_of_ngrams", "a bag of n-grams beside the checkpoint"),
-                ("pretrain_epochs", "masked-token pretraining"),
-            ):
-                if getattr(self, name):
-                    raise ValueError(
-                        f"`{name}`: {what} is not available when fine-tuning `pretrained` "
-                        f"({self.pretrained}); turn it off."
-                    )
+        if self.pretrained is not None and self.pretrain_epochs:
+            raise ValueError(
+                "`pretrain_epochs`: masked-token pretraining is not available when fine-tuning "
+                f"`pretrained` ({self.pretrained}); turn it off."
+            )
         return self
