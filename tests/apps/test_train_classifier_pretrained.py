@@ -79,14 +79,36 @@ def train(checkpoint, keyword_csv, folder, *flags, export=True):
 
 @pytest.fixture(scope="module")
 def fine_tuned(checkpoint, keyword_csv, tmp_path_factory):
+    from keras_transformer.training.classifier import pipeline
+
+    made = []
+
+    class RecordedBatches(pipeline.ArrayBatches):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
     folder = tmp_path_factory.mktemp("fine_tuned")
-    # A random checkpoint has nothing to keep: a from-scratch learning rate learns in 3 epochs.
-    saved = train(checkpoint, keyword_csv, folder, "--learning-rate", "0.003")
-    return folder, saved
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "ArrayBatches", RecordedBatches)
+        # A random checkpoint has nothing to keep: a from-scratch learning rate learns in 3
+        # epochs.
+        saved = train(checkpoint, keyword_csv, folder, "--learning-rate", "0.003")
+    return folder, saved, [batches for batches in made if batches.seed is not None]
+
+
+def test_fine_tuning_batches_texts_of_like_lengths(fine_tuned):
+    _, saved, (training_batches,) = fine_tuned
+    assert saved["settings"]["bucket_width"] == training_batches.bucket_width == 8
+    lengths = training_batches.row_lengths()
+    full = [rows for rows in training_batches.batch_rows(0) if len(rows) == 16]
+    assert full and all(
+        (lengths[rows] - 1).max() // 8 == (lengths[rows] - 1).min() // 8 for rows in full
+    )
 
 
 def test_the_run_takes_the_checkpoints_vocabulary_and_sizes(checkpoint, fine_tuned):
-    folder, saved = fine_tuned
+    folder, saved, _ = fine_tuned
     settings, chosen = saved["settings"], saved["chosen_from_data"]
     assert settings["pretrained"] == str(checkpoint)
     with open(checkpoint / "config.json") as config_file:
@@ -110,14 +132,14 @@ def test_the_run_takes_the_checkpoints_vocabulary_and_sizes(checkpoint, fine_tun
 
 
 def test_fine_tuning_learns_the_keywords(fine_tuned):
-    folder, _ = fine_tuned
+    folder, _, _ = fine_tuned
     with open(folder / "run" / "metrics.json") as metrics_file:
         metrics = json.load(metrics_file)
     assert metrics["accuracy"] >= 0.9, metrics
 
 
 def test_the_export_answers_raw_strings_as_the_model_does_on_bert_tokenizers_ids(fine_tuned):
-    folder, saved = fine_tuned
+    folder, saved, _ = fine_tuned
     length = saved["settings"]["sequence_length"]
     tokens = (folder / "run" / CLASSIFIER_VOCABULARY).read_text().splitlines()
     reference = transformers.BertTokenizer(
@@ -263,10 +285,11 @@ def test_fine_tuning_defaults_apply_where_no_flag_was_given(checkpoint, capsys):
             values.epochs,
             values.weight_decay,
             values.layer_decay,
+            values.bucket_width,
         )
 
-    assert shown(settings()) == ("max", 1e-3, True, 0.3, 12, 0.01, 1.0)
-    fine_tuning = ("mean", 5e-5, False, 0.1, 5, 0.01, 1.0)
+    assert shown(settings()) == ("max", 1e-3, True, 0.3, 12, 0.01, 1.0, None)
+    fine_tuning = ("mean", 5e-5, False, 0.1, 5, 0.01, 1.0, 8)
     assert shown(settings("--pretrained", str(checkpoint))) == fine_tuning
     assert settings("--pretrained", str(checkpoint), "--lora-rank", "8").learning_rate == 5e-4
     given = settings("--pretrained", str(checkpoint), "--pooling", "cls", "--learning-rate", "1e-4")

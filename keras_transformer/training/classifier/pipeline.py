@@ -155,7 +155,10 @@ def _train_classifier(
         folder,
         settings,
         ArrayBatches(
-            (tokens.train.token_ids, tokens.train.labels), settings.batch_size, seed=settings.seed
+            (tokens.train.token_ids, tokens.train.labels),
+            settings.batch_size,
+            seed=settings.seed,
+            bucket_width=settings.bucket_width,
         ),
         ArrayBatches((tokens.validation.token_ids, tokens.validation.labels), settings.batch_size),
         time_budget_minutes=time_budget_minutes,
