@@ -114,6 +114,7 @@ class PretrainedEncoder(keras.Model):
         self.type_vocabulary_size = type_vocabulary_size
         self.dropout = dropout
         self.padding_id = padding_id
+        self.lora_rank = None  # `enable_lora`'s rank, once enabled
         initializer = keras.initializers.TruncatedNormal(stddev=0.02)
         self.embedding = TokenAndPositionEmbedding(
             vocabulary_size,
@@ -195,6 +196,7 @@ class PretrainedEncoder(keras.Model):
             )
         # Keras' `trainable` flag reaches down to every variable: the whole
         # model first, then every layer off, then the adapted projections on.
+        self.lora_rank = rank
         self.trainable = True
         for layer in self._flatten_layers(include_self=False):
             layer.trainable = False

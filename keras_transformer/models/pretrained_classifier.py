@@ -1,8 +1,10 @@
 """A pretrained encoder with a classification head: BERT's fine-tuning."""
 
+import json
 import os
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_transformer.data.checkpoint_files import (
@@ -215,6 +217,72 @@ class PretrainedClassifier(BagOfNgramsBeside, keras.Model):
         config = dict(config)
         config["encoder"] = keras.saving.deserialize_keras_object(config["encoder"])
         return cls(**config)
+
+    def adapted_weights(self):
+        """What fine-tuning low-rank adapters changes or fits beside the checkpoint, in a
+        fixed order: every trainable weight (the adapters, the adapted projections'
+        biases, the head) and the bag of n-grams' weights."""
+        trainable = {id(weight) for weight in self.trainable_weights}
+        bag = {id(weight) for weight in self.ngrams.weights} if self.ngrams is not None else set()
+        return [weight for weight in self.weights if id(weight) in trainable | bag]
+
+    def save_adapters(self, path):
+        """Writes `adapted_weights()` and the arguments that rebuild this classifier on its
+        checkpoint to `path` (a NumPy `.npz`): a few MB where `model.keras` holds the whole
+        encoder. `from_adapters` reads it back.
+
+        Raises:
+            ValueError: the encoder has no low-rank adapters (`lora_rank`).
+        """
+        if self.encoder.lora_rank is None:
+            raise ValueError(
+                "save_adapters writes low-rank adapters, and this classifier has none: "
+                "build it with `from_pretrained(..., lora_rank=N)`, or save the whole model."
+            )
+        arguments = {
+            "num_classes": self.num_classes,
+            "pooling": self.pooling,
+            "dropout": self.dropout,
+            "sequence_length": self.sequence_length,
+            "bag_of_ngrams": self.bag_of_ngrams,
+            "ngram_length": self.ngram_length,
+            "separator_id": self.separator_id,
+            "lora_rank": self.encoder.lora_rank,
+        }
+        values = [keras.ops.convert_to_numpy(weight) for weight in self.adapted_weights()]
+        with open(path, "wb") as adapters_file:
+            np.savez(
+                adapters_file,
+                arguments=np.array(json.dumps(arguments)),
+                **{f"weight_{index}": value for index, value in enumerate(values)},
+            )
+
+    @classmethod
+    def from_adapters(cls, checkpoint_path, adapters_path):
+        """The classifier `save_adapters` wrote to `adapters_path`, rebuilt on the
+        checkpoint folder `checkpoint_path` it was fine-tuned from.
+
+        Raises:
+            ValueError: the file's weights do not fit the checkpoint's encoder.
+        """
+        with np.load(adapters_path) as archive:
+            if "arguments" not in archive.files:
+                raise ValueError(f"{adapters_path} is not a file of `save_adapters`.")
+            arguments = json.loads(str(archive["arguments"]))
+            values = [archive[f"weight_{index}"] for index in range(len(archive.files) - 1)]
+        model = cls.from_pretrained(checkpoint_path, **arguments)
+        model.build((None, model.input_length))
+        weights = model.adapted_weights()
+        shapes = [tuple(weight.shape) for weight in weights]
+        if shapes != [value.shape for value in values]:
+            raise ValueError(
+                f"{adapters_path} holds {len(values)} weights that do not fit the encoder of "
+                f"{checkpoint_path} ({len(weights)} adapted weights): were the adapters trained "
+                "on another checkpoint?"
+            )
+        for weight, value in zip(weights, values):
+            weight.assign(value)
+        return model
 
     @classmethod
     def from_pretrained(

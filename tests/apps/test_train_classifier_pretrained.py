@@ -189,6 +189,17 @@ def test_lora_moves_the_adapters_and_the_head_only(checkpoint, keyword_csv, tmp_
     rank = np.linalg.matrix_rank(query, tol=1e-6)
     assert rank <= 2 * model.encoder.num_heads < query.shape[1], rank
 
+    # The adapters alone, on the checkpoint, are the model Keras saved with them folded in.
+    adapters = tmp_path / "run" / "adapters.npz"
+    assert adapters.stat().st_size < (tmp_path / "run" / "model.keras").stat().st_size / 2
+    rebuilt = PretrainedClassifier.from_adapters(checkpoint, adapters)
+    token_ids = np.array([[2, 7, 9, 12, 3, 0], [2, 11, 3, 0, 0, 0]], "int32")
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(rebuilt(token_ids)),
+        keras.ops.convert_to_numpy(model(token_ids)),
+        atol=1e-5,
+    )
+
 
 def test_a_bag_of_ngrams_beside_the_checkpoint_reads_past_it_and_travels_with_the_export(
     checkpoint, keyword_csv, tmp_path

@@ -132,6 +132,17 @@ def test_an_encoder_reading_less_than_the_bag_sees_a_cut_text_end_in_sep(tmp_pat
     )
 
 
+def test_adapters_are_saved_only_from_a_classifier_with_adapters(tmp_path):
+    write_checkpoint(tmp_path)
+    classifier = PretrainedClassifier.from_pretrained(tmp_path, num_classes=2)
+    classifier(TOKEN_IDS)
+    with pytest.raises(ValueError, match="this classifier has none"):
+        classifier.save_adapters(tmp_path / "adapters.npz")
+    np.savez(tmp_path / "other.npz", weights=np.zeros(3))
+    with pytest.raises(ValueError, match="is not a file of `save_adapters`"):
+        PretrainedClassifier.from_adapters(tmp_path, tmp_path / "other.npz")
+
+
 @pytest.mark.parametrize(
     "arguments, message",
     [

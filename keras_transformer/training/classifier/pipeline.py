@@ -77,6 +77,10 @@ class ClassifierRun:
     run_dir: str
 
 
+# With --lora-rank, beside model.keras: the adapters, head and bag alone (`save_adapters`).
+LORA_ADAPTERS_FILE = "adapters.npz"
+
+
 def train_classifier(
     data,
     settings,
@@ -310,4 +314,6 @@ def _test_report(fitted, settings, tokens, folder, combination):
         folder.file("confusion_matrix.png"),
     )
     save_model_and_curves(folder, fitted)
+    if settings.lora_rank is not None:
+        fitted.model.save_adapters(folder.file(LORA_ADAPTERS_FILE))
     return report
