@@ -1,8 +1,12 @@
 """The KerasHub peer's pieces that need no keras-hub (absent from the test environment):
 the sequence length it reads, its schedule, the epoch it keeps and the tokens it counts,
-and classifier_quality.py's flags and report for it."""
+classifier_quality.py's flags and report for it, and the settings finetune_speed.py
+builds ours with."""
+
+import json
 
 import classifier_quality
+import finetune_speed
 import keras
 import keras_hub_bert
 import numpy as np
@@ -183,3 +187,68 @@ def test_report_details_say_how_the_peer_trained():
         "* `bbc`: KerasHub BERT 3 epochs in 1200 s (stopped by the time budget), kept epoch 2, "
         "48 tokens, 1510 training tokens/s."
     )
+
+
+# --- finetune_speed: ours as the app builds it -----------------------------------------------
+
+
+def _config_only_checkpoint(folder):
+    """A checkpoint folder's config.json and vocab.txt: what choosing the settings reads."""
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "##s"]
+    config = {
+        "model_type": "bert",
+        "vocab_size": len(vocabulary),
+        "hidden_size": 24,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 3,
+        "intermediate_size": 40,
+        "max_position_embeddings": 64,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "vocab.txt").write_text("".join(f"{token}\n" for token in vocabulary))
+    return config
+
+
+def test_ours_gets_the_apps_pretrained_settings_at_the_timed_length_and_batch(tmp_path):
+    config = _config_only_checkpoint(tmp_path)
+    settings = finetune_speed.our_settings(
+        finetune_speed.app_argv(str(tmp_path), 40, 8, jit_compile=False), num_examples=1000
+    )
+    assert (settings.pretrained, settings.sequence_length, settings.batch_size) == (
+        str(tmp_path),
+        40,
+        8,
+    )
+    assert (settings.pooling, settings.dropout, settings.learning_rate) == ("mean", 0.1, 5e-5)
+    assert (settings.epochs, settings.bag_of_ngrams, settings.jit_compile) == (5, False, False)
+    assert (settings.d_model, settings.num_layers) == (config["hidden_size"], 2)
+    assert settings.warmup_fraction == 0.1  # 5 epochs of 125 steps: 62 warmup steps
+    assert finetune_speed.our_settings(
+        finetune_speed.app_argv(str(tmp_path), 40, 8, jit_compile=True), 1000
+    ).jit_compile
+
+
+def test_random_batches_are_real_word_pieces_between_cls_and_sep():
+    batches = finetune_speed.random_batches(4, 10, 30522, seed=0)
+    assert len(batches) == finetune_speed.DISTINCT_BATCHES
+    token_ids, labels = batches[0]
+    assert token_ids.shape == (4, 10) and labels.shape == (4,)
+    assert (token_ids[:, 0] == 101).all() and (token_ids[:, -1] == 102).all()
+    assert token_ids[:, 1:-1].min() >= finetune_speed.FIRST_WORD_PIECE
+    inputs = finetune_speed.peer_inputs(token_ids)
+    assert inputs["padding_mask"].all() and not inputs["segment_ids"].any()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--sequence-lengths", "48,x"], "--sequence-lengths takes"),
+        (["--sequence-lengths", "2"], "at least 3"),
+        (["--rounds", "0"], "--rounds must be at least 1"),
+        (["--checkpoint", "absent"], "no config.json"),
+    ],
+)
+def test_finetune_speed_names_bad_flags(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        finetune_speed.parse_args(argv)
+    assert message in capsys.readouterr().err
