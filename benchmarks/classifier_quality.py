@@ -597,6 +597,20 @@ def _epochs(count):
     return f"{count} epoch{'' if count == 1 else 's'}"
 
 
+def _parts_clause(ours):
+    """Where ours had a bag of n-grams beside its encoder: each part's test accuracy."""
+    parts = (ours.get("bag_of_ngrams") or {}).get("parts")
+    if not parts:
+        return ""
+    mix = parts["mix"]
+    return (
+        f", test accuracy of the Transformer alone {parts['transformer']['test']['accuracy']:.4f}"
+        f", the bag of n-grams alone {parts['bag_of_ngrams']['test']['accuracy']:.4f}, the mix "
+        f"(Transformer {mix['transformer_weight']}, bag {mix['bag_weight']}) "
+        f"{mix['test']['accuracy']:.4f}"
+    )
+
+
 def details_lines(results):
     """One line per corpus on how ours, the longer keras.io arm and the KerasHub peer
     trained."""
@@ -611,6 +625,7 @@ def details_lines(results):
                 f"{ours['training_seconds']:.0f} s"
                 f"{' (stopped by the time budget)' if ours['stopped_by_time_budget'] else ''}"
                 f"{', settings ' + json.dumps(overrides) if overrides else ''}"
+                f"{_parts_clause(ours)}"
             )
         if "keras-io-long" in by_arm:
             long_arm = by_arm["keras-io-long"]
