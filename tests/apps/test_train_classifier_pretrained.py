@@ -126,7 +126,7 @@ def test_the_run_takes_the_checkpoints_vocabulary_and_sizes(checkpoint, fine_tun
     assert "[CLS] and [SEP]" in chosen["sequence_length"]["reason"]
     # The fine-tuning defaults where no flag was given; the flag where one was.
     assert settings["pooling"] == "mean"
-    assert settings["bag_of_ngrams"] is False
+    assert settings["bag_of_ngrams"] is True
     assert settings["learning_rate"] == 0.003
     assert (folder / "run" / CLASSIFIER_VOCABULARY).read_text().split("\n")[:-1] == VOCABULARY
 
@@ -210,7 +210,6 @@ def test_a_bag_of_ngrams_beside_the_checkpoint_reads_past_it_and_travels_with_th
         tmp_path,
         "--learning-rate",
         "0.003",
-        "--bag-of-ngrams",
         "--sequence-length",
         "6",
         "--ngram-length",
@@ -300,7 +299,7 @@ def test_fine_tuning_defaults_apply_where_no_flag_was_given(checkpoint, capsys):
         )
 
     assert shown(settings()) == ("max", 1e-3, True, 0.3, 12, 0.01, 1.0, None)
-    fine_tuning = ("mean", 5e-5, False, 0.1, 5, 0.01, 1.0, 8)
+    fine_tuning = ("mean", 5e-5, True, 0.1, 5, 0.01, 1.0, 8)
     assert shown(settings("--pretrained", str(checkpoint))) == fine_tuning
     assert settings("--pretrained", str(checkpoint), "--lora-rank", "8").learning_rate == 5e-4
     given = settings("--pretrained", str(checkpoint), "--pooling", "cls", "--learning-rate", "1e-4")

@@ -84,7 +84,6 @@ class ClassifierSettings:
         "bigrams (see --ngram-units), fit after it; the answer sums the two's logits, each at a "
         "weight chosen on validation, where either alone may win ({default})",
         group="model",
-        fine_tuning=False,
     )
     ngram_l2: float = setting(
         None, "L2 penalty of the bag of n-grams ({default})", group="model", from_data=True
