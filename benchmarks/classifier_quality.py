@@ -471,6 +471,8 @@ def run_corpus(corpus_name, args):
                 "split": split,
                 "accuracy": report["accuracy"],
                 "macro_f1": report["macro_f1"],
+                # Ours with a bag of n-grams: each part's validation and test scores.
+                **({"bag_of_ngrams": report["bag_of_ngrams"]} if "bag_of_ngrams" in report else {}),
                 **details,
             },
         )
