@@ -201,16 +201,22 @@ class PretrainedClassifier(BagOfNgramsBeside, keras.Model):
         config.update(
             {
                 "encoder": keras.saving.serialize_keras_object(self.encoder),
-                "num_classes": self.num_classes,
-                "pooling": self.pooling,
-                "dropout": self.dropout,
-                "sequence_length": self.sequence_length,
-                "bag_of_ngrams": self.bag_of_ngrams,
-                "ngram_length": self.ngram_length,
-                "separator_id": self.separator_id,
+                **self._head_arguments(),
             }
         )
         return config
+
+    def _head_arguments(self):
+        """The constructor's arguments but the encoder."""
+        return {
+            "num_classes": self.num_classes,
+            "pooling": self.pooling,
+            "dropout": self.dropout,
+            "sequence_length": self.sequence_length,
+            "bag_of_ngrams": self.bag_of_ngrams,
+            "ngram_length": self.ngram_length,
+            "separator_id": self.separator_id,
+        }
 
     @classmethod
     def from_config(cls, config):
@@ -228,8 +234,8 @@ class PretrainedClassifier(BagOfNgramsBeside, keras.Model):
 
     def save_adapters(self, path):
         """Writes `adapted_weights()` and the arguments that rebuild this classifier on its
-        checkpoint to `path` (a NumPy `.npz`): a few MB where `model.keras` holds the whole
-        encoder. `from_adapters` reads it back.
+        checkpoint to `path` (a NumPy `.npz`), without the checkpoint's own weights, which
+        `model.keras` holds again. `from_adapters` reads it back.
 
         Raises:
             ValueError: the encoder has no low-rank adapters (`lora_rank`).
@@ -239,16 +245,7 @@ class PretrainedClassifier(BagOfNgramsBeside, keras.Model):
                 "save_adapters writes low-rank adapters, and this classifier has none: "
                 "build it with `from_pretrained(..., lora_rank=N)`, or save the whole model."
             )
-        arguments = {
-            "num_classes": self.num_classes,
-            "pooling": self.pooling,
-            "dropout": self.dropout,
-            "sequence_length": self.sequence_length,
-            "bag_of_ngrams": self.bag_of_ngrams,
-            "ngram_length": self.ngram_length,
-            "separator_id": self.separator_id,
-            "lora_rank": self.encoder.lora_rank,
-        }
+        arguments = {**self._head_arguments(), "lora_rank": self.encoder.lora_rank}
         values = [keras.ops.convert_to_numpy(weight) for weight in self.adapted_weights()]
         with open(path, "wb") as adapters_file:
             np.savez(
