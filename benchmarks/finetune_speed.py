@@ -46,6 +46,9 @@ import statistics
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# Ours is built as `apps.train_classifier` builds it: the repository's `apps`, beside
+# benchmarks/, importable however the script is started.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 RESULTS = os.path.join("benchmarks", "results", "finetune_speed.json")
 NUM_CLASSES = 2
