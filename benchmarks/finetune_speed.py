@@ -112,10 +112,12 @@ def parse_args(argv=None):
 
 def app_argv(checkpoint, sequence_length, batch_size, jit_compile):
     """The `apps.train_classifier` flags whose run fine-tunes `checkpoint` at this length
-    and batch size."""
+    and batch size. Without the bag of n-grams the app puts beside it: the peer has none,
+    and the bag is fit after fine-tuning, not stepped with it."""
     return [
         "--pretrained",
         checkpoint,
+        "--no-bag-of-ngrams",
         "--sequence-length",
         str(sequence_length),
         "--batch-size",

@@ -7,11 +7,6 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.data.checkpoint_files import (
-    FAST_TOKENIZER_FILE,
-    VOCABULARY_NAME,
-    tokenizer_rules,
-)
 from keras_transformer.layers.masks import masked_value
 from keras_transformer.models.classifier import BagOfNgramsBeside
 from keras_transformer.models.pretrained import PretrainedEncoder
@@ -325,6 +320,13 @@ class PretrainedClassifier(BagOfNgramsBeside, keras.Model):
 def _separator_id(path):
     """The id of `[SEP]` in the vocabulary of the checkpoint folder `path`; None where the
     folder has no vocabulary (a classifier of token ids only) or no `[SEP]`."""
+    # Here, not at the top: `import keras_transformer.models` stays cheap.
+    from keras_transformer.data.checkpoint_files import (
+        FAST_TOKENIZER_FILE,
+        VOCABULARY_NAME,
+        tokenizer_rules,
+    )
+
     if not any(
         os.path.isfile(os.path.join(path, name)) for name in (VOCABULARY_NAME, FAST_TOKENIZER_FILE)
     ):
