@@ -33,6 +33,16 @@ what Keras picks on a CPU-only machine):
   paper's `d_model // num_heads`, so `tutorial` and `ours` have the same
   weights' shapes (checked before timing; `ours-app` has its two extra norms).
   `--tutorial-key-dim d_model` builds it as the tutorial's code does instead.
+* **translator**: what the translation benchmark trains, at the sizes of the
+  KerasHub peer's short-budget recipe (3+3 blocks, width 256, feed-forward 512,
+  4 heads, batch 64), two ways:
+  - `ours-app`: `build_translator_model`, as in seq2seq;
+  - `keras-hub`: `keras_hub_translator.build_peer_translator`, the peer of
+    translation_quality.py: KerasHub's pre-norm blocks with the same final norms,
+    learned position tables where ours are sinusoidal (checked: the same weight
+    shapes but those two tables).
+  Both compiled alike (Adam, the masked label-smoothed loss), so the ratio is the
+  cost of a training step of the same model, not of a recipe.
 
 Timing (`bench_common.time_interleaved`): in one process, after `--warmup` steps
 each (the first traces), rounds of `--steps` steps per model, interleaved
@@ -91,6 +101,7 @@ from bench_common import (
     write_json,
 )
 from keras import ops
+from keras_hub_translator import DECODER_INPUTS, ENCODER_INPUTS, build_peer_translator
 from reference_block import (
     LAYER_NORM_EPSILON,
     KerasReferenceEncoderBlock,
@@ -531,8 +542,26 @@ def seq2seq_config(length, batch, tutorial_key_dim="paper"):
     return config
 
 
+def translator_config(length, batch):
+    return dict(
+        name=f"L3 d256 T{length}",
+        num_layers=3,
+        d_model=256,
+        num_heads=4,
+        intermediate_dim=512,
+        length=length,
+        batch=batch,
+    )
+
+
+def peer_position_tables(config):
+    """The weight shapes the KerasHub translator has beyond ours: a learned position
+    table a side."""
+    return [(config["length"], config["d_model"])] * 2
+
+
 def build_seq2seq(kind, config):
-    """A built, compiled seq2seq model; `kind` is tutorial, ours or ours-app."""
+    """A built, compiled seq2seq model; `kind` is tutorial, ours, ours-app or keras-hub."""
     sizes = dict(
         d_model=config["d_model"],
         num_heads=config["num_heads"],
@@ -568,6 +597,17 @@ def build_seq2seq(kind, config):
             **sizes,
         )
         model = build_translator_model(settings, VOCABULARY_SIZE, VOCABULARY_SIZE)  # built
+    elif kind == "keras-hub":
+        model = build_peer_translator(
+            VOCABULARY_SIZE,
+            VOCABULARY_SIZE,
+            config["length"],
+            config["num_layers"],
+            config["d_model"],
+            config["intermediate_dim"],
+            config["num_heads"],
+            DROPOUT,
+        )
     else:
         raise ValueError(f"unknown seq2seq kind {kind!r}")
     if not model.built:
@@ -582,13 +622,21 @@ def build_seq2seq(kind, config):
 
 
 def seq2seq_batch(config, seed):
+    """`kind -> (inputs, labels)`: the same ids for every kind, under the input names
+    its model takes."""
     rng = np.random.default_rng(seed)
-    source_ids = padded_token_ids(rng, config["batch"], config["length"])
+    source_ids = tf.constant(padded_token_ids(rng, config["batch"], config["length"]))
     # Decoder inputs and labels share their padding.
     target_ids = padded_token_ids(rng, config["batch"], config["length"])
     labels = np.where(target_ids > 0, rng.integers(1, VOCABULARY_SIZE, size=target_ids.shape), 0)
-    inputs = {"source_ids": tf.constant(source_ids), "target_ids": tf.constant(target_ids)}
-    return inputs, tf.constant(labels.astype("int32"))
+    target_ids, labels = tf.constant(target_ids), tf.constant(labels.astype("int32"))
+
+    def batch_for(kind):
+        if kind == "keras-hub":
+            return {ENCODER_INPUTS: source_ids, DECODER_INPUTS: target_ids}, labels
+        return {"source_ids": source_ids, "target_ids": target_ids}, labels
+
+    return batch_for
 
 
 def seq2seq_flops(config, kind):
@@ -619,11 +667,11 @@ def weight_shapes(model):
     return sorted(tuple(variable.shape) for variable in model.trainable_variables)
 
 
-def check_same_weight_shapes(models, reference, kinds):
+def check_same_weight_shapes(models, reference, kinds, extra_shapes=()):
     """Raises ValueError unless each of `kinds` has the trainable weight shapes of
-    `reference`: a speed ratio between models of different sizes would not
-    compare implementations."""
-    expected = weight_shapes(models[reference])
+    `reference` (plus `extra_shapes`, those only the kinds have): a speed ratio
+    between models of different sizes would not compare implementations."""
+    expected = sorted(weight_shapes(models[reference]) + [tuple(s) for s in extra_shapes])
     for kind in kinds:
         shapes = weight_shapes(models[kind])
         if shapes != expected:
@@ -636,18 +684,35 @@ def check_same_weight_shapes(models, reference, kinds):
             )
 
 
-def benchmark(config, kinds, build, flops_of, batch, rounds, steps, warmup, seed, same_weights=()):
+def benchmark(
+    config,
+    kinds,
+    build,
+    flops_of,
+    batch,
+    rounds,
+    steps,
+    warmup,
+    seed,
+    same_weights=(),
+    extra_shapes=(),
+):
     """Builds every kind, checks that the kinds in `same_weights` have the first
-    kind's weight shapes, then times them interleaved; returns one result dict."""
+    kind's weight shapes (plus `extra_shapes`), then times them interleaved; returns
+    one result dict. `batch` is `(inputs, labels)` or a function of the kind giving them."""
     models = {}
     for kind in kinds:
         keras.utils.set_random_seed(seed)
         models[kind] = build(kind, config)
-    check_same_weight_shapes(models, kinds[0], same_weights)
+    check_same_weight_shapes(models, kinds[0], same_weights, extra_shapes)
     parameters = {kind: int(model.count_params()) for kind, model in models.items()}
+    batches = {kind: batch(kind) if callable(batch) else batch for kind in kinds}
     # train_on_batch returns its loss to Python, so every step has finished when the clock stops.
     seconds = time_interleaved(
-        {kind: lambda model=model: model.train_on_batch(*batch) for kind, model in models.items()},
+        {
+            kind: lambda model=model, kind=kind: model.train_on_batch(*batches[kind])
+            for kind, model in models.items()
+        },
         rounds,
         calls=steps,
         warmup=warmup,
@@ -708,7 +773,9 @@ def format_table(results, kinds, ceiling):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--family", choices=("all", "classifier", "seq2seq"), default="all")
+    parser.add_argument(
+        "--family", choices=("all", "classifier", "seq2seq", "translator"), default="all"
+    )
     parser.add_argument(
         "--rounds", type=int, default=5, help="timed rounds per model (median taken)"
     )
@@ -721,6 +788,7 @@ def main(argv=None):
         "--only", default=None, help="only configurations whose name contains this text"
     )
     parser.add_argument("--seq2seq-batch", type=int, default=32)
+    parser.add_argument("--translator-batch", type=int, default=64)
     parser.add_argument(
         "--tutorial-key-dim",
         choices=("paper", "d_model"),
@@ -754,6 +822,15 @@ def main(argv=None):
                 tutorial_key_dim=32 if args.tutorial_key_dim == "d_model" else 8,
             )
         ]
+        translator_configs = [
+            dict(
+                translator_config(16, 4),
+                name="L1 d32 T16",
+                num_layers=1,
+                d_model=32,
+                intermediate_dim=64,
+            )
+        ]
     else:
         classifier_configs = [
             classifier_config(num_layers, model_dim, length)
@@ -765,11 +842,17 @@ def main(argv=None):
             seq2seq_config(length, args.seq2seq_batch, args.tutorial_key_dim)
             for length in (64, 128)
         ]
+        # Bible verses and dictionary sentences: 30-45 word pieces a side.
+        translator_configs = [
+            translator_config(length, args.translator_batch) for length in (32, 64)
+        ]
     families = []
     if args.family in ("all", "classifier"):
         families.append(("classifier", ["ours", "keras", "keras-hub"], classifier_configs))
     if args.family in ("all", "seq2seq"):
         families.append(("seq2seq", ["ours", "tutorial", "ours-app"], seq2seq_configs))
+    if args.family in ("all", "translator"):
+        families.append(("translator", ["ours-app", "keras-hub"], translator_configs))
 
     print(
         f"TensorFlow {tf.__version__}, Keras {keras.__version__}, {os.cpu_count()} CPUs, "
@@ -803,6 +886,20 @@ def main(argv=None):
                     args.warmup,
                     args.seed,
                     same_weights=["keras", "keras-hub"],
+                )
+            elif family == "translator":
+                result = benchmark(
+                    config,
+                    kinds,
+                    build_seq2seq,
+                    lambda kind: seq2seq_flops(config, kind),
+                    seq2seq_batch(config, args.seed + index),
+                    args.rounds,
+                    args.steps,
+                    args.warmup,
+                    args.seed,
+                    same_weights=["keras-hub"],
+                    extra_shapes=peer_position_tables(config),
                 )
             else:
                 # The tutorial's model matches ours unless built with its code's wider heads.

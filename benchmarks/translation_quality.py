@@ -65,6 +65,7 @@ import time
 import ding_pairs_tsv
 import keras
 from bench_common import set_tensorflow_threads, written_once
+from keras_hub_translator import DECODER_INPUTS, ENCODER_INPUTS, build_peer_translator
 
 RESULTS_DIR = os.path.join("benchmarks", "results", "translation_quality")
 BEAM_WIDTH = 4
@@ -457,7 +458,7 @@ def run_peer(data, args, snapshots):
         return source_ids[:source_length], target_ids[:target_length]
 
     def teacher_forcing(source_ids, target_ids):
-        inputs = {"encoder_inputs": source_ids, "decoder_inputs": target_ids[:, :-1]}
+        inputs = {ENCODER_INPUTS: source_ids, DECODER_INPUTS: target_ids[:, :-1]}
         return inputs, target_ids[:, 1:]
 
     # Batches of pairs of similar length, each padded to its bucket's longest length
@@ -489,33 +490,16 @@ def run_peer(data, args, snapshots):
         .prefetch(tf.data.AUTOTUNE)
     )
 
-    encoder_inputs = keras.Input(shape=(None,), dtype="int32", name="encoder_inputs")
-    decoder_inputs = keras.Input(shape=(None,), dtype="int32", name="decoder_inputs")
-    x = keras_hub.layers.TokenAndPositionEmbedding(
-        source_tokenizer.vocabulary_size(), padded_length, settings.d_model, mask_zero=True
-    )(encoder_inputs)
-    for _ in range(settings.num_layers):
-        x = keras_hub.layers.TransformerEncoder(
-            settings.intermediate_dim,
-            settings.num_heads,
-            dropout=settings.dropout,
-            normalize_first=True,
-        )(x)
-    encoder_outputs = keras.layers.LayerNormalization(epsilon=1e-5)(x)
-    y = keras_hub.layers.TokenAndPositionEmbedding(
-        target_tokenizer.vocabulary_size(), padded_length, settings.d_model, mask_zero=True
-    )(decoder_inputs)
-    for _ in range(settings.num_layers):
-        y = keras_hub.layers.TransformerDecoder(
-            settings.intermediate_dim,
-            settings.num_heads,
-            dropout=settings.dropout,
-            normalize_first=True,
-        )(y, encoder_outputs)
-    y = keras.layers.LayerNormalization(epsilon=1e-5)(y)
-    y = keras.layers.Dropout(settings.dropout)(y)
-    logits = _UnmaskedDense(target_tokenizer.vocabulary_size())(y)
-    model = keras.Model([encoder_inputs, decoder_inputs], logits)
+    model = build_peer_translator(
+        source_tokenizer.vocabulary_size(),
+        target_tokenizer.vocabulary_size(),
+        padded_length,
+        settings.num_layers,
+        settings.d_model,
+        settings.intermediate_dim,
+        settings.num_heads,
+        settings.dropout,
+    )
 
     peak_learning_rate = PEER_PEAK_LEARNING_RATE
     optimizer = keras.optimizers.AdamW(
@@ -622,14 +606,6 @@ def run_peer(data, args, snapshots):
         "snapshots": points,
         "final": final,
     }
-
-
-class _UnmaskedDense(keras.layers.Dense):
-    """The peer's output layer, without the Keras mask: the loss masks padding itself,
-    and Keras would otherwise weight the loss by the mask a second time."""
-
-    def compute_mask(self, inputs, previous_mask=None):
-        return None
 
 
 class WarmupCosineByTime(keras.callbacks.Callback):

@@ -103,6 +103,21 @@ def test_the_like_for_like_check_refuses_a_model_of_other_sizes():
     bench.check_same_weight_shapes(models, "ours", ["tutorial"])
     with pytest.raises(ValueError, match="ours-app does not have the weight shapes of ours"):
         bench.check_same_weight_shapes(models, "ours", ["tutorial", "ours-app"])
+    # The KerasHub translator's position tables are the only shapes it may add.
+    with pytest.raises(ValueError, match=r"only in ours: \[\(8, 16\)\]"):
+        bench.check_same_weight_shapes(
+            models, "ours", ["tutorial"], bench.peer_position_tables(TINY_SEQ2SEQ)
+        )
+
+
+def test_every_kind_of_seq2seq_trains_on_the_same_ids_under_its_own_input_names():
+    batch_for = bench.seq2seq_batch(TINY_SEQ2SEQ, seed=0)
+    (ours, ours_labels), (peer, peer_labels) = batch_for("ours-app"), batch_for("keras-hub")
+    assert sorted(ours) == ["source_ids", "target_ids"]
+    assert sorted(peer) == ["decoder_inputs", "encoder_inputs"]
+    np.testing.assert_array_equal(ours["source_ids"], peer["encoder_inputs"])
+    np.testing.assert_array_equal(ours["target_ids"], peer["decoder_inputs"])
+    np.testing.assert_array_equal(ours_labels, peer_labels)
 
 
 def test_tutorial_and_ours_seq2seq_have_the_same_weights_and_outputs_shape():
@@ -112,7 +127,7 @@ def test_tutorial_and_ours_seq2seq_have_the_same_weights_and_outputs_shape():
         for kind, model in models.items()
     }
     assert shapes["tutorial"] == shapes["ours"]
-    inputs, _ = bench.seq2seq_batch(TINY_SEQ2SEQ, seed=0)
+    inputs, _ = bench.seq2seq_batch(TINY_SEQ2SEQ, seed=0)("ours")
     expected_shape = (TINY_SEQ2SEQ["batch"], TINY_SEQ2SEQ["length"], bench.VOCABULARY_SIZE)
     for model in models.values():
         logits = np.asarray(model(inputs))
