@@ -1,4 +1,5 @@
-"""Runs Python code in a subprocess where TensorFlow cannot be imported, on JAX.
+"""Runs Python code in a subprocess where TensorFlow cannot be imported, on JAX
+(or another backend that needs no TensorFlow).
 
 As on the lent GPU machines: `KERAS_BACKEND=jax`, and `import tensorflow`
 (or `tensorflow_text`, `tensorflow_datasets`) raises ImportError. The code
@@ -34,13 +35,14 @@ for _name in {HIDDEN_MODULES!r}:
 POSTLUDE = f"""
 _imported = [name for name in {HIDDEN_MODULES!r} if sys.modules.get(name) is not None]
 assert not _imported, f"TensorFlow was imported: {{_imported}}"
-import keras
-assert keras.backend.backend() == "jax", keras.backend.backend()
+import keras, os
+assert keras.backend.backend() == os.environ["KERAS_BACKEND"], keras.backend.backend()
 """
 
 
-def run_without_tensorflow(code, timeout=300, env=None, cwd=REPOSITORY):
-    """Runs `code` (a string of Python) without TensorFlow, on JAX; returns the `CompletedProcess`.
+def run_without_tensorflow(code, timeout=300, env=None, cwd=REPOSITORY, backend="jax"):
+    """Runs `code` (a string of Python) without TensorFlow, on Keras' `backend`; returns the
+    `CompletedProcess`.
 
     Raises AssertionError with the subprocess's output when it fails or
     imported TensorFlow; `subprocess.TimeoutExpired` after `timeout` seconds.
@@ -50,12 +52,12 @@ def run_without_tensorflow(code, timeout=300, env=None, cwd=REPOSITORY):
         environment = {
             "JAX_COMPILATION_CACHE_DIR": own_cache,
             **os.environ,
-            "KERAS_BACKEND": "jax",
             "JAX_PLATFORMS": "cpu",
             "PYTHONPATH": REPOSITORY,
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
             **(env or {}),
+            "KERAS_BACKEND": backend,
         }
         result = subprocess.run(
             [sys.executable, "-c", program],
@@ -66,7 +68,7 @@ def run_without_tensorflow(code, timeout=300, env=None, cwd=REPOSITORY):
             cwd=cwd,
         )
     assert result.returncode == 0, (
-        f"exit status {result.returncode} without TensorFlow\n--- stdout\n{result.stdout[-6000:]}"
+        f"exit status {result.returncode} without TensorFlow, on {backend}\n--- stdout\n{result.stdout[-6000:]}"
         f"\n--- stderr\n{result.stderr[-6000:]}"
     )
     return result

@@ -9,7 +9,9 @@ subprocess with `KERAS_BACKEND=jax`, where `import tensorflow` fails
 library's TensorFlow-free decode loops and detokenizer. `apps.export` exports both run
 folders (the classifier's in a TensorFlow process of its own, as a JAX
 training app does); a fresh process that cannot import the project loads the
-exports with `tf.saved_model.load` and answers the raw strings.
+exports with `tf.saved_model.load` and answers the raw strings. A second
+subprocess, on PyTorch and without TensorFlow, decodes the same translator run
+with the same loops: its greedy and beam translations are the export's.
 
 With transformers and PyTorch installed, a small random BERT checkpoint
 (`save_pretrained`) goes the same way: `apps.tokenize classifier --pretrained`
@@ -84,33 +86,21 @@ TRANSLATOR_TRAINING_FLAGS = [
     and TRANSLATOR_FLAGS[index - 1] not in TRANSLATOR_TOKEN_FLAGS[::2]
 ]
 
-# The JAX side, without TensorFlow or matplotlib: train from the token folders,
-# then answer `TEXTS` (encoded here, with the folders' vocabularies) with each model.
-JAX_SIDE = """
-import sys
-sys.modules["matplotlib"] = None  # the core install, as on a GPU machine: no plots
-
+# The translator run's model answers `TEXTS` (the request's ids) with the library's
+# TensorFlow-free decoding loops, on whichever backend runs it.
+TRANSLATOR_ANSWERS = """
 import json, os
 import numpy as np
 import keras
 
-from apps import train_classifier, train_translator
+import keras_transformer.models  # registers the classes model.keras names
 from keras_transformer.decoding import beam_search_loop, greedy_decode_loop
 from keras_transformer.text.vocabulary import END, START, detokenize
 from keras_transformer.training.runs import RunFolder
 from keras_transformer.training.translator.settings import TranslatorSettings
 from keras_transformer.training.translator.tokenizing import run_vocabularies
 
-request = json.loads(os.environ["JAX_REQUEST"])
-answers = {}
-
-assert train_classifier.main(request["classifier_argv"]) == 0
-model = keras.models.load_model(os.path.join(request["classifier_run"], "model.keras"), compile=False)
-answers["probabilities"] = np.asarray(
-    model.predict(np.asarray(request["classifier_ids"], np.int32), verbose=0)).tolist()
-
 run_dir = request["translator_run"]
-assert train_translator.main(request["translator_argv"]) == 0
 model = keras.models.load_model(os.path.join(run_dir, "model.keras"), compile=False)
 with open(os.path.join(run_dir, "settings.json")) as settings_file:
     settings = TranslatorSettings(**json.load(settings_file)["settings"])
@@ -122,6 +112,33 @@ best, _ = beam_search_loop(model, np.asarray(request["translator_ids"], np.int32
                            target_vocabulary.index(START), target_vocabulary.index(END),
                            beam_width=request["beam_width"], length_penalty=request["length_penalty"])
 answers["beam_translations"] = detokenize(best, target_vocabulary)
+"""
+
+# The JAX side, without TensorFlow or matplotlib: train from the token folders,
+# then answer `TEXTS` (encoded here, with the folders' vocabularies) with each model.
+JAX_SIDE = (
+    """
+import sys
+sys.modules["matplotlib"] = None  # the core install, as on a GPU machine: no plots
+
+import json, os
+import numpy as np
+import keras
+
+from apps import train_classifier, train_translator
+
+request = json.loads(os.environ["JAX_REQUEST"])
+answers = {}
+
+assert train_classifier.main(request["classifier_argv"]) == 0
+model = keras.models.load_model(os.path.join(request["classifier_run"], "model.keras"), compile=False)
+answers["probabilities"] = np.asarray(
+    model.predict(np.asarray(request["classifier_ids"], np.int32), verbose=0)).tolist()
+
+assert train_translator.main(request["translator_argv"]) == 0
+"""
+    + TRANSLATOR_ANSWERS
+    + """
 
 if "pretrained_argv" in request:  # a checkpoint fine-tuned from its token folder
     assert train_classifier.main(request["pretrained_argv"]) == 0
@@ -135,6 +152,7 @@ with open(os.path.join(run_dir, "samples.json")) as samples_file:
     answers["samples"] = json.load(samples_file)
 print("ANSWERS " + json.dumps(answers))
 """
+)
 
 # The TensorFlow side: LOADER_HEADER's fresh process (the project unimportable,
 # `saved_model_cli` on the classifier) loads both exports.
@@ -374,6 +392,40 @@ def jax_runs(token_folders, pretrained_tokens, tmp_path_factory):
     return classifier_run, translator_run, answers
 
 
+# The JAX-trained translator decoded on PyTorch, without TensorFlow.
+TORCH_SIDE = (
+    """
+import json, os
+request = json.loads(os.environ["TORCH_REQUEST"])
+answers = {}
+"""
+    + TRANSLATOR_ANSWERS
+    + """
+answers["backend"] = keras.backend.backend()
+print("ANSWERS " + json.dumps(answers))
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def torch_answers(token_folders, jax_runs):
+    """The JAX-trained translator's greedy and beam translations of `TEXTS`, decoded by the
+    library's loops on PyTorch."""
+    _, translator_run, _ = jax_runs
+    request = {
+        "translator_run": translator_run,
+        "translator_ids": encode_texts(token_folders[1], "translator").tolist(),
+        "beam_width": export_app.DEFAULT_BEAM_WIDTH,
+        "length_penalty": export_app.DEFAULT_LENGTH_PENALTY,
+    }
+    done = run_without_tensorflow(
+        TORCH_SIDE, timeout=300, env={"TORCH_REQUEST": json.dumps(request)}, backend="torch"
+    )
+    answers = last_json_line(done.stdout, "ANSWERS ")
+    assert answers["backend"] == "torch"
+    return answers
+
+
 @pytest.fixture(scope="module")
 def exported(jax_runs, tmp_path_factory):
     """Both runs exported under TensorFlow: `(classifier, translator)` version folders, and what
@@ -430,6 +482,15 @@ def test_jax_beam_search_loop_gives_the_exports_beam_translations(jax_runs, load
     """`beam_search_loop` on JAX keeps the hypotheses the export's graph beam search keeps."""
     assert loaded_fresh["beam"] == jax_runs[2]["beam_translations"]
     # A model that says one thing to every text would match too easily.
+    assert len(set(loaded_fresh["beam"])) > 2, loaded_fresh["beam"]
+
+
+def test_torch_decoding_loops_give_the_exports_greedy_and_beam_translations(
+    torch_answers, loaded_fresh
+):
+    """The same trained weights decoded on PyTorch keep the tokens the export's graph keeps."""
+    assert torch_answers["translations"] == loaded_fresh["greedy"]
+    assert torch_answers["beam_translations"] == loaded_fresh["beam"]
     assert len(set(loaded_fresh["beam"])) > 2, loaded_fresh["beam"]
 
 
