@@ -75,6 +75,7 @@ def store_float16(path):
                 if info.filename == WEIGHTS_MEMBER:
                     data = _float16_weights(data)
                 archive.writestr(info, data)
+        shutil.copymode(path, written)  # not mkstemp's owner-only mode
         shutil.move(written, path)
     finally:
         if os.path.exists(written):

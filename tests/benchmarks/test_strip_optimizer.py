@@ -108,7 +108,9 @@ def test_weights_float16_cannot_hold_and_integer_ones_stay_as_they_are(tmp_path)
     layer.count.assign([7, 9])
     path = tmp_path / "model.keras"
     model.save(path)
+    path.chmod(0o644)
     strip_optimizer.store_float16(path)
+    assert path.stat().st_mode & 0o777 == 0o644
     dtypes = sorted(weights_datasets(path).values(), key=str)
     assert dtypes == [np.dtype("float16"), np.dtype("float32"), np.dtype("int32")]
     loaded = keras.models.load_model(
