@@ -13,6 +13,7 @@ switches to a newer one when it appears, without dropping requests.
 """
 
 import argparse
+import dataclasses
 import logging
 import os
 import socket
@@ -93,7 +94,8 @@ def _add_model_arguments(parser):
         action="store_true",
         help="serve the attention explorer, a web page at / that sends a text to a model and "
         "draws its answer and attention weights; also makes every model's `attention` "
-        "signature public, at most 4 examples a request",
+        "signature public, at most 4 examples a request, and a translator's `translate` "
+        "(the decoding the page chooses)",
     )
     parser.add_argument(
         "--poll-seconds",
@@ -189,8 +191,9 @@ def _add_connection_arguments(parser):
 
 
 def served_models(args):
-    """The `ModelConfig`s that --model or --model-config-file and --signatures
+    """The `ModelConfig`s that --model or --model-config-file, --signatures and --explorer
     ask for; exits with a message naming what is wrong."""
+    from keras_transformer.export.controls import CONTROLLED_SIGNATURE
     from keras_transformer.serving.explorer import ATTENTION_SIGNATURE
     from keras_transformer.serving.model_config import (
         ModelConfigError,
@@ -213,7 +216,17 @@ def served_models(args):
         signatures = [name for names in args.signatures for name in names.split(",")]
         if args.explorer:
             signatures.append(ATTENTION_SIGNATURE)
-        return with_signatures(configs, signatures)
+        configs = with_signatures(configs, signatures)
+        if args.explorer:
+            # Only translators have it: a classifier without it is no mistake to log.
+            configs = [
+                dataclasses.replace(
+                    config,
+                    optional_signatures=(*config.optional_signatures, CONTROLLED_SIGNATURE),
+                )
+                for config in configs
+            ]
+        return configs
     except ModelConfigError as error:
         sys.exit(f"error: {error}")
 

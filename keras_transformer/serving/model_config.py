@@ -73,7 +73,11 @@ class ModelConfig:
         version_policy: which versions serve.
         version_labels: {label: version}, for `/labels/LABEL` URLs.
         signatures: signatures served beside `serving_default`; an export's
-            others (such as `attention`) are hidden from every API.
+            others (such as `attention`) are hidden from every API. One an
+            export lacks is logged when its version loads.
+        optional_signatures: signatures served as `signatures` are, where an
+            export has them, and not logged where it has not (the explorer's
+            `translate`, which only translators have).
     """
 
     name: str
@@ -81,9 +85,10 @@ class ModelConfig:
     version_policy: VersionPolicy = VersionPolicy()
     version_labels: dict = dataclasses.field(default_factory=dict)
     signatures: tuple = ()
+    optional_signatures: tuple = ()
 
     def public_signatures(self):
-        return frozenset((DEFAULT_SIGNATURE, *self.signatures))
+        return frozenset((DEFAULT_SIGNATURE, *self.signatures, *self.optional_signatures))
 
 
 def model_configs(base_paths, signatures=()):

@@ -2,7 +2,8 @@
 Playwright against `python -m apps.serve --explorer` on the tiny exports.
 
 For each model the page must show what the REST API answers (the label and
-every class's probability, or the translation) and draw, for every layer and
+every class's probability, or the translations and scores of `translate` with
+the decoding the page's controls choose) and draw, for every layer and
 head, heatmap cells that carry the weights the `attention` signature returns
 (`data-weight` per cell), darker for larger weights, with the tokens on both
 axes; at 390 px (a phone) and 1280 px wide. Bad input (an empty text, a 200 KB
@@ -103,6 +104,43 @@ def rest_predict(server, model, text, signature="serving_default"):
     )
     assert response.status_code == 200, response.text
     return response.json()["predictions"][0]
+
+
+def rest_translate(server, text, **controls):
+    """The translator's `translate` answer over REST to `text` with `controls`:
+    [(translation, score)], best first."""
+    response = httpx.post(
+        f"{server.url}/v1/models/translator:predict",
+        json={"signature_name": "translate", "inputs": {"text": [text], **controls}},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    outputs = response.json()["outputs"]
+    return list(zip(outputs["translations"][0], outputs["scores"][0]))
+
+
+def shown_translations(page):
+    """The ranked translations the page shows: [(translation, score)], as listed."""
+    return [
+        tuple(item)
+        for item in page.eval_on_selector_all(
+            "#translations li",
+            "items => items.map(i => [i.querySelector('.ranked-text').textContent, "
+            "+i.dataset.score])",
+        )
+    ]
+
+
+def record_predicts(page):
+    """The bodies the page posts to `:predict`, as they are sent (a list filled as it goes)."""
+    bodies = []
+    page.on(
+        "request",
+        lambda request: (
+            bodies.append(json.loads(request.post_data)) if ":predict" in request.url else None
+        ),
+    )
+    return bodies
 
 
 def ask(page, model, text, by="enter"):
@@ -242,7 +280,11 @@ def test_the_translation_and_its_attention(open_page, server, tmp_path, width):
     ask(page, "translator", text, by="button")
     translation = rest_predict(server, "translator", text)
     attention = rest_predict(server, "translator", text, "attention")
-    expect_text(page, "#answer-text", translation)
+    # The export's defaults, preselected, answer as serving_default: its beam search's best.
+    shown = shown_translations(page)
+    assert shown == rest_translate(server, text)
+    assert [words for words, _ in shown] == [translation]
+    assert page.locator("#answer-text").is_hidden()
     assert page.locator("#probabilities .bar-row").count() == 0
     assert_heatmaps(page, attention, attention)
     # The rows are the greedy translation's tokens, which the page spells out
@@ -324,7 +366,7 @@ def test_a_server_error_and_an_unreachable_server_are_explained(open_page, serve
     page.unroute(re.compile(r".*:predict$"))
     ask(page, "translator", "the team won the final")
     assert page.locator("#error").is_hidden()
-    expect_text(page, "#answer-text", rest_predict(server, "translator", "the team won the final"))
+    assert shown_translations(page) == rest_translate(server, "the team won the final")
 
 
 def test_a_model_that_went_away(open_page, server, tmp_path):
@@ -359,17 +401,18 @@ def test_a_model_that_went_away(open_page, server, tmp_path):
     assert "Traceback" not in server.log()
 
 
-def stub_the_classifier(page, server, **summary):
-    """Routes `/explorer/models` to the server's own answer with the classifier's summary
+def stub_model(page, name, **summary):
+    """Routes `/explorer/models` to the server's own answer with model `name`'s summary
     updated by `summary`, and reloads the page. The shared server serves no classifier with
-    a bag of n-grams (one would cost the session a bag's graph to trace and export), so a
-    notice the server would send for one is stubbed here; tests/serving/test_explorer.py and
-    tests/export/ cover what the server and the export say of such a model."""
+    a bag of n-grams (one would cost the session a bag's graph to trace and export), nor a
+    translator exported before `translate`, so what the server would send for one is stubbed
+    here; tests/serving/test_explorer.py and tests/export/ cover what the server and the
+    export say of such a model."""
 
     def answer(route):
         models = route.fetch().json()
         for model in models["models"]:
-            if model["name"] == "classifier":
+            if model["name"] == name:
                 model.update(summary)
         route.fulfill(json=models)
 
@@ -410,8 +453,8 @@ def test_the_attention_notice_is_shown_for_a_model_that_has_one(open_page, serve
         "bag_tokens": 16,
         "encoder": False,
     }
-    stub_the_classifier(
-        page, server, attention=False, parts=alone, attention_notice=attention_notice(alone)
+    stub_model(
+        page, "classifier", attention=False, parts=alone, attention_notice=attention_notice(alone)
     )
     signatures.clear()
     ask(page, "classifier", text)
@@ -427,11 +470,213 @@ def test_the_attention_notice_is_shown_for_a_model_that_has_one(open_page, serve
 
     # A mix whose bag reads past the maps: the notice above the maps, which are drawn.
     mixed = {**alone, "transformer_weight": 1.0, "bag_tokens": 40, "encoder": True}
-    stub_the_classifier(
-        page, server, attention=True, parts=mixed, attention_notice=attention_notice(mixed)
+    stub_model(
+        page, "classifier", attention=True, parts=mixed, attention_notice=attention_notice(mixed)
     )
     ask(page, "classifier", text)
     expect(notice).to_have_text(attention_notice(mixed))
     expect(notice).to_be_visible()
     expect(page.locator("#heatmap .cell").first).to_be_visible()
     shot(page, tmp_path, "mix-notice")
+
+
+def listed_controls(server):
+    """The translator's `request_controls` as the server lists them for the page."""
+    models = httpx.get(f"{server.url}/explorer/models", timeout=10).json()["models"]
+    return next(model for model in models if model["name"] == "translator")["request_controls"]
+
+
+def field(page, selector):
+    """A control's value and limits as the page holds them: (value, min, max)."""
+    return tuple(page.eval_on_selector(selector, "e => [e.value, e.min, e.max]"))
+
+
+def test_beam_width_and_translations_are_chosen_on_the_page(open_page, server, tmp_path):
+    from playwright.sync_api import expect
+
+    page = open_page(390)
+    sent = record_predicts(page)
+    text = "y dijo dios sea la luz"
+    page.select_option("#model", "translator")
+    # The export's controls with its defaults chosen: a beam of 2 at most (serving_helpers.py),
+    # one translation, no sampling.
+    expect(page.locator("#decoding")).to_be_visible()
+    assert field(page, "#beam-width") == ("2", "1", "2")
+    assert field(page, "#num-translations") == ("1", "1", "2")
+    assert not page.is_checked("#sampling")
+    expect(page.locator("#sampling-controls")).to_be_hidden()
+    expect_text(page, "#beam-width-hint", "Between 1 and 2; 1 is greedy decoding.")
+
+    page.fill("#text", text)
+    page.fill("#num-translations", "2")
+    page.press("#num-translations", "Enter")  # Enter in a control sends, as in the text
+    expect_text(page, "#status", "translator answered.")
+    expected = rest_translate(server, text, beam_width=2, num_translations=2)
+    assert len(expected) == 2 and shown_translations(page) == expected
+    assert page.locator("#translations .ranked-score").all_text_contents() == [
+        f"score {score:.3f}" for _, score in expected
+    ]
+    expect_text(page, "#answer-title", "Translations, best first")
+    assert {body["signature_name"]: body for body in sent} == {
+        "translate": {
+            "signature_name": "translate",
+            "inputs": {"text": [text], "beam_width": 2, "num_translations": 2, "sampling": False},
+        },
+        "attention": {"signature_name": "attention", "instances": [text]},
+    }
+    # The maps still follow the greedy decoding, and the page says so.
+    expect(page.locator("#heatmap .cell").first).to_be_visible()
+    expect_text(
+        page,
+        "#decoding-note",
+        re.compile(
+            r"^The maps follow the greedy translation “.*”; the translations above are "
+            r"from beam search \(width 2\), so they can differ from it\.$"
+        ),
+    )
+    assert_fits(page, 390)
+    shot(page, tmp_path, "two-translations-390")
+
+    # The translations' limit follows the beam width.
+    page.fill("#beam-width", "1")
+    assert field(page, "#num-translations")[2] == "1"
+    expect_text(
+        page, "#num-translations-hint", "Between 1 and 1 (the beam width); shown best first."
+    )
+    page.fill("#num-translations", "1")
+    ask(page, "translator", text)
+    assert shown_translations(page) == rest_translate(server, text, beam_width=1)
+    expect_text(page, "#answer-title", "Translation")
+    expect_text(
+        page,
+        "#decoding-note",
+        re.compile(r"with a beam width of 1 the translation above is greedy too\.$"),
+    )
+
+
+def test_seeded_sampling_chosen_from_the_keyboard_is_repeatable(open_page, server, tmp_path):
+    from playwright.sync_api import expect
+
+    page = open_page(1280)
+    sent = record_predicts(page)
+    text = "la casa es azul"
+    page.select_option("#model", "translator")
+    page.fill("#text", text)
+    page.focus("#text")
+    focused = []
+    for _ in range(3):
+        page.keyboard.press("Tab")
+        focused.append(page.evaluate("document.activeElement.id"))
+    assert focused == ["beam-width", "num-translations", "sampling"]
+    page.keyboard.press("Space")
+    assert page.is_checked("#sampling")
+    expect(page.locator("#sampling-controls")).to_be_visible()
+    defaults = [
+        page.input_value(selector) for selector in ("#temperature", "#top-k", "#top-p", "#seed")
+    ]
+    assert defaults == ["1", "0", "1", "0"]
+    for _ in range(5):
+        page.keyboard.press("Tab")
+        focused.append(page.evaluate("document.activeElement.id"))
+    assert focused[3:] == ["temperature", "top-k", "top-p", "seed", "submit"]
+
+    controls = {"num_translations": 2, "temperature": 1.5, "top_p": 0.9, "seed": 7}
+    for name, value in controls.items():
+        page.fill(f"#{name.replace('_', '-')}", str(value))
+    expected = rest_translate(server, text, beam_width=2, sampling=True, top_k=0, **controls)
+    for _ in range(2):
+        page.evaluate("document.getElementById('translations').replaceChildren()")
+        page.press("#seed", "Enter")
+        expect_text(page, "#status", "translator answered.")
+        assert shown_translations(page) == expected
+    assert [body["inputs"] for body in sent if body["signature_name"] == "translate"] == [
+        {"text": [text], "beam_width": 2, "sampling": True, "top_k": 0, **controls}
+    ] * 2
+    expect_text(
+        page,
+        "#decoding-note",
+        re.compile(r"the translations above are sampled, so they can differ from it\.$"),
+    )
+    shot(page, tmp_path, "sampling-1280")
+
+
+def test_controls_out_of_range_cannot_be_sent(open_page, server, tmp_path):
+    page = open_page(1280)
+    sent = record_predicts(page)
+    page.select_option("#model", "translator")
+    page.fill("#text", "la casa es azul")
+    page.check("#sampling")
+    vocabulary = listed_controls(server)["inputs"]["top_k"]["maximum"]
+    cases = [
+        ("#beam-width", "3", "Beam width must be between 1 and 2, got 3."),
+        ("#beam-width", "0", "Beam width must be between 1 and 2, got 0."),
+        ("#beam-width", "1.5", "Beam width must be a whole number, got 1.5."),
+        ("#beam-width", "", "Beam width needs a number."),
+        ("#num-translations", "3", "Translations must be between 1 and 2 (the beam width), got 3."),
+        ("#temperature", "0", "Temperature must be above 0, got 0."),
+        (
+            "#top-k",
+            str(vocabulary + 1),
+            f"Top-k must be between 0 and {vocabulary}, got {vocabulary + 1}.",
+        ),
+        ("#top-p", "1.5", "Top-p must be above 0 and at most 1, got 1.5."),
+        (
+            "#seed",
+            "1e300",
+            "Seed must be between -9007199254740991 and 9007199254740991, got 1e300.",
+        ),
+    ]
+    for selector, bad, message in cases:
+        good = page.input_value(selector)
+        page.fill(selector, bad)
+        page.press(selector, "Enter")
+        expect_text(page, "#error", message)
+        assert page.evaluate("document.activeElement.id") == selector[1:]
+        assert page.get_attribute(selector, "aria-invalid") == "true"
+        page.fill(selector, good)
+    assert sent == []
+    shot(page, tmp_path, "out-of-range")
+    ask(page, "translator", "la casa es azul")
+    assert page.locator("#error").is_hidden()
+    assert page.locator("[aria-invalid]").count() == 0
+    assert len(shown_translations(page)) == 1
+
+
+def test_a_refused_control_is_explained_and_an_old_export_answers_as_before(
+    open_page, server, tmp_path
+):
+    from playwright.sync_api import expect
+
+    text = "el perro come pan"
+    page = open_page(1280)
+    # A model list that says the beam may be 5 wide (a version since replaced by one with a
+    # narrower beam, say): the page sends 3, and shows what the server answers.
+    wider = listed_controls(server)
+    wider["inputs"]["beam_width"]["maximum"] = 5
+    stub_model(page, "translator", request_controls=wider)
+    page.select_option("#model", "translator")
+    page.fill("#beam-width", "3")
+    page.fill("#text", text)
+    page.press("#text", "Enter")
+    expect_text(
+        page,
+        "#error",
+        "The server refused this request: Input 'beam_width' must be between 1 and 2, got 3.",
+    )
+    expect(page.locator("#answer")).to_be_hidden()
+    assert page.locator("#submit").is_enabled()
+    shot(page, tmp_path, "refused-control")
+
+    # An export without `translate`: no controls, and the page asks serving_default as before.
+    stub_model(page, "translator", request_controls=None)
+    sent = record_predicts(page)
+    ask(page, "translator", text)
+    expect(page.locator("#decoding")).to_be_hidden()
+    expect_text(page, "#answer-text", rest_predict(server, "translator", text))
+    assert page.locator("#translations").is_hidden()
+    assert sorted(body["signature_name"] for body in sent) == ["attention", "serving_default"]
+    expect_text(
+        page,
+        "#decoding-note",
+        re.compile(r"the translation above comes from beam search, so the two can differ\.$"),
+    )

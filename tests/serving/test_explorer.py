@@ -1,8 +1,11 @@
 """The attention explorer over HTTP: the page, its assets and its model list
 are served only with `--explorer` (ServerSettings.explorer), which also makes
-the exports' `attention` signature public with a small per-request cap.
+the exports' `attention` signature public with a small per-request cap, and a
+translator's `translate`, whose controls the model list reports.
 The page itself is driven in a real browser by tests/browser/test_explorer_browser.py."""
 
+import json
+import os
 import re
 
 import httpx
@@ -24,10 +27,10 @@ PAGE_ROUTES = [
 
 @pytest.fixture(scope="module")
 def serve(exports, direct_models_loader):
-    def serve(models=None, **settings):
+    def serve(models=None, signatures=(), **settings):
         models = models or {"classifier": exports.classifier, "translator": exports.translator}
         repository = ModelRepository(
-            model_configs(models), loader=direct_models_loader, poll_seconds=0
+            model_configs(models, signatures), loader=direct_models_loader, poll_seconds=0
         )
         return TestClient(
             create_app(repository, ServerSettings(**settings)), raise_server_exceptions=False
@@ -101,6 +104,7 @@ def test_the_model_list_names_each_model_its_version_and_kind(serve, exports, tm
                     "encoder": True,
                 },
                 "attention_notice": None,
+                "request_controls": None,
             },
             {
                 "name": "translator",
@@ -108,6 +112,8 @@ def test_the_model_list_names_each_model_its_version_and_kind(serve, exports, tm
                 "kind": "translator",
                 "attention": False,
                 "class_names": None,
+                # Its `translate` is not public here: the page sends to serving_default.
+                "request_controls": None,
             },
             {
                 "name": "waiting",
@@ -115,14 +121,41 @@ def test_the_model_list_names_each_model_its_version_and_kind(serve, exports, tm
                 "kind": None,
                 "attention": False,
                 "class_names": None,
+                "request_controls": None,
             },
         ]
     }
 
 
+def recorded_controls(exports):
+    """The `"request_controls"` the translator's export wrote beside its SavedModel, read here
+    without the library."""
+    path = os.path.join(exports.version_dir("translator"), "assets.extra", "translator.json")
+    with open(path, encoding="utf-8") as config_file:
+        return json.load(config_file)["request_controls"]
+
+
+def test_the_model_list_gives_a_served_translate_signatures_controls(serve, exports):
+    with serve(signatures=["translate"], explorer=True) as client:
+        listed = {model["name"]: model for model in client.get("/explorer/models").json()["models"]}
+    controls = listed["translator"]["request_controls"]
+    assert controls == recorded_controls(exports)
+    # The serving exports' translator searches with a beam of 2 (serving_helpers.py): the page
+    # offers 1 to 2, and 2 first.
+    assert controls["signature"] == "translate"
+    assert controls["inputs"]["beam_width"] == {
+        "dtype": "int32",
+        "default": 2,
+        "minimum": 1,
+        "maximum": 2,
+    }
+    assert controls["inputs"]["num_translations"]["maximum"] == "beam_width"
+    assert listed["classifier"]["request_controls"] is None
+
+
 @pytest.mark.timeout(600)  # the session's exports and the server start inside it when it runs first
 def test_the_explorer_flag_serves_the_page_and_a_capped_attention_signature(
-    explorer_server, direct_models
+    explorer_server, direct_models, exports
 ):
     """`apps.serve --explorer`: tests/serving/conftest.py's `explorer_server`, which the browser
     tests share (its third model, `doomed`, is one a browser test takes away)."""
@@ -134,6 +167,17 @@ def test_the_explorer_flag_serves_the_page_and_a_capped_attention_signature(
         assert [
             (model["name"], model["attention"]) for model in listed if model["name"] != "doomed"
         ] == [("classifier", True), ("translator", True)]
+        # A translator's `translate` is served too, and its controls listed for the page.
+        assert [model["request_controls"] for model in listed if model["name"] != "doomed"] == [
+            None,
+            recorded_controls(exports),
+        ]
+        body = {"signature_name": "translate", "inputs": {"text": texts, "num_translations": 2}}
+        response = client.post("/v1/models/translator:predict", json=body)
+        assert response.status_code == 200, response.text
+        assert np.shape(response.json()["outputs"]["scores"]) == (len(texts), 2)
+        signatures = client.get("/v1/models/classifier/metadata").json()["metadata"]
+        assert "translate" not in signatures["signature_def"]["signature_def"]
         for model in ("classifier", "translator"):
             body = {"signature_name": "attention", "inputs": {"text": texts}}
             response = client.post(f"/v1/models/{model}:predict", json=body)
@@ -158,6 +202,9 @@ def test_the_explorer_flag_serves_the_page_and_a_capped_attention_signature(
             assert response.status_code == 200 and len(response.json()["predictions"]) == 12
     log = server.log()
     assert "Attention explorer at http://127.0.0.1:" in log and "Traceback" not in log
+    # A classifier has no `translate`, which is no mistake of the operator's to warn of (each
+    # model here has every other signature the flag makes public).
+    assert "has no signature" not in log
 
 
 def test_the_flag_and_its_cap_are_in_the_help():

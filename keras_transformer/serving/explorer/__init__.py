@@ -2,9 +2,10 @@
 
 The page (index.html, explorer.css, explorer.js, shipped in this package and
 built by no tool) lists the served models from `GET /explorer/models`, sends
-a text to a model's REST `predict` on `serving_default` and `attention`, and
-draws the answer and the attention weights. It talks to nothing else, so it
-works offline.
+a text to a model's REST `predict` on `serving_default` (on a translator's
+`translate`, with the decoding its controls choose, where that is served) and
+`attention`, and draws the answer and the attention weights. It talks to
+nothing else, so it works offline.
 """
 
 import os
@@ -12,6 +13,7 @@ import os
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from keras_transformer.export.controls import CONTROLLED_SIGNATURE
 from keras_transformer.export.parts import attention_notice, read_parts
 from keras_transformer.serving.protocol import RequestError
 
@@ -73,8 +75,11 @@ class ModelList:
 def model_summary(model):
     """What the page needs to know of a `ServedModel`: name, newest version serving
     (None if none), kind (`classifier`, `translator`, or `other` for an export the
-    page cannot draw), whether its `attention` signature is served, and a
-    classifier's class names (index = column of `probabilities`)."""
+    page cannot draw), whether its `attention` signature is served, a
+    classifier's class names (index = column of `probabilities`), and a
+    translator's `request_controls` (`keras_transformer.export.controls`: the
+    signature that takes them, each control's dtype, default and range) where
+    that signature is served, else None."""
     served = model.current
     summary = {
         "name": model.name,
@@ -82,6 +87,7 @@ def model_summary(model):
         "kind": None,
         "attention": False,
         "class_names": None,
+        "request_controls": None,
     }
     if served is None:
         return summary
@@ -100,6 +106,8 @@ def model_summary(model):
         parts = read_parts(served.path)
         summary["parts"] = parts
         summary["attention_notice"] = attention_notice(parts)
+    elif kind == "translator":
+        summary["request_controls"] = served.controls.get(CONTROLLED_SIGNATURE)
     return summary
 
 

@@ -1,5 +1,6 @@
 // The attention explorer: lists the served models, sends a text to a model's
-// REST predict (serving_default for the answer, attention for the weights) and
+// REST predict (serving_default for the answer, or a translator's translate
+// with the decoding the page's controls choose; attention for the weights) and
 // draws both. Hand-written, no library: it must work offline from the server.
 "use strict";
 
@@ -26,6 +27,16 @@
     ],
   };
 
+  // What each decoding control of a translator's `translate` does, after its range in its hint.
+  const CONTROL_NOTES = {
+    beam_width: "1 is greedy decoding",
+    num_translations: "shown best first",
+    temperature: "above 1 flattens the choice, below 1 sharpens it",
+    top_k: "0 keeps every token",
+    top_p: "1 keeps every token",
+    seed: "the same seed draws the same translations",
+  };
+
   // One sequential colour scale (light to dark blue), from 0 to the map's largest weight.
   const COLOUR_STOPS = [[247, 251, 255], [198, 219, 239], [107, 174, 214], [33, 113, 181], [8, 48, 107]];
 
@@ -43,11 +54,16 @@
   const layerSelect = byId("layer");
   const headSelect = byId("head");
   const cellInfo = byId("cell-info");
+  const decoding = byId("decoding");
+  const samplingBox = byId("sampling");
+  const samplingControls = byId("sampling-controls");
+  const controlInputs = Array.from(decoding.querySelectorAll("[data-control]"));
 
   let models = [];
   let busy = false;
   let shown = null; // { maps: [...] } of the last answer
   let activeCell = null; // [row, col] chosen with the keyboard
+  let controlsShown = ""; // the model and controls the decoding fields were last set for
 
   class ServerError extends Error {
     constructor(status, detail) {
@@ -97,7 +113,187 @@
     return getJson(url, { signature_name: signature, instances: [text] }).then((answer) => answer.predictions[0]);
   }
 
-  function describe(error, model) {
+  // A translator's `translate`, the controls as bare values beside the text: its
+  // translations of the text, best first, as [{ text, score }].
+  async function translate(model, text, controls) {
+    const url = `v1/models/${encodeURIComponent(model.name)}:predict`;
+    const answer = await getJson(url, {
+      signature_name: model.request_controls.signature,
+      inputs: { text: [text], ...controls },
+    });
+    const outputs = answer.outputs || {};
+    if (!Array.isArray(outputs.translations) || !Array.isArray(outputs.scores)
+        || !Array.isArray(outputs.translations[0]) || !Array.isArray(outputs.scores[0])) {
+      throw new Error("The server's answer holds no translations and scores.");
+    }
+    return outputs.translations[0].map((translation, index) => ({
+      text: typeof translation === "string" ? translation : "\ufffd",
+      score: outputs.scores[0][index],
+    }));
+  }
+
+  // A model's decoding controls (`request_controls` of /explorer/models), or null
+  // for a model the page sends to serving_default: a classifier, or an export
+  // (or a server) without the translate signature.
+  function controlsOf(model) {
+    return model && model.kind === "translator" && model.request_controls ? model.request_controls : null;
+  }
+
+  function controlLabel(input) {
+    return document.querySelector(`label[for="${input.id}"]`).textContent;
+  }
+
+  function controlInput(name) {
+    return controlInputs.find((input) => input.dataset.control === name) || null;
+  }
+
+  // A bound of a control's range: a number, or the name of another control
+  // whose value in the same request it is (`values`, by control name).
+  function boundOf(spec, key, values) {
+    const bound = spec[key];
+    return typeof bound === "string" ? values[bound] : bound;
+  }
+
+  // A control's range in words ("between 1 and 2", "above 0 and at most 1"),
+  // as the server words it; null for a control of any value.
+  function rangeText(spec, values) {
+    const named = (key) => {
+      const bound = spec[key];
+      if (typeof bound !== "string") {
+        return String(bound);
+      }
+      const input = controlInput(bound);
+      return `${values[bound]} (the ${input ? controlLabel(input).toLowerCase() : bound})`;
+    };
+    const low = "exclusive_minimum" in spec ? `above ${spec.exclusive_minimum}`
+      : "minimum" in spec ? `at least ${named("minimum")}` : null;
+    if (!("maximum" in spec)) {
+      return low;
+    }
+    if ("minimum" in spec) {
+      return `between ${named("minimum")} and ${named("maximum")}`;
+    }
+    return low ? `${low} and at most ${named("maximum")}` : `at most ${named("maximum")}`;
+  }
+
+  function inRange(value, spec, values) {
+    const minimum = boundOf(spec, "minimum", values);
+    const maximum = boundOf(spec, "maximum", values);
+    return (minimum === undefined || value >= minimum)
+      && (maximum === undefined || value <= maximum)
+      && (spec.exclusive_minimum === undefined || value > spec.exclusive_minimum);
+  }
+
+  // The value each numeric field holds now, by control name, NaN where it holds no number.
+  function currentValues(controls) {
+    const values = {};
+    for (const [name, spec] of Object.entries(controls.inputs)) {
+      const input = controlInput(name);
+      values[name] = !input ? spec.default : input.type === "checkbox" ? input.checked
+        : input.value.trim() === "" ? NaN : Number(input.value);
+    }
+    return values;
+  }
+
+  // Each field's limits and hint from the model's controls; a range bounded by
+  // another control (the translations by the beam width) follows its value.
+  function updateLimits(controls) {
+    const values = currentValues(controls);
+    for (const input of controlInputs) {
+      const spec = controls.inputs[input.dataset.control];
+      if (!spec || input.type === "checkbox") {
+        continue;
+      }
+      const minimum = "minimum" in spec ? boundOf(spec, "minimum", values) : spec.exclusive_minimum;
+      const maximum = boundOf(spec, "maximum", values);
+      for (const [attribute, bound] of [["min", minimum], ["max", maximum]]) {
+        if (Number.isFinite(bound)) {
+          input.setAttribute(attribute, String(bound));
+        } else {
+          input.removeAttribute(attribute);
+        }
+      }
+      const range = rangeText(spec, values) || (spec.dtype.startsWith("int") ? "any whole number" : "any number");
+      const note = CONTROL_NOTES[input.dataset.control];
+      const hint = `${range[0].toUpperCase()}${range.slice(1)}${note ? `; ${note}` : ""}.`;
+      byId(input.getAttribute("aria-describedby")).textContent = hint;
+    }
+  }
+
+  // Shows the decoding fields for `model`, set to its export's defaults; kept as
+  // they are while the same version of the same model stays chosen.
+  function showControls(model) {
+    const controls = controlsOf(model);
+    decoding.hidden = !controls;
+    if (!controls) {
+      controlsShown = "";
+      return;
+    }
+    const key = JSON.stringify([model.name, model.version, controls]);
+    if (key === controlsShown) {
+      return;
+    }
+    controlsShown = key;
+    for (const input of controlInputs) {
+      const spec = controls.inputs[input.dataset.control];
+      // A control this page does not know takes its default on the server; one
+      // the export lacks is not shown.
+      input.closest(".field").hidden = !spec;
+      input.removeAttribute("aria-invalid");
+      if (!spec) {
+        continue;
+      }
+      if (input.type === "checkbox") {
+        input.checked = Boolean(spec.default);
+      } else {
+        input.step = spec.dtype.startsWith("int") ? "1" : "any";
+        input.value = String(spec.default);
+      }
+    }
+    samplingControls.hidden = !samplingBox.checked;
+    updateLimits(controls);
+  }
+
+  // The controls to send, by name, or { error, input } for the first field out of
+  // its range. The sampling fields are sent only with sampling on: beam search
+  // reads none of them.
+  function readControls(controls) {
+    const values = currentValues(controls);
+    const sent = {};
+    for (const input of controlInputs) {
+      input.removeAttribute("aria-invalid");
+    }
+    for (const [name, spec] of Object.entries(controls.inputs)) {
+      const input = controlInput(name);
+      if (!input || input.closest("[hidden]")) {
+        continue;
+      }
+      const value = values[name];
+      if (input.type !== "checkbox") {
+        const label = controlLabel(input);
+        const whole = spec.dtype.startsWith("int");
+        let problem = null;
+        if (input.validity.badInput || Number.isNaN(value)) {
+          problem = `${label} needs a number.`;
+        } else if (whole && !Number.isSafeInteger(value)) {
+          // A page's numbers are doubles: past 2^53 a whole number is no longer the one typed.
+          problem = Number.isInteger(value)
+            ? `${label} must be between ${-Number.MAX_SAFE_INTEGER} and ${Number.MAX_SAFE_INTEGER}, got ${input.value.trim()}.`
+            : `${label} must be a whole number, got ${input.value.trim()}.`;
+        } else if (!inRange(value, spec, values)) {
+          problem = `${label} must be ${rangeText(spec, values)}, got ${input.value.trim()}.`;
+        }
+        if (problem) {
+          input.setAttribute("aria-invalid", "true");
+          return { error: problem, input };
+        }
+      }
+      sent[name] = value;
+    }
+    return { values: sent };
+  }
+
+  function describe(error, model, controls) {
     if (!(error instanceof ServerError)) {
       return error.message;
     }
@@ -105,7 +301,9 @@
       case 404:
         return `Model "${model.name}" is not being served any more (${error.message}).`;
       case 400:
-        return `The model refused this text: ${error.message}`;
+        return controls
+          ? `The server refused this request: ${error.message}`
+          : `The model refused this text: ${error.message}`;
       case 413:
         return `The text or its answer is too large for the server: ${error.message}`;
       case 503:
@@ -159,6 +357,7 @@
     modelSelect.value = keep ? keep.name : usable.length ? usable[0].name : "";
     modelSelect.disabled = !models.length;
     submitButton.disabled = busy || !usable.length;
+    showControls(selectedModel());
   }
 
   async function explore(event) {
@@ -178,6 +377,16 @@
       textBox.focus();
       return;
     }
+    let controls = null;
+    if (controlsOf(model)) {
+      const read = readControls(controlsOf(model));
+      if (read.error) {
+        showError(read.error);
+        read.input.focus();
+        return;
+      }
+      controls = read.values;
+    }
     showError("");
     busy = true;
     submitButton.disabled = true;
@@ -185,20 +394,20 @@
     statusLine.textContent = `Asking ${model.name}…`;
     try {
       const [answer, attention] = await Promise.allSettled([
-        predict(model, "serving_default", text),
+        controls ? translate(model, text, controls) : predict(model, "serving_default", text),
         model.attention ? predict(model, "attention", text) : Promise.resolve(null),
       ]);
       if (answer.status === "rejected") {
         answerSection.hidden = true;
         attentionSection.hidden = true;
         statusLine.textContent = "";
-        showError(describe(answer.reason, model));
+        showError(describe(answer.reason, model, controls));
         if (answer.reason instanceof ServerError && answer.reason.status === 404) {
           await loadModels();
         }
         return;
       }
-      showAnswer(model, answer.value);
+      showAnswer(model, answer.value, controls);
       showNotice(model);
       if (!model.attention) {
         // A notice already says why (a classifier whose answer is the bag of n-grams' alone).
@@ -209,7 +418,7 @@
           ? `No attention to show: this text's weights are more than the server sends in one answer (${attention.reason.message}). Try a shorter text, or start the server with a larger --max-response-bytes.`
           : `No attention to show. ${describe(attention.reason, model)}`);
       } else {
-        showAttention(model, attention.value);
+        showAttention(model, attention.value, controls);
       }
       statusLine.textContent = `${model.name} answered.`;
     } finally {
@@ -219,10 +428,16 @@
     }
   }
 
-  function showAnswer(model, prediction) {
+  // `prediction`: a classifier's outputs, a translation, or with `controls` the
+  // ranked [{ text, score }] of `translate`.
+  function showAnswer(model, prediction, controls) {
     const answerText = byId("answer-text");
     const bars = byId("probabilities");
+    const ranked = byId("translations");
     bars.replaceChildren();
+    ranked.replaceChildren();
+    ranked.hidden = !controls;
+    answerText.hidden = Boolean(controls);
     if (model.kind === "classifier") {
       byId("answer-title").textContent = "Predicted label";
       answerText.textContent = prediction.label;
@@ -247,6 +462,22 @@
         row.append(label, track, value);
         bars.append(row);
       });
+    } else if (controls) {
+      byId("answer-title").textContent = prediction.length === 1 ? "Translation" : "Translations, best first";
+      answerText.textContent = "";
+      for (const { text, score } of prediction) {
+        const item = document.createElement("li");
+        item.dataset.score = String(score);
+        const words = document.createElement("span");
+        words.className = "ranked-text";
+        words.textContent = text;
+        words.classList.toggle("empty", !text);
+        const value = document.createElement("span");
+        value.className = "ranked-score";
+        value.textContent = `score ${score.toFixed(3)}`;
+        item.append(words, value);
+        ranked.append(item);
+      }
     } else {
       byId("answer-title").textContent = "Translation";
       answerText.textContent = prediction;
@@ -278,7 +509,7 @@
     return (end < 0 ? tokens : tokens.slice(0, end)).map((token) => (typeof token === "string" ? token : "\ufffd"));
   }
 
-  function showAttention(model, outputs) {
+  function showAttention(model, outputs, controls) {
     const maps = [];
     for (const spec of MAPS[model.kind] || []) {
       if (!Array.isArray(outputs[spec.output])) {
@@ -296,7 +527,7 @@
       return;
     }
     shown = { maps };
-    showDecodingNote(model, outputs);
+    showDecodingNote(model, outputs, controls);
     fillSelect(mapSelect, maps.map((map) => map.title));
     fillLayerAndHead();
     byId("attention-message").hidden = true;
@@ -305,16 +536,25 @@
     draw();
   }
 
-  // The answer comes from beam search, the attention from the greedy decoding
-  // (one token at a time, each the most likely): the two may differ, so the
-  // page says which translation the rows belong to.
-  function showDecodingNote(model, outputs) {
+  // The answer comes from beam search or sampling, the attention from the greedy
+  // decoding (one token at a time, each the most likely): the two may differ,
+  // so the page says which translation the rows belong to.
+  function showDecodingNote(model, outputs, controls) {
     const note = byId("decoding-note");
     note.hidden = model.kind !== "translator" || !Array.isArray(outputs.target_tokens);
     if (!note.hidden) {
       const words = realTokens(outputs.target_tokens).filter((token) => token !== "[END]");
       const text = words.map((token) => (token.startsWith("##") ? token.slice(2) : ` ${token}`)).join("").trim();
-      note.textContent = `The maps follow the greedy translation “${text}”; the translation above comes from beam search, so the two can differ.`;
+      let source = "the translation above comes from beam search, so the two can differ";
+      if (controls && !controls.sampling && controls.beam_width === 1) {
+        source = "with a beam width of 1 the translation above is greedy too";
+      } else if (controls) {
+        const how = controls.sampling ? "sampled" : `from beam search (width ${controls.beam_width})`;
+        source = controls.num_translations > 1
+          ? `the translations above are ${how}, so they can differ from it`
+          : `the translation above is ${how}, so the two can differ`;
+      }
+      note.textContent = `The maps follow the greedy translation “${text}”; ${source}.`;
     }
   }
 
@@ -475,6 +715,16 @@
   });
 
   form.addEventListener("submit", explore);
+  modelSelect.addEventListener("change", () => showControls(selectedModel()));
+  samplingBox.addEventListener("change", () => {
+    samplingControls.hidden = !samplingBox.checked;
+  });
+  decoding.addEventListener("input", () => {
+    const controls = controlsOf(selectedModel());
+    if (controls) {
+      updateLimits(controls);
+    }
+  });
   mapSelect.addEventListener("change", () => {
     fillLayerAndHead();
     draw();
