@@ -887,23 +887,15 @@ def main(argv=None):
                     args.seed,
                     same_weights=["keras", "keras-hub"],
                 )
-            elif family == "translator":
-                result = benchmark(
-                    config,
-                    kinds,
-                    build_seq2seq,
-                    lambda kind: seq2seq_flops(config, kind),
-                    seq2seq_batch(config, args.seed + index),
-                    args.rounds,
-                    args.steps,
-                    args.warmup,
-                    args.seed,
-                    same_weights=["keras-hub"],
-                    extra_shapes=peer_position_tables(config),
-                )
             else:
-                # The tutorial's model matches ours unless built with its code's wider heads.
-                paper_heads = config["tutorial_key_dim"] == config["d_model"] // config["num_heads"]
+                if family == "translator":
+                    same_weights, extra_shapes = ["keras-hub"], peer_position_tables(config)
+                else:
+                    # The tutorial's model matches ours unless built with its code's wider heads.
+                    paper_heads = (
+                        config["tutorial_key_dim"] == config["d_model"] // config["num_heads"]
+                    )
+                    same_weights, extra_shapes = (["tutorial"] if paper_heads else []), ()
                 result = benchmark(
                     config,
                     kinds,
@@ -914,7 +906,8 @@ def main(argv=None):
                     args.steps,
                     args.warmup,
                     args.seed,
-                    same_weights=["tutorial"] if paper_heads else [],
+                    same_weights=same_weights,
+                    extra_shapes=extra_shapes,
                 )
             results.append(result)
             # the machine's load drifts
