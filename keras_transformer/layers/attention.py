@@ -125,11 +125,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
     To change how queries and keys are scored (e.g. add a relative position
     bias), subclass and override `compute_attention_logits`; to change how
-    scores become weights, `compute_attention_weights`. Every path of the
-    project's blocks (the training call, the cached call and the one-token
-    `TransformerDecoderBlock.decode_token`) attends through `attend`, which
-    calls `compute_attention` (and so both hooks), so a subclass trains and
-    decodes alike. Blocks and models take the subclass as `attention_class`;
+    scores become weights, `compute_attention_weights`. Both paths of the
+    project's blocks (the training call and the cached call that decoding
+    runs) attend through `attend`, which calls `compute_attention` (and so
+    both hooks), so a subclass trains and decodes alike. Blocks and models take the subclass as `attention_class`;
     register it with `keras.saving.register_keras_serializable` so that saved
     models find it again. A subclass written for Keras' layer, overriding
     `_compute_attention` on `[B, T, heads, dim]` tensors, is called as

@@ -3,8 +3,9 @@
 import keras
 from keras import ops
 
+from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.block import TransformerBlock
-from keras_transformer.layers.masks import attention_bias, merge_masks
+from keras_transformer.layers.masks import attention_bias, causal_mask, merge_masks
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -20,7 +21,9 @@ class TransformerDecoderBlock(TransformerBlock):
     (keys, then values) that each step writes at `self_attention_cache_update_index`,
     and the cross-attention keys and values are computed once per source with
     `compute_cross_attention_cache`. Decoding one token at a time with the
-    cache gives the outputs of one full causal pass.
+    cache gives the outputs of one full causal pass. A decoding loop also
+    passes `compute_projection_matrices()`, computed once before the loop, so
+    that no step reshapes the projection kernels.
 
     Args:
         num_heads: attention heads; must divide the input width.
@@ -33,8 +36,8 @@ class TransformerDecoderBlock(TransformerBlock):
             (each gets its own copy, see `clone_initializer`).
         attention_class: `MultiHeadAttention` or a registered subclass of it
             (e.g. with another `compute_attention_logits`), for both
-            attentions; the full pass, the cached call and `decode_token` all
-            attend through it.
+            attentions; the full pass and the cached call both attend through
+            it.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -50,6 +53,8 @@ class TransformerDecoderBlock(TransformerBlock):
             in the sequence being decoded (int or scalar tensor).
         cross_attention_cache: `[2, B, heads, S, head_dim]` from
             `compute_cross_attention_cache`, used instead of `encoder_sequence`.
+        projection_matrices: the dict of `compute_projection_matrices`, or
+            None: the projections then read their layers' kernels.
         use_causal_mask: whether position `i` only attends positions `<= i`.
         training: whether dropout is active.
         return_attention_scores: also return a dict with `"self_attention"`
@@ -76,12 +81,14 @@ class TransformerDecoderBlock(TransformerBlock):
     ...                     self_attention_cache_update_index=0)
     >>> tuple(step.shape), tuple(cache.shape)
     ((2, 1, 32), (2, 2, 4, 5, 8))
-    >>> # The same step in the fast one-token form, as a decoding loop runs it.
-    >>> constants = block.prepare_token_decoding(source)
-    >>> cache = block.initialize_self_attention_cache(batch_size=2, max_length=5)
-    >>> step, cache = block.decode_token(target[:, 0], 0, cache, constants)
+    >>> # As a decoding loop runs it: the kernels as matrices, read once.
+    >>> matrices = block.compute_projection_matrices()
+    >>> step, cache = block(target[:, 1:2], cross_attention_cache=cross,
+    ...                     self_attention_cache=cache,
+    ...                     self_attention_cache_update_index=1,
+    ...                     projection_matrices=matrices)
     >>> tuple(step.shape)
-    (2, 32)
+    (2, 1, 32)
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017, section 3.1.
@@ -136,136 +143,45 @@ class TransformerDecoderBlock(TransformerBlock):
             axis=0,
         )
 
-    def prepare_token_decoding(self, encoder_sequence=None, encoder_padding_mask=None):
-        """What `decode_token` reads at every step but never changes, computed once.
+    def compute_projection_matrices(self):
+        """The attention projections as 2-D matrices, for a decoding loop to read once.
 
-        The cross-attention keys and values of `encoder_sequence` (as
-        `compute_cross_attention_cache`) and the mask its
-        `encoder_padding_mask` (bool `[B, S]`, None: no padding) makes, in
-        `MultiHeadAttention.prepare_attention_mask`'s form; every projection
-        kernel in the layout of one 2-D matmul, the self-attention's query,
-        key and value fused into one `[d, 3 * d]` matrix. Done inside the
-        decoding loop, this reshaping and fusing costs more than a step's
-        attention.
-
-        Returns a dict of tensors, to pass to `decode_token` unchanged.
-        """
-        if (encoder_sequence is None) != (self.cross_attention is None):
-            raise ValueError(
-                "Pass `encoder_sequence` exactly when the block has cross-attention "
-                f"(this one {'has' if self.cross_attention is not None else 'has none'})."
-            )
-        attention = self.self_attention
-        matrices = [attention.projection_matrix(name) for name in ("query", "key", "value")]
-        constants = {
-            "qkv_kernel": ops.concatenate([kernel for kernel, _ in matrices], axis=1),
-            "qkv_bias": None
-            if matrices[0][1] is None
-            else ops.concatenate([bias for _, bias in matrices], axis=0),
-        }
-        constants["self_output_kernel"], constants["self_output_bias"] = (
-            attention.projection_matrix("output")
-        )
-        if self.cross_attention is not None:
-            cross = self.compute_cross_attention_cache(encoder_sequence)
-            constants["cross_keys"], constants["cross_values"] = cross[0], cross[1]
-            if encoder_padding_mask is not None:
-                constants["cross_bias"], constants["cross_rows"] = (
-                    self.cross_attention.prepare_attention_mask(
-                        merge_masks(
-                            1, ops.shape(encoder_padding_mask)[1], key_mask=encoder_padding_mask
-                        )
-                    )
-                )
-            constants["cross_query_kernel"], constants["cross_query_bias"] = (
-                self.cross_attention.projection_matrix("query")
-            )
-            constants["cross_output_kernel"], constants["cross_output_bias"] = (
-                self.cross_attention.projection_matrix("output")
-            )
-        return {name: value for name, value in constants.items() if value is not None}
-
-    def decode_token(self, x, index, self_attention_cache, constants):
-        """One decoding step for one token per sequence, at inference.
-
-        The same result as calling the block on `x[:, None]` with
-        `self_attention_cache` and `cross_attention_cache`, in fewer and
-        smaller ops: `[B, d]` rows and 2-D matmuls for the projections, the
-        loop-invariant work done beforehand by `prepare_token_decoding`, and
-        attention through the attention layers' own `attend` with one query
-        per head (fused unless the attention class overrides the scoring).
-        The projections are read as matrices
-        (`MultiHeadAttention.projection_matrix`), so a subclass that
-        overrides `project_query` & co. (rather than the attention hooks)
-        decodes with the plain projections here.
-
-        Args:
-            x: `[B, d_model]`, the token at position `index`.
-            index: its position (scalar int tensor or int).
-            self_attention_cache: `[2, B, heads, max_length, head_dim]`.
-            constants: from `prepare_token_decoding`.
+        A decoding loop calls the block once per token. Read from the layers,
+        the kernels would be reshaped at every step and the query, key and
+        value would take three products, where a step's attention over one
+        query is itself small. Computed once before the loop and passed to
+        every cached call as `projection_matrices`, they are plain matmul
+        operands, the self-attention's query, key and value kernels fused
+        into one.
 
         Returns:
-            `(outputs [B, d_model], updated self_attention_cache)`.
+            A dict of `(kernel [in, out], bias [out] or None)` pairs in the
+            compute dtype: `"self_query_key_value"` (kernel `[d, 3 * d]`),
+            `"self_output"`, and with cross-attention `"cross_query"` and
+            `"cross_output"`. None when a projection is no plain matrix
+            product (quantized, or the attention class overrides
+            `project_query` & co.): the block then projects through its
+            layers at every call, which it also does without this.
         """
-        x = ops.cast(x, self.compute_dtype)
-        max_length = ops.shape(self_attention_cache)[3]
-        # Cache slots past `index` hold zeros; this bias keeps them out. The
-        # query attends at least itself, so no row needs zeroing.
-        causal_mask = (
-            attention_bias(ops.arange(max_length, dtype="int32") <= ops.cast(index, "int32")),
-            None,
-        )
-        x, cache = self._residual(
-            self._decode_self_attention,
-            x,
-            self.self_attention_norm,
-            index,
-            self_attention_cache,
-            causal_mask,
-            constants,
-        )
+        attentions = [self.self_attention]
         if self.cross_attention is not None:
-            x, _ = self._residual(
-                self._decode_cross_attention, x, self.cross_attention_norm, constants
-            )
-        x, _ = self._residual(self._feed_forward_sublayer, x, self.feed_forward_norm)
-        return x, cache
-
-    def _decode_self_attention(self, y, index, cache, causal_mask, constants):
-        """`decode_token`'s self-attention: `(output [B, d], updated cache)`."""
-        heads, head_dim = self.num_heads, self.head_dim
-        qkv = _affine(y, constants["qkv_kernel"], constants.get("qkv_bias"))
-        # [B, 3 * d] -> [3 (query, key, value), B, heads, 1, head_dim]
-        qkv = ops.moveaxis(ops.reshape(qkv, (-1, 3, heads, 1, head_dim)), 1, 0)
-        cache = _write_cache(cache, qkv[1:], index)
-        attended, _ = self.self_attention.attend(
-            qkv[0], cache[0], cache[1], training=False, prepared_mask=causal_mask
+            attentions.append(self.cross_attention)
+        if not all(_projects_as_matrices(attention) for attention in attentions):
+            return None
+        query, key, value = (
+            self.self_attention.projection_matrix(name) for name in ("query", "key", "value")
         )
-        # [B, heads, 1, head_dim] -> [B, d]: with one position, no transpose.
-        attended = ops.reshape(attended, (-1, heads * head_dim))
-        output = _affine(
-            attended, constants["self_output_kernel"], constants.get("self_output_bias")
-        )
-        return output, cache
-
-    def _decode_cross_attention(self, y, constants):
-        """`decode_token`'s cross-attention: `(output [B, d], None)`."""
-        heads, head_dim = self.num_heads, self.head_dim
-        query = _affine(y, constants["cross_query_kernel"], constants.get("cross_query_bias"))
-        query = ops.reshape(query, (-1, heads, 1, head_dim))
-        attended, _ = self.cross_attention.attend(
-            query,
-            constants["cross_keys"],
-            constants["cross_values"],
-            training=False,
-            prepared_mask=(constants.get("cross_bias"), constants.get("cross_rows")),
-        )
-        attended = ops.reshape(attended, (-1, heads * head_dim))
-        output = _affine(
-            attended, constants["cross_output_kernel"], constants.get("cross_output_bias")
-        )
-        return output, None
+        matrices = {
+            "self_query_key_value": (
+                ops.concatenate([query[0], key[0], value[0]], axis=1),
+                None if query[1] is None else ops.concatenate([query[1], key[1], value[1]]),
+            ),
+            "self_output": self.self_attention.projection_matrix("output"),
+        }
+        if self.cross_attention is not None:
+            matrices["cross_query"] = self.cross_attention.projection_matrix("query")
+            matrices["cross_output"] = self.cross_attention.projection_matrix("output")
+        return matrices
 
     def call(
         self,
@@ -276,6 +192,7 @@ class TransformerDecoderBlock(TransformerBlock):
         self_attention_cache=None,
         self_attention_cache_update_index=None,
         cross_attention_cache=None,
+        projection_matrices=None,
         use_causal_mask=True,
         training=None,
         return_attention_scores=False,
@@ -294,6 +211,7 @@ class TransformerDecoderBlock(TransformerBlock):
             decoder_padding_mask = mask if decoder_sequence_mask is None else decoder_sequence_mask
         if encoder_padding_mask is None and encoder_sequence is not None:
             encoder_padding_mask = encoder_sequence_mask
+        matrices = projection_matrices or {}
         scores = {}
 
         def self_attention(x):
@@ -305,8 +223,9 @@ class TransformerDecoderBlock(TransformerBlock):
                 self_attention_cache_update_index,
                 training,
                 return_attention_scores,
+                matrices,
             )
-            return self.sublayer_dropout(output, training=training), new_cache
+            return self._sublayer_dropout(output, training), new_cache
 
         def cross_attention(x):
             output, scores["cross_attention"] = self._cross_attention(
@@ -316,8 +235,9 @@ class TransformerDecoderBlock(TransformerBlock):
                 encoder_padding_mask,
                 training,
                 return_attention_scores,
+                matrices,
             )
-            return self.sublayer_dropout(output, training=training), None
+            return self._sublayer_dropout(output, training), None
 
         x, new_cache = self._residual(self_attention, decoder_sequence, self.self_attention_norm)
         if has_source:
@@ -330,6 +250,13 @@ class TransformerDecoderBlock(TransformerBlock):
         if return_attention_scores:
             outputs += (scores,)
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def _sublayer_dropout(self, output, training):
+        # The identity unless training: without the layer call, a decoding
+        # step on an eager backend saves the call's overhead twice per block.
+        if not training or self.dropout == 0:
+            return output
+        return self.sublayer_dropout(output, training=training)
 
     def _check_call_arguments(self, has_source, cache, cache_index):
         if has_source and self.cross_attention is None:
@@ -347,7 +274,9 @@ class TransformerDecoderBlock(TransformerBlock):
                 "`self_attention_cache_update_index` is required with `self_attention_cache`."
             )
 
-    def _cross_attention(self, x, encoder_sequence, cache, padding_mask, training, return_weights):
+    def _cross_attention(
+        self, x, encoder_sequence, cache, padding_mask, training, return_weights, matrices
+    ):
         """Returns `(output, weights)`; keys and values from `cache` when given,
         else projected from `encoder_sequence`."""
         attention = self.cross_attention
@@ -356,28 +285,44 @@ class TransformerDecoderBlock(TransformerBlock):
         else:
             key_heads = attention.project_key(encoder_sequence)
             value_heads = attention.project_value(encoder_sequence)
+        if "cross_query" in matrices:
+            query_heads = self._project_with_matrix(x, *matrices["cross_query"], parts=1)
+        else:
+            query_heads = attention.project_query(x)
         mask = merge_masks(ops.shape(x)[1], ops.shape(key_heads)[2], key_mask=padding_mask)
         attended, weights = attention.attend(
-            attention.project_query(x),
+            query_heads,
             key_heads,
             value_heads,
             mask,
             training=training,
             return_attention_scores=return_weights,
         )
-        return attention.project_output(attended), weights
+        return _project_output(attention, attended, matrices.get("cross_output")), weights
 
     def _self_attention(
-        self, x, padding_mask, use_causal_mask, cache, cache_index, training, return_weights
+        self,
+        x,
+        padding_mask,
+        use_causal_mask,
+        cache,
+        cache_index,
+        training,
+        return_weights,
+        matrices,
     ):
         """Returns `(output, weights, new_cache)`; `new_cache` is None without a cache,
         `weights` None when not `return_weights` and the attention ran fused."""
         attention = self.self_attention
-        query_heads = attention.project_query(x)
-        key_heads = attention.project_key(x)
-        value_heads = attention.project_value(x)
+        if "self_query_key_value" in matrices:
+            # [3 (query, key, value), B, heads, T, head_dim]
+            projected = self._project_with_matrix(x, *matrices["self_query_key_value"], parts=3)
+            query_heads, keys_and_values = projected[0], projected[1:]
+        else:
+            query_heads = attention.project_query(x)
+            keys_and_values = ops.stack([attention.project_key(x), attention.project_value(x)])
         length = ops.shape(x)[1]
-        query_mask = None
+        mask = query_mask = prepared_mask = None
         if cache is None:
             # The query mask goes to `compute_attention` on its own (a smaller bias).
             mask = merge_masks(
@@ -385,27 +330,47 @@ class TransformerDecoderBlock(TransformerBlock):
             )
             query_mask = padding_mask
         else:
-            cache = _write_cache(cache, ops.stack([key_heads, value_heads], axis=0), cache_index)
-            key_heads, value_heads = cache[0], cache[1]
+            cache = _write_cache(cache, keys_and_values, cache_index)
+            keys_and_values = cache
             # Cache slots past the current positions hold zeros; the causal
             # mask (offset by the cache index) keeps them out.
-            mask = merge_masks(
-                length,
-                ops.shape(key_heads)[2],
-                key_mask=padding_mask,
-                use_causal_mask=True,
-                causal_offset=cache_index,
-            )
+            causal = causal_mask(length, ops.shape(cache)[3], offset=cache_index)
+            if padding_mask is None:
+                # Every query attends at least its own position: no row to zero.
+                prepared_mask = (attention_bias(causal), None)
+            else:
+                mask = merge_masks(
+                    length, ops.shape(cache)[3], key_mask=padding_mask, attention_mask=causal
+                )
         attended, weights = attention.attend(
             query_heads,
-            key_heads,
-            value_heads,
+            keys_and_values[0],
+            keys_and_values[1],
             mask,
             training=training,
             query_mask=query_mask,
+            prepared_mask=prepared_mask,
             return_attention_scores=return_weights,
         )
-        return attention.project_output(attended), weights, cache
+        return _project_output(attention, attended, matrices.get("self_output")), weights, cache
+
+    def _project_with_matrix(self, x, kernel, bias, parts):
+        """`x` `[B, T, d]` times a `[d, parts * d]` matrix, as `parts` stacked
+        heads `[parts, B, heads, T, head_dim]` (`[B, heads, T, head_dim]` for one)."""
+        length = ops.shape(x)[1]
+        if keras.backend.backend() == "tensorflow":
+            # There a matmul of rank 3 is a `tensordot`, a dozen shape ops.
+            x = ops.reshape(x, (-1, kernel.shape[0]))
+        projected = _affine(x, kernel, bias)
+        heads, head_dim = self.num_heads, self.head_dim
+        if parts == 1 and isinstance(length, int) and length == 1:
+            # One position: heads before length without a transpose.
+            return ops.reshape(projected, (-1, heads, 1, head_dim))
+        if parts == 1:
+            projected = ops.reshape(projected, (-1, length, heads, head_dim))
+            return ops.transpose(projected, (0, 2, 1, 3))
+        projected = ops.reshape(projected, (-1, length, parts, heads, head_dim))
+        return ops.transpose(projected, (2, 0, 3, 1, 4))
 
     def compute_mask(self, decoder_sequence, mask=None, **kwargs):
         # Keras hands the Keras mask of `decoder_sequence` as `mask`.
@@ -439,6 +404,39 @@ def _write_cache(cache, entries, index):
         value=entries,
         begin_mask=every,
         end_mask=every,
+    )
+
+
+def _project_output(attention, attended, matrix):
+    """`attention.project_output(attended)`, `[B, heads, T, dim]` -> `[B, T, d]`, with
+    `matrix` (a `(kernel, bias)` pair of `compute_projection_matrices`) when given."""
+    if matrix is None:
+        return attention.project_output(attended)
+    kernel, bias = matrix
+    length = ops.shape(attended)[2]
+    # With one position, [B, heads, 1, dim] is already in [B, T, heads, dim]'s order.
+    if not (isinstance(length, int) and length == 1):
+        attended = ops.transpose(attended, (0, 2, 1, 3))
+    if keras.backend.backend() != "tensorflow":
+        return _affine(ops.reshape(attended, (-1, length, kernel.shape[0])), kernel, bias)
+    # A 2-D product: on TensorFlow one of rank 3 is a `tensordot`.
+    output = _affine(ops.reshape(attended, (-1, kernel.shape[0])), kernel, bias)
+    return ops.reshape(output, (-1, length, kernel.shape[1]))
+
+
+def _projects_as_matrices(attention):
+    """Whether every projection of `attention` is the plain matrix product
+    `projection_matrix` gives: not quantized, no activation, and not
+    overridden by the attention class."""
+    overridden = any(
+        getattr(type(attention), name) is not getattr(MultiHeadAttention, name)
+        for name in ("project_query", "project_key", "project_value", "project_output")
+    )
+    dense_layers = [attention.query_dense, attention.key_dense, attention.value_dense]
+    return (
+        not overridden
+        and not attention.use_gate
+        and all(attention._as_matmul(dense) for dense in [*dense_layers, attention.output_dense])
     )
 
 

@@ -235,10 +235,11 @@ class Seq2SeqTransformer(keras.Model):
         `self_cache` holds one zero `[2, B, heads, max_length, head_dim]` key/value
         cache per decoder block (a tuple, not one stacked tensor: stacking and
         slicing it at every step copied every cache twice per token).
-        `step_constants` holds what every step reads and none changes: each
-        block's `prepare_token_decoding` (cross-attention keys and values,
-        kernels in matmul layout) and the output projection's kernel, so that
-        a decoding loop computes them once, outside the loop.
+        `step_constants` holds what every step reads and none changes, so that
+        a decoding loop computes it once, outside the loop: the source mask,
+        each block's cross-attention cache and projection matrices
+        (`TransformerDecoderBlock.compute_cross_attention_cache` and
+        `compute_projection_matrices`), and the output projection's kernel.
         """
         batch_size = ops.shape(encoder_output)[0]
         self_cache = tuple(
@@ -247,9 +248,12 @@ class Seq2SeqTransformer(keras.Model):
         )
         output_kernel, output_bias = self._output_matrix()
         step_constants = {
-            "blocks": tuple(
-                block.prepare_token_decoding(encoder_output, source_mask)
-                for block in self.decoder_blocks
+            "source_mask": source_mask,
+            "cross_attention_caches": tuple(
+                block.compute_cross_attention_cache(encoder_output) for block in self.decoder_blocks
+            ),
+            "projection_matrices": tuple(
+                block.compute_projection_matrices() for block in self.decoder_blocks
             ),
             "output_kernel": output_kernel,
         }
@@ -259,16 +263,28 @@ class Seq2SeqTransformer(keras.Model):
 
     def decode_step(self, token_ids, index, self_cache, step_constants):
         """One decoding step: `[B, 1]` ids at position `index` -> (logits `[B, V]`,
-        new self cache)."""
-        x = ops.reshape(self.target_embedding(token_ids, start_index=index), (-1, self.d_model))
+        new self cache). Each decoder block runs as a cached call."""
+        x = self.target_embedding(token_ids, start_index=index)
         new_caches = []
-        for block, block_cache, constants in zip(
-            self.decoder_blocks, self_cache, step_constants["blocks"]
+        for block, block_cache, cross_cache, matrices in zip(
+            self.decoder_blocks,
+            self_cache,
+            step_constants["cross_attention_caches"],
+            step_constants["projection_matrices"],
         ):
-            x, new_cache = block.decode_token(x, index, block_cache, constants)
+            x, new_cache = block(
+                x,
+                encoder_padding_mask=step_constants["source_mask"],
+                self_attention_cache=block_cache,
+                self_attention_cache_update_index=index,
+                cross_attention_cache=cross_cache,
+                projection_matrices=matrices,
+            )
             new_caches.append(new_cache)
         return self._logits(
-            x, step_constants["output_kernel"], step_constants.get("output_bias")
+            ops.reshape(x, (-1, self.d_model)),
+            step_constants["output_kernel"],
+            step_constants.get("output_bias"),
         ), tuple(new_caches)
 
     def _output_matrix(self):

@@ -53,11 +53,15 @@ def full_pass(block):
     return as_numpy(block(TARGET))
 
 
-def cached_calls(block):
+def cached_calls(block, matrices=False):
+    """One token per call through the cache; with `matrices`, as a decoding loop
+    calls the block, with its projection matrices."""
     cache = block.initialize_self_attention_cache(batch_size=B, max_length=T)
-    source = {}
+    kwargs = {}
+    if matrices:
+        kwargs["projection_matrices"] = block.compute_projection_matrices()
     if block.cross_attention is not None:
-        source = dict(
+        kwargs.update(
             cross_attention_cache=block.compute_cross_attention_cache(SOURCE),
             encoder_padding_mask=SOURCE_MASK,
         )
@@ -67,21 +71,14 @@ def cached_calls(block):
             TARGET[:, index : index + 1],
             self_attention_cache=cache,
             self_attention_cache_update_index=index,
-            **source,
+            **kwargs,
         )
         outputs.append(as_numpy(output)[:, 0])
     return np.stack(outputs, axis=1)
 
 
-def token_steps(block):
-    cache = block.initialize_self_attention_cache(batch_size=B, max_length=T)
-    source = (SOURCE, SOURCE_MASK) if block.cross_attention is not None else ()
-    constants = block.prepare_token_decoding(*source)
-    outputs = []
-    for index in range(T):
-        output, cache = block.decode_token(TARGET[:, index], index, cache, constants)
-        outputs.append(as_numpy(output))
-    return np.stack(outputs, axis=1)
+def matrix_steps(block):
+    return cached_calls(block, matrices=True)
 
 
 def test_readme_block_uses_the_readme_class(cosine_attention):
@@ -97,18 +94,18 @@ def test_every_attention_of_the_block_is_the_subclass(blocks, cosine_attention):
     assert type(default.self_attention) is MultiHeadAttention
 
 
-def test_full_pass_cached_call_and_token_steps_agree(blocks):
+def test_full_pass_and_cached_calls_agree(blocks):
     cosine, _ = blocks
     full = full_pass(cosine)
     np.testing.assert_allclose(cached_calls(cosine), full, atol=ATOL)
-    np.testing.assert_allclose(token_steps(cosine), full, atol=ATOL)
+    np.testing.assert_allclose(matrix_steps(cosine), full, atol=ATOL)
 
 
 def test_the_subclass_changes_every_path(blocks):
     # Same weights, default scoring: each path gives something else, so the
     # agreement above is the subclass's scoring on all three paths.
     cosine, default = blocks
-    for path in (full_pass, cached_calls, token_steps):
+    for path in (full_pass, cached_calls, matrix_steps):
         assert np.abs(path(cosine) - path(default)).max() > 1e-2, path.__name__
 
 

@@ -56,18 +56,27 @@ def full_pass(block, target=TARGET, **kwargs):
 
 
 def cached_pass(
-    block, target=TARGET, step=1, index_as_tensor=False, source="cache", decoder_padding_mask=None
+    block,
+    target=TARGET,
+    step=1,
+    index_as_tensor=False,
+    source="cache",
+    decoder_padding_mask=None,
+    matrices=False,
 ):
-    """Decodes `target` `step` tokens at a time, feeding the self-attention cache back."""
+    """Decodes `target` `step` tokens at a time, feeding the self-attention cache back;
+    with `matrices`, as a decoding loop does, the block's projection matrices too."""
     cache = block.initialize_self_attention_cache(batch_size=B, max_length=target.shape[1])
     assert tuple(cache.shape) == (2, B, HEADS, target.shape[1], D_MODEL // HEADS)
-    source_kwargs = {}
+    kwargs = {}
+    if matrices:
+        kwargs["projection_matrices"] = block.compute_projection_matrices()
     if has_cross(block):
-        source_kwargs["encoder_padding_mask"] = SOURCE_MASK
+        kwargs["encoder_padding_mask"] = SOURCE_MASK
         if source == "cache":
-            source_kwargs["cross_attention_cache"] = block.compute_cross_attention_cache(SOURCE)
+            kwargs["cross_attention_cache"] = block.compute_cross_attention_cache(SOURCE)
         else:
-            source_kwargs["encoder_sequence"] = SOURCE
+            kwargs["encoder_sequence"] = SOURCE
     outputs = []
     for start in range(0, target.shape[1], step):
         index = ops.convert_to_tensor(start, dtype="int32") if index_as_tensor else start
@@ -76,7 +85,7 @@ def cached_pass(
             self_attention_cache=cache,
             self_attention_cache_update_index=index,
             decoder_padding_mask=decoder_padding_mask,
-            **source_kwargs,
+            **kwargs,
         )
         outputs.append(as_numpy(output))
     return np.concatenate(outputs, axis=1)
@@ -92,16 +101,20 @@ def test_full_pass_matches_numpy_reference(block, np_reference):
     np.testing.assert_allclose(full_pass(block), expected, atol=ATOL, rtol=1e-4)
 
 
+@pytest.mark.parametrize("matrices", [False, True], ids=["layers", "matrices"])
 @pytest.mark.parametrize("step", [1, 2, 4], ids=lambda s: f"{s}_per_step")
-def test_cached_decoding_equals_full_pass(block, step):
+def test_cached_decoding_equals_full_pass(block, step, matrices):
     # step=4 over 6 tokens also checks a short final step (4 + 2).
-    np.testing.assert_allclose(cached_pass(block, step=step), full_pass(block), atol=ATOL)
+    np.testing.assert_allclose(
+        cached_pass(block, step=step, matrices=matrices), full_pass(block), atol=ATOL
+    )
 
 
-def test_cached_decoding_with_tensor_index(block):
+@pytest.mark.parametrize("matrices", [False, True], ids=["layers", "matrices"])
+def test_cached_decoding_with_tensor_index(block, matrices):
     # What a compiled decoding loop passes: the index as a scalar tensor.
     np.testing.assert_allclose(
-        cached_pass(block, index_as_tensor=True), full_pass(block), atol=ATOL
+        cached_pass(block, index_as_tensor=True, matrices=matrices), full_pass(block), atol=ATOL
     )
 
 
@@ -112,29 +125,50 @@ def test_cached_decoding_with_encoder_sequence(block):
     np.testing.assert_allclose(cached_pass(block, source="sequence"), full_pass(block), atol=ATOL)
 
 
-def test_cached_decoding_with_decoder_padding(block):
+@pytest.mark.parametrize("matrices", [False, True], ids=["layers", "matrices"])
+def test_cached_decoding_with_decoder_padding(block, matrices):
     # Second target sequence: 4 real tokens, then 2 padded slots holding junk.
     mask = np.array([[True] * T, [True] * 4 + [False] * 2])
     full = full_pass(block, decoder_padding_mask=mask)
-    cached = cached_pass(block, decoder_padding_mask=mask)
+    cached = cached_pass(block, decoder_padding_mask=mask, matrices=matrices)
     np.testing.assert_allclose(cached[mask], full[mask], atol=ATOL)
 
 
-def token_pass(block, target=TARGET):
-    """Decodes `target` one token at a time with `decode_token`."""
-    cache = block.initialize_self_attention_cache(batch_size=B, max_length=target.shape[1])
-    constants = block.prepare_token_decoding(*((SOURCE, SOURCE_MASK) if has_cross(block) else ()))
+def test_cached_steps_of_unknown_length_in_a_tf_function(block):
+    # A traced step whose length and batch are unknown until run: the
+    # matrices' reshapes must take them from the tensors.
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("graph tracing with unknown shapes is TensorFlow's")
+    import tensorflow as tf
+
+    kwargs = {"projection_matrices": block.compute_projection_matrices()}
+    if has_cross(block):
+        kwargs["cross_attention_cache"] = block.compute_cross_attention_cache(SOURCE)
+        kwargs["encoder_padding_mask"] = SOURCE_MASK
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, None, D_MODEL]),
+            tf.TensorSpec([2, None, HEADS, T, D_MODEL // HEADS]),
+            tf.TensorSpec([], tf.int32),
+        ]
+    )
+    def step(target, cache, index):
+        return block(
+            target, self_attention_cache=cache, self_attention_cache_update_index=index, **kwargs
+        )
+
+    cache = block.initialize_self_attention_cache(B, T)
     outputs = []
-    for index in range(target.shape[1]):
-        output, cache = block.decode_token(target[:, index], index, cache, constants)
+    for start in (0, 2, 3):
+        stop = {0: 2, 2: 3, 3: T}[start]
+        output, cache = step(TARGET[:, start:stop], cache, start)
         outputs.append(as_numpy(output))
-    return np.stack(outputs, axis=1), as_numpy(cache)
+    np.testing.assert_allclose(np.concatenate(outputs, axis=1), full_pass(block), atol=ATOL)
 
 
-def test_token_decoding_equals_full_pass_and_cached_call(block):
-    outputs, cache = token_pass(block)
-    np.testing.assert_allclose(outputs, full_pass(block), atol=ATOL)
-    # The cache it leaves is the one the block's cached call writes.
+def test_projection_matrices_leave_the_cache_the_layers_leave(block):
+    cache = block.initialize_self_attention_cache(B, T)
     kwargs = (
         {
             "cross_attention_cache": block.compute_cross_attention_cache(SOURCE),
@@ -143,30 +177,72 @@ def test_token_decoding_equals_full_pass_and_cached_call(block):
         if has_cross(block)
         else {}
     )
-    _, called_cache = block(
-        TARGET,
-        self_attention_cache=block.initialize_self_attention_cache(B, T),
-        self_attention_cache_update_index=0,
-        **kwargs,
+    caches = {}
+    for matrices in (None, block.compute_projection_matrices()):
+        step_cache = cache
+        for index in range(T):
+            _, step_cache = block(
+                TARGET[:, index : index + 1],
+                self_attention_cache=step_cache,
+                self_attention_cache_update_index=index,
+                projection_matrices=matrices,
+                **kwargs,
+            )
+        caches[matrices is None] = as_numpy(step_cache)
+    assert np.abs(caches[True]).min() > 0
+    np.testing.assert_allclose(caches[False], caches[True], atol=ATOL)
+
+
+def test_projection_matrices_are_the_layers_kernels(block):
+    # Against the kernels in Keras' layout: [d, heads, head_dim] for query,
+    # key and value, [heads, head_dim, d] for the output.
+    matrices = block.compute_projection_matrices()
+    x = random_inputs(3, D_MODEL, seed=50)
+    attended = random_inputs(3, HEADS, D_MODEL // HEADS, seed=51)
+
+    def projected(dense):
+        heads = np.einsum("bd,dnh->bnh", x, as_numpy(dense.kernel)) + as_numpy(dense.bias)
+        return heads.reshape(3, -1)
+
+    def output(dense):
+        return np.einsum("bnh,nhd->bd", attended, as_numpy(dense.kernel)) + as_numpy(dense.bias)
+
+    attentions = {"self": block.self_attention}
+    if has_cross(block):
+        attentions["cross"] = block.cross_attention
+    expected = {f"{kind}_output": output(a.output_dense) for kind, a in attentions.items()}
+    attention = block.self_attention
+    expected["self_query_key_value"] = np.concatenate(
+        [
+            projected(dense)
+            for dense in (attention.query_dense, attention.key_dense, attention.value_dense)
+        ],
+        axis=1,
     )
-    np.testing.assert_allclose(cache, as_numpy(called_cache), atol=ATOL)
+    if has_cross(block):
+        expected["cross_query"] = projected(block.cross_attention.query_dense)
+    assert sorted(matrices) == sorted(expected)
+    for name, value in expected.items():
+        kernel, bias = (as_numpy(part) for part in matrices[name])
+        inputs = attended.reshape(3, -1) if name.endswith("output") else x
+        np.testing.assert_allclose(inputs @ kernel + bias, value, atol=1e-5, err_msg=name)
 
 
-def test_token_decoding_of_a_source_with_no_real_token(block):
+def test_cached_step_of_a_source_with_no_real_token(block):
     if not has_cross(block):
         pytest.skip("decoder-only block: no source")
     # The second source is all padding: its cross-attention output is zero.
     mask = np.array([[True] * S, [False] * S])
-    constants = block.prepare_token_decoding(SOURCE, mask)
-    cache = block.initialize_self_attention_cache(batch_size=B, max_length=1)
-    output, _ = block.decode_token(TARGET[:, 0], 0, cache, constants)
+    output, _ = block(
+        TARGET[:, :1],
+        cross_attention_cache=block.compute_cross_attention_cache(SOURCE),
+        encoder_padding_mask=mask,
+        self_attention_cache=block.initialize_self_attention_cache(batch_size=B, max_length=1),
+        self_attention_cache_update_index=0,
+        projection_matrices=block.compute_projection_matrices(),
+    )
     expected = block(TARGET[:, :1], SOURCE, encoder_padding_mask=mask)
-    np.testing.assert_allclose(as_numpy(output), as_numpy(expected)[:, 0], atol=ATOL)
-
-
-def test_token_decoding_constants_need_the_source_exactly_with_cross_attention(block):
-    with pytest.raises(ValueError, match="encoder_sequence"):
-        block.prepare_token_decoding(None if has_cross(block) else SOURCE)
+    np.testing.assert_allclose(as_numpy(output), as_numpy(expected), atol=ATOL)
 
 
 def test_cache_holds_projected_keys_and_values(block):

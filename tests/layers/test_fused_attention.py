@@ -152,23 +152,13 @@ def decoder_block(randomize, cross):
     return block, target, (source if cross else None)
 
 
-def token_steps(block, target, source):
-    cache = block.initialize_self_attention_cache(batch_size=B, max_length=T)
-    constants = block.prepare_token_decoding(*(() if source is None else (source, KEY_PADDING)))
-    outputs = []
-    # `decode_token` is no layer call: its input comes in the compute dtype already.
-    target = ops.cast(target, block.compute_dtype)
-    for index in range(T):
-        output, cache = block.decode_token(target[:, index], index, cache, constants)
-        outputs.append(as_numpy(output))
-    return np.stack(outputs, axis=1)
-
-
-def cached_calls(block, target, source):
+def cached_calls(block, target, source, matrices=False):
     cache = block.initialize_self_attention_cache(batch_size=B, max_length=T)
     extra = {}
+    if matrices:
+        extra["projection_matrices"] = block.compute_projection_matrices()
     if source is not None:
-        extra = dict(
+        extra.update(
             cross_attention_cache=block.compute_cross_attention_cache(source),
             encoder_padding_mask=KEY_PADDING,
         )
@@ -184,6 +174,11 @@ def cached_calls(block, target, source):
     return np.stack(outputs, axis=1)
 
 
+def matrix_steps(block, target, source):
+    """Cached calls as a decoding loop makes them, with the projection matrices."""
+    return cached_calls(block, target, source, matrices=True)
+
+
 def full_pass(block, target, source):
     if source is None:
         return as_numpy(block(target, decoder_padding_mask=QUERY_PADDING))
@@ -194,7 +189,7 @@ def full_pass(block, target, source):
 
 @pytest.mark.parametrize("cross", [True, False], ids=["cross", "decoder_only"])
 @pytest.mark.parametrize(
-    "path", [token_steps, cached_calls, full_pass], ids=lambda path: path.__name__
+    "path", [matrix_steps, cached_calls, full_pass], ids=lambda path: path.__name__
 )
 def test_decoder_paths_fused_equal_explicit(path, cross, policy, randomize, fused_calls):
     block, target, source = decoder_block(randomize, cross)
@@ -221,7 +216,7 @@ def test_decoding_fused_equals_the_full_explicit_pass(randomize):
     block, target, source = decoder_block(randomize, cross=True)
     with explicit_path(*attention_layers(block)):
         full = as_numpy(block(target, source, encoder_padding_mask=KEY_PADDING))
-    np.testing.assert_allclose(token_steps(block, target, source), full, atol=1e-5)
+    np.testing.assert_allclose(matrix_steps(block, target, source), full, atol=1e-5)
 
 
 # --- routing ---------------------------------------------------------------------
@@ -349,7 +344,7 @@ def test_decoding_with_an_overridden_scoring_stays_explicit(fused_calls, randomi
     block(target)
     randomize(block, seed=19)
     fused_calls.clear()
-    token_steps(block, target, None)
+    matrix_steps(block, target, None)
     cached_calls(block, target, None)
     assert fused_calls == []
 

@@ -45,10 +45,12 @@ def test_causal_mask_offset_and_rectangular(query_length, key_length, offset):
     np.testing.assert_array_equal(mask, np_causal(query_length, key_length, offset))
 
 
-def test_causal_mask_offset_as_tensor():
+@pytest.mark.parametrize("query_length", [1, 2], ids=["one_query", "two_queries"])
+def test_causal_mask_offset_as_tensor(query_length):
+    # One query is what every decoding step asks for, with the index a tensor.
     offset = ops.convert_to_tensor(3, dtype="int32")
-    mask = as_numpy(causal_mask(2, 6, offset=offset))
-    np.testing.assert_array_equal(mask, np_causal(2, 6, 3))
+    mask = as_numpy(causal_mask(query_length, 6, offset=offset))
+    np.testing.assert_array_equal(mask, np_causal(query_length, 6, 3))
     # Query 0 sits at absolute position 3: keys 0..3 allowed, 4..5 not.
     np.testing.assert_array_equal(mask[0], [True, True, True, True, False, False])
 
