@@ -314,13 +314,15 @@ class TransformerDecoderBlock(TransformerBlock):
         """Returns `(output, weights, new_cache)`; `new_cache` is None without a cache,
         `weights` None when not `return_weights` and the attention ran fused."""
         attention = self.self_attention
+        keys_and_values = None
         if "self_query_key_value" in matrices:
             # [3 (query, key, value), B, heads, T, head_dim]
             projected = self._project_with_matrix(x, *matrices["self_query_key_value"], parts=3)
-            query_heads, keys_and_values = projected[0], projected[1:]
+            query_heads, key_heads, value_heads = projected[0], projected[1], projected[2]
+            keys_and_values = projected[1:]
         else:
             query_heads = attention.project_query(x)
-            keys_and_values = ops.stack([attention.project_key(x), attention.project_value(x)])
+            key_heads, value_heads = attention.project_key(x), attention.project_value(x)
         length = ops.shape(x)[1]
         mask = query_mask = prepared_mask = None
         if cache is None:
@@ -330,8 +332,11 @@ class TransformerDecoderBlock(TransformerBlock):
             )
             query_mask = padding_mask
         else:
+            # Stacked only to write the cache: a training call would copy both for nothing.
+            if keys_and_values is None:
+                keys_and_values = ops.stack([key_heads, value_heads])
             cache = _write_cache(cache, keys_and_values, cache_index)
-            keys_and_values = cache
+            key_heads, value_heads = cache[0], cache[1]
             # Cache slots past the current positions hold zeros; the causal
             # mask (offset by the cache index) keeps them out.
             causal = causal_mask(length, ops.shape(cache)[3], offset=cache_index)
@@ -344,8 +349,8 @@ class TransformerDecoderBlock(TransformerBlock):
                 )
         attended, weights = attention.attend(
             query_heads,
-            keys_and_values[0],
-            keys_and_values[1],
+            key_heads,
+            value_heads,
             mask,
             training=training,
             query_mask=query_mask,
