@@ -4,6 +4,7 @@ from keras_transformer.layers.attention import MultiHeadAttention, scaled_dot_pr
 from keras_transformer.layers.decoder import TransformerDecoderBlock
 from keras_transformer.layers.encoder import TransformerEncoderBlock
 from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.initializers import ReceptiveFieldGlorotUniform
 from keras_transformer.layers.masks import MASKED_LOGIT, causal_mask, merge_masks, padding_mask
 from keras_transformer.layers.ngrams import BagOfNgrams
 from keras_transformer.layers.position import (
@@ -18,6 +19,7 @@ __all__ = [
     "FeedForward",
     "MultiHeadAttention",
     "PositionEmbedding",
+    "ReceptiveFieldGlorotUniform",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
     "TransformerDecoderBlock",

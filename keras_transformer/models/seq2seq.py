@@ -5,12 +5,14 @@ from keras import ops
 
 from keras_transformer.layers import (
     MultiHeadAttention,
+    ReceptiveFieldGlorotUniform,
     TokenAndPositionEmbedding,
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
 from keras_transformer.layers import padding_mask as make_padding_mask
 from keras_transformer.layers.attention import get_attention_class, serialize_attention_class
+from keras_transformer.layers.initializers import clone_initializer
 from keras_transformer.models.encoder_stack import run_encoder_blocks
 
 
@@ -40,6 +42,10 @@ class Seq2SeqTransformer(keras.Model):
             more stably at high learning rates than the paper's post-norm.
         attention_class: `MultiHeadAttention` or a registered subclass, for
             every attention of every block (training and `decode_step` alike).
+        kernel_initializer: the blocks' kernels' initializer (each sublayer
+            gets its own copy). Defaults to `ReceptiveFieldGlorotUniform`,
+            which starts the attention projections smaller than Keras'
+            Glorot does in `EinsumDense`.
         **kwargs: base `keras.Model` arguments.
 
     Call arguments:
@@ -87,6 +93,7 @@ class Seq2SeqTransformer(keras.Model):
         share_embeddings=False,
         normalize_first=True,
         attention_class=MultiHeadAttention,
+        kernel_initializer=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -111,6 +118,9 @@ class Seq2SeqTransformer(keras.Model):
         self.share_embeddings = share_embeddings
         self.normalize_first = normalize_first
         self.attention_class = get_attention_class(attention_class)
+        self.kernel_initializer = keras.initializers.get(
+            ReceptiveFieldGlorotUniform() if kernel_initializer is None else kernel_initializer
+        )
 
         self._create_layers()
 
@@ -172,6 +182,7 @@ class Seq2SeqTransformer(keras.Model):
             activation="relu",
             normalize_first=self.normalize_first,
             attention_class=self.attention_class,
+            kernel_initializer=clone_initializer(self.kernel_initializer, f"{kind}_block_{index}"),
             dtype=self.dtype_policy,
             name=f"{kind}_block_{index}",
         )
@@ -335,6 +346,7 @@ class Seq2SeqTransformer(keras.Model):
                 "share_embeddings": self.share_embeddings,
                 "normalize_first": self.normalize_first,
                 "attention_class": serialize_attention_class(self.attention_class),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
             }
         )
         return config
