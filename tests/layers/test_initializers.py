@@ -12,7 +12,8 @@ from keras_transformer.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
-from keras_transformer.layers.initializers import clone_initializer
+from keras_transformer.layers.initializers import ReceptiveFieldGlorotUniform, clone_initializer
+from keras_transformer.models import Seq2SeqTransformer
 
 D_MODEL = 8
 
@@ -115,3 +116,63 @@ def test_clone_keeps_the_class_and_leaves_strings_alone():
     assert clone.get_config()["stddev"] == 0.02
     assert clone.get_config()["seed"] != 5
     assert clone_initializer("zeros", "bias") == "zeros"
+
+
+def classic_glorot_limit(shape):
+    """Glorot's uniform limit with every axis before the last two a receptive field."""
+    field = int(np.prod(shape[:-2])) if len(shape) > 2 else 1
+    return np.sqrt(6.0 / (shape[-2] * field + shape[-1] * field))
+
+
+def assert_uniform_within(kernel, limit):
+    kernel = np.asarray(ops.convert_to_numpy(kernel))
+    assert np.abs(kernel).max() <= limit * (1 + 1e-6)
+    # Uniform on [-limit, limit]: it reaches near the limit, with std limit / sqrt(3).
+    assert np.abs(kernel).max() > 0.95 * limit
+    np.testing.assert_allclose(kernel.std(), limit / np.sqrt(3), rtol=0.05)
+
+
+@pytest.mark.parametrize("shape", [(256, 4, 64), (4, 64, 256), (48, 32)], ids=str)
+def test_receptive_field_glorot_draws_within_the_classic_limit(shape):
+    assert_uniform_within(ReceptiveFieldGlorotUniform(seed=3)(shape), classic_glorot_limit(shape))
+
+
+def test_einsum_dense_keeps_the_receptive_field_fans():
+    # EinsumDense recounts the fans of a VarianceScaling initializer per
+    # matrix; the wrapped one keeps its own.
+    def query_kernel(initializer):
+        dense = keras.layers.EinsumDense(
+            "abc,cde->abde", output_shape=(None, 4, 64), kernel_initializer=initializer
+        )
+        dense.build((None, None, 256))
+        return dense.kernel
+
+    assert_uniform_within(
+        query_kernel(ReceptiveFieldGlorotUniform(seed=1)), classic_glorot_limit((256, 4, 64))
+    )
+    assert_uniform_within(
+        query_kernel(keras.initializers.GlorotUniform(seed=1)), classic_glorot_limit((256, 256))
+    )
+
+
+def test_seq2seq_attention_starts_at_the_receptive_field_scale():
+    model = Seq2SeqTransformer(50, 60, num_encoder_layers=1, num_decoder_layers=1)
+    model.build()
+    block = model.decoder_blocks[0]
+    for attention in (block.self_attention, block.cross_attention):
+        assert_uniform_within(attention.query_dense.kernel, classic_glorot_limit((256, 4, 64)))
+        assert_uniform_within(attention.output_dense.kernel, classic_glorot_limit((4, 64, 256)))
+    assert_uniform_within(
+        block.feed_forward.intermediate_dense.kernel, classic_glorot_limit((256, 1024))
+    )
+    restored = Seq2SeqTransformer.from_config(model.get_config())
+    assert type(restored.kernel_initializer) is ReceptiveFieldGlorotUniform
+    # Keras' Glorot, asked for by name, gives EinsumDense's per-matrix scale.
+    keras_glorot = Seq2SeqTransformer(
+        50, 60, num_encoder_layers=1, num_decoder_layers=1, kernel_initializer="glorot_uniform"
+    )
+    keras_glorot.build()
+    assert_uniform_within(
+        keras_glorot.encoder_blocks[0].self_attention.query_dense.kernel,
+        classic_glorot_limit((256, 256)),
+    )
