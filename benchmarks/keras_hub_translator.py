@@ -34,6 +34,7 @@ def build_peer_translator(
     intermediate_dim,
     num_heads,
     dropout,
+    kernel_initializer="glorot_uniform",
 ):
     """A functional `keras.Model` from `{ENCODER_INPUTS: [B, S], DECODER_INPUTS: [B, T]}`
     int32 ids (0 is padding) to logits `[B, T, target_vocabulary_size]`.
@@ -43,6 +44,8 @@ def build_peer_translator(
         max_length: rows of each position table: the longest `S` and `T` it reads.
         num_layers: blocks on each side.
         d_model, intermediate_dim, num_heads, dropout: of every block.
+        kernel_initializer: of every block's kernels (KerasHub's default Glorot
+            uniform counts each attention projection's fans per matrix).
     """
     import keras_hub
 
@@ -53,7 +56,11 @@ def build_peer_translator(
     )(encoder_inputs)
     for _ in range(num_layers):
         x = keras_hub.layers.TransformerEncoder(
-            intermediate_dim, num_heads, dropout=dropout, normalize_first=True
+            intermediate_dim,
+            num_heads,
+            dropout=dropout,
+            normalize_first=True,
+            kernel_initializer=kernel_initializer,
         )(x)
     encoder_outputs = keras.layers.LayerNormalization(epsilon=1e-5)(x)
     y = keras_hub.layers.TokenAndPositionEmbedding(
@@ -61,7 +68,11 @@ def build_peer_translator(
     )(decoder_inputs)
     for _ in range(num_layers):
         y = keras_hub.layers.TransformerDecoder(
-            intermediate_dim, num_heads, dropout=dropout, normalize_first=True
+            intermediate_dim,
+            num_heads,
+            dropout=dropout,
+            normalize_first=True,
+            kernel_initializer=kernel_initializer,
         )(y, encoder_outputs)
     y = keras.layers.LayerNormalization(epsilon=1e-5)(y)
     y = keras.layers.Dropout(dropout)(y)

@@ -13,7 +13,9 @@ detokenized, case-sensitive output (BLEU and chrF).
   picks for the corpus) and tokenizers, `TokenAndPositionEmbedding`, 3+3
   pre-norm `TransformerEncoder` / `TransformerDecoder` blocks
   (`normalize_first=True`) with a final layer norm after each stack, width
-  256, feed-forward 512, 4 heads, dropout 0.1 (`--peer-sizes` sweeps them);
+  256, feed-forward 512, 4 heads, dropout 0.1 (`--peer-sizes` sweeps them),
+  KerasHub's default Glorot kernels (`--peer-init-stddev 0.02` draws them as
+  KerasHub's BERT backbones do, smaller at the attention's projections);
   batches bucketed by length (8-token buckets) and padded to their bucket's
   longest length;
   AdamW at a peak rate of 2e-3 with a linear warmup over the first 400 steps
@@ -129,6 +131,15 @@ def main():
         help=f"the peer with other sizes (default {','.join(map(str, PEER_SIZES))}; results "
         "kept as arm 'peer-L,W,F,H')",
     )
+    parser.add_argument(
+        "--peer-init-stddev",
+        type=float,
+        default=None,
+        metavar="S",
+        help="the peer's block kernels drawn from TruncatedNormal(stddev=S), the initializer "
+        "of KerasHub's BERT backbones (0.02), instead of KerasHub's default Glorot; results "
+        "kept as arm 'peer-stdS'",
+    )
     parser.add_argument("--report", action="store_true", help="only print the saved results")
     args = parser.parse_args()
     snapshots = sorted({float(value) for value in args.snapshots.split(",") if value.strip()})
@@ -167,6 +178,8 @@ def main():
             )
         if args.peer_sizes[1] % args.peer_sizes[3]:
             parser.error("--peer-sizes: the heads must divide the width")
+    if args.peer_init_stddev is not None and (args.peer_init_stddev <= 0 or args.arm != "peer"):
+        parser.error("--peer-init-stddev takes a positive standard deviation, with --arm peer")
     if any(minute > args.minutes for minute in snapshots):
         parser.error("--snapshots must not exceed --minutes")
     os.makedirs(RESULTS_DIR, exist_ok=True)
@@ -202,8 +215,10 @@ def _result_path(args, arm):
 
 
 def _arm_name(args, arm):
-    if arm == "peer" and args.peer_sizes:
-        return "peer-" + ",".join(map(str, args.peer_sizes))
+    if arm == "peer":
+        sizes = [",".join(map(str, args.peer_sizes))] if args.peer_sizes else []
+        stddev = [f"std{args.peer_init_stddev:g}"] if args.peer_init_stddev else []
+        return "-".join(["peer", *sizes, *stddev])
     if arm == "ours" and args.variant:
         return f"ours-{args.variant}"
     return f"{arm}-{args.layers[0]}+{args.layers[1]}" if arm == "ours" and args.layers else arm
@@ -386,6 +401,12 @@ def run_ours(data, args, snapshots):
 # --- the KerasHub peer --------------------------------------------------------------
 
 
+def _peer_kernel_initializer(args):
+    if args.peer_init_stddev is None:
+        return "glorot_uniform"
+    return keras.initializers.TruncatedNormal(stddev=args.peer_init_stddev)
+
+
 def run_peer(data, args, snapshots):
     import keras_hub
     import tensorflow as tf
@@ -499,6 +520,7 @@ def run_peer(data, args, snapshots):
         settings.intermediate_dim,
         settings.num_heads,
         settings.dropout,
+        kernel_initializer=_peer_kernel_initializer(args),
     )
 
     peak_learning_rate = PEER_PEAK_LEARNING_RATE
@@ -592,6 +614,9 @@ def run_peer(data, args, snapshots):
             "warmup_fraction": PEER_WARMUP_FRACTION,
             "bucket_width": PEER_BUCKET_WIDTH,
             "normalize_first": True,
+            "kernel_initializer": keras.initializers.serialize(
+                keras.initializers.get(_peer_kernel_initializer(args))
+            ),
         },
         "warmup_ended_at_step": schedule.warmup_ended_at_step,
         "threads": args.threads,
