@@ -366,3 +366,23 @@ def test_a_slow_machine_ends_the_peers_warmup_at_a_tenth_of_the_budget(monkeypat
     steps = [b - a for a, b in zip(rates, rates[1:])]
     assert max(abs(step) for step in steps) < 2e-3 / 100  # no jump anywhere
     assert rates[-1] < 2e-3 * 1e-3
+
+
+def test_peer_variants_keep_their_own_results_and_initializer():
+    import argparse
+
+    import keras
+    import translation_quality
+
+    args = argparse.Namespace(peer_sizes=None, peer_init_stddev=None, variant=None, layers=None)
+    assert translation_quality._arm_name(args, "peer") == "peer"
+    assert translation_quality._peer_kernel_initializer(args) == "glorot_uniform"
+    args.peer_init_stddev = 0.02
+    assert translation_quality._arm_name(args, "peer") == "peer-std0.02"
+    initializer = translation_quality._peer_kernel_initializer(args)
+    assert isinstance(initializer, keras.initializers.TruncatedNormal)
+    assert initializer.stddev == 0.02
+    args.peer_sizes = (2, 128, 256, 4)
+    assert translation_quality._arm_name(args, "peer") == "peer-2,128,256,4-std0.02"
+    args.peer_init_stddev = None
+    assert translation_quality._arm_name(args, "peer") == "peer-2,128,256,4"
