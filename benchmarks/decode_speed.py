@@ -92,6 +92,9 @@ def main():
     set_tensorflow_threads(args.threads)
 
     data = load_translation_data("bible:es-en", seed=1337)
+    # The same random weights every run: with other draws, two near-tied logits can
+    # make the cached and the uncached greedy loops part ways.
+    keras.utils.set_random_seed(1337)
     model, source_tokenizer, target_tokenizer, weights = _model_and_tokenizers(
         args.run_dir, data, args.vocabulary_examples
     )
