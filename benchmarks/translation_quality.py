@@ -13,7 +13,8 @@ detokenized, case-sensitive output (BLEU and chrF).
   picks for the corpus) and tokenizers, `TokenAndPositionEmbedding`, 3+3
   pre-norm `TransformerEncoder` / `TransformerDecoder` blocks
   (`normalize_first=True`) with a final layer norm after each stack, width
-  256, feed-forward 512, 4 heads, dropout 0.1 (`--peer-sizes` sweeps them),
+  256, feed-forward 512, 4 heads (`--peer-sizes` sweeps them), dropout 0.1
+  (`--peer-dropout` sets it),
   KerasHub's default Glorot kernels (`--peer-init-stddev 0.02` draws them as
   KerasHub's BERT backbones do, smaller at the attention's projections);
   batches bucketed by length (8-token buckets) and padded to their bucket's
@@ -81,6 +82,7 @@ PEER_WARMUP_FRACTION = 0.1  # of the budget: where the warmup ends if 400 steps 
 PEER_PEAK_LEARNING_RATE = 2e-3
 # The peer's blocks a side, width, feed-forward size and heads (`--peer-sizes`).
 PEER_SIZES = (3, 256, 512, 4)
+PEER_DROPOUT = 0.1
 # Bucket width (tokens) of the peer's batches, which are padded to their bucket's longest.
 PEER_BUCKET_WIDTH = 8
 
@@ -140,6 +142,14 @@ def main():
         "of KerasHub's BERT backbones (0.02), instead of KerasHub's default Glorot; results "
         "kept as arm 'peer-stdS'",
     )
+    parser.add_argument(
+        "--peer-dropout",
+        type=float,
+        default=None,
+        metavar="D",
+        help=f"the peer's dropout rate (default {PEER_DROPOUT:g}); results kept as arm "
+        "'peer-dropD'",
+    )
     parser.add_argument("--report", action="store_true", help="only print the saved results")
     args = parser.parse_args()
     snapshots = sorted({float(value) for value in args.snapshots.split(",") if value.strip()})
@@ -180,6 +190,8 @@ def main():
             parser.error("--peer-sizes: the heads must divide the width")
     if args.peer_init_stddev is not None and (args.peer_init_stddev <= 0 or args.arm != "peer"):
         parser.error("--peer-init-stddev takes a positive standard deviation, with --arm peer")
+    if args.peer_dropout is not None and not (0 <= args.peer_dropout < 1 and args.arm == "peer"):
+        parser.error("--peer-dropout takes a rate in [0, 1), with --arm peer")
     if any(minute > args.minutes for minute in snapshots):
         parser.error("--snapshots must not exceed --minutes")
     os.makedirs(RESULTS_DIR, exist_ok=True)
@@ -218,7 +230,8 @@ def _arm_name(args, arm):
     if arm == "peer":
         sizes = [",".join(map(str, args.peer_sizes))] if args.peer_sizes else []
         stddev = [f"std{args.peer_init_stddev:g}"] if args.peer_init_stddev else []
-        return "-".join(["peer", *sizes, *stddev])
+        dropout = [] if args.peer_dropout is None else [f"drop{args.peer_dropout:g}"]
+        return "-".join(["peer", *sizes, *stddev, *dropout])
     if arm == "ours" and args.variant:
         return f"ours-{args.variant}"
     return f"{arm}-{args.layers[0]}+{args.layers[1]}" if arm == "ours" and args.layers else arm
@@ -428,7 +441,7 @@ def run_peer(data, args, snapshots):
         d_model=d_model,
         intermediate_dim=intermediate_dim,
         num_heads=num_heads,
-        dropout=0.1,
+        dropout=PEER_DROPOUT if args.peer_dropout is None else args.peer_dropout,
         label_smoothing=0.1,
     )
     source_vocabulary_size, _ = vocabulary_size_for(data.train.sources)

@@ -374,7 +374,9 @@ def test_peer_variants_keep_their_own_results_and_initializer():
     import keras
     import translation_quality
 
-    args = argparse.Namespace(peer_sizes=None, peer_init_stddev=None, variant=None, layers=None)
+    args = argparse.Namespace(
+        peer_sizes=None, peer_init_stddev=None, peer_dropout=None, variant=None, layers=None
+    )
     assert translation_quality._arm_name(args, "peer") == "peer"
     assert translation_quality._peer_kernel_initializer(args) == "glorot_uniform"
     args.peer_init_stddev = 0.02
@@ -386,3 +388,7 @@ def test_peer_variants_keep_their_own_results_and_initializer():
     assert translation_quality._arm_name(args, "peer") == "peer-2,128,256,4-std0.02"
     args.peer_init_stddev = None
     assert translation_quality._arm_name(args, "peer") == "peer-2,128,256,4"
+    args.peer_sizes, args.peer_dropout = None, 0.3
+    assert translation_quality._arm_name(args, "peer") == "peer-drop0.3"
+    args.peer_dropout = 0.0  # a rate of zero is a variant too, not the default
+    assert translation_quality._arm_name(args, "peer") == "peer-drop0"
