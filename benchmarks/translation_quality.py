@@ -19,7 +19,8 @@ detokenized, case-sensitive output (BLEU and chrF).
   KerasHub's BERT backbones do, smaller at the attention's projections);
   batches bucketed by length (8-token buckets) and padded to their bucket's
   longest length;
-  AdamW at a peak rate of 2e-3 with a linear warmup over the first 400 steps
+  AdamW (Keras' default betas; `--peer-beta-2` sets the second) at a peak
+  rate of 2e-3 with a linear warmup over the first 400 steps
   (or the first tenth of the budget, whichever ends first, so a slow machine
   does not spend its whole run warming up), then a cosine decay that reaches
   zero when the budget ends; label smoothing 0.1; batched greedy decoding.
@@ -83,6 +84,7 @@ PEER_PEAK_LEARNING_RATE = 2e-3
 # The peer's blocks a side, width, feed-forward size and heads (`--peer-sizes`).
 PEER_SIZES = (3, 256, 512, 4)
 PEER_DROPOUT = 0.1
+PEER_BETA_2 = 0.999  # Keras' AdamW default
 # Bucket width (tokens) of the peer's batches, which are padded to their bucket's longest.
 PEER_BUCKET_WIDTH = 8
 
@@ -150,6 +152,14 @@ def main():
         help=f"the peer's dropout rate (default {PEER_DROPOUT:g}); results kept as arm "
         "'peer-dropD'",
     )
+    parser.add_argument(
+        "--peer-beta-2",
+        type=float,
+        default=None,
+        metavar="B",
+        help=f"the second-moment decay of the peer's AdamW (default {PEER_BETA_2:g}, Keras'; "
+        "the paper's Adam used 0.98); results kept as arm 'peer-b2B'",
+    )
     parser.add_argument("--report", action="store_true", help="only print the saved results")
     args = parser.parse_args()
     snapshots = sorted({float(value) for value in args.snapshots.split(",") if value.strip()})
@@ -192,6 +202,8 @@ def main():
         parser.error("--peer-init-stddev takes a positive standard deviation, with --arm peer")
     if args.peer_dropout is not None and not (0 <= args.peer_dropout < 1 and args.arm == "peer"):
         parser.error("--peer-dropout takes a rate in [0, 1), with --arm peer")
+    if args.peer_beta_2 is not None and not (0 < args.peer_beta_2 < 1 and args.arm == "peer"):
+        parser.error("--peer-beta-2 takes a decay in (0, 1), with --arm peer")
     if any(minute > args.minutes for minute in snapshots):
         parser.error("--snapshots must not exceed --minutes")
     os.makedirs(RESULTS_DIR, exist_ok=True)
@@ -231,7 +243,8 @@ def _arm_name(args, arm):
         sizes = [",".join(map(str, args.peer_sizes))] if args.peer_sizes else []
         stddev = [f"std{args.peer_init_stddev:g}"] if args.peer_init_stddev else []
         dropout = [] if args.peer_dropout is None else [f"drop{args.peer_dropout:g}"]
-        return "-".join(["peer", *sizes, *stddev, *dropout])
+        beta_2 = [] if args.peer_beta_2 is None else [f"b2{args.peer_beta_2:g}"]
+        return "-".join(["peer", *sizes, *stddev, *dropout, *beta_2])
     if arm == "ours" and args.variant:
         return f"ours-{args.variant}"
     return f"{arm}-{args.layers[0]}+{args.layers[1]}" if arm == "ours" and args.layers else arm
@@ -538,7 +551,10 @@ def run_peer(data, args, snapshots):
 
     peak_learning_rate = PEER_PEAK_LEARNING_RATE
     optimizer = keras.optimizers.AdamW(
-        peak_learning_rate, weight_decay=0.01, clipnorm=settings.clip_norm
+        peak_learning_rate,
+        weight_decay=0.01,
+        clipnorm=settings.clip_norm,
+        beta_2=PEER_BETA_2 if args.peer_beta_2 is None else args.peer_beta_2,
     )
     model.compile(
         optimizer=optimizer,
@@ -627,6 +643,7 @@ def run_peer(data, args, snapshots):
             "warmup_fraction": PEER_WARMUP_FRACTION,
             "bucket_width": PEER_BUCKET_WIDTH,
             "normalize_first": True,
+            "beta_2": optimizer.beta_2,
             "kernel_initializer": keras.initializers.serialize(
                 keras.initializers.get(_peer_kernel_initializer(args))
             ),

@@ -375,7 +375,12 @@ def test_peer_variants_keep_their_own_results_and_initializer():
     import translation_quality
 
     args = argparse.Namespace(
-        peer_sizes=None, peer_init_stddev=None, peer_dropout=None, variant=None, layers=None
+        peer_sizes=None,
+        peer_init_stddev=None,
+        peer_dropout=None,
+        peer_beta_2=None,
+        variant=None,
+        layers=None,
     )
     assert translation_quality._arm_name(args, "peer") == "peer"
     assert translation_quality._peer_kernel_initializer(args) == "glorot_uniform"
@@ -392,3 +397,5 @@ def test_peer_variants_keep_their_own_results_and_initializer():
     assert translation_quality._arm_name(args, "peer") == "peer-drop0.3"
     args.peer_dropout = 0.0  # a rate of zero is a variant too, not the default
     assert translation_quality._arm_name(args, "peer") == "peer-drop0"
+    args.peer_dropout, args.peer_beta_2 = None, 0.98
+    assert translation_quality._arm_name(args, "peer") == "peer-b20.98"
