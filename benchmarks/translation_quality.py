@@ -53,6 +53,11 @@ wall-clock time but gives each arm half the machine).
 `TranslatorSettings` (e.g. `'{"schedule": "cosine"}'`) and keeps its results
 as arm `ours-NAME`, reported beside the defaults'.
 
+`--arm ours --compare-endings` also scores, on the validation and the test
+split, other ends of the same run: the last epoch and the averages of the
+last 5 and 10 epochs' weights beside the kept epoch, then beam widths and
+length penalties; the result keeps them under "endings".
+
 The curve of BLEU against training time: `--snapshots 5,10,20,30,45,60
 --minutes 60` saves weights at those minutes and scores each. Results go to
 `benchmarks/results/translation_quality/`.
@@ -72,10 +77,14 @@ import keras
 from bench_common import set_tensorflow_threads, written_once
 from keras_hub_translator import DECODER_INPUTS, ENCODER_INPUTS, build_peer_translator
 
+from keras_transformer.training.callbacks import RecentEpochWeights, set_trainable_weights
+
 RESULTS_DIR = os.path.join("benchmarks", "results", "translation_quality")
 BEAM_WIDTH = 4
 LENGTH_PENALTY = 0.6
 DECODE_BATCH = 100
+AVERAGED_EPOCHS = (5, 10)  # --compare-endings: the windows of last epochs averaged
+BEAM_SWEEP = ((4, 0.0), (4, 1.0), (4, 1.5), (8, 0.6), (8, 1.0))  # (width, length penalty)
 # Written into each peer result, so a report tells this recipe's results from earlier ones
 # (a fixed 64-token padding, a warmup over a tenth of the budget, the model's own sizes;
 # then Keras' default AdamW decay of 0.999).
@@ -162,6 +171,13 @@ def main():
         help=f"the second-moment decay of the peer's AdamW (default {PEER_BETA_2:g}, the "
         "paper's; Keras' own default is 0.999); results kept as arm 'peer-b2B'",
     )
+    parser.add_argument(
+        "--compare-endings",
+        action="store_true",
+        help="ours: also score, on validation and test, the last epoch and the averages of the "
+        f"last {' and '.join(map(str, AVERAGED_EPOCHS))} epochs beside the kept one, and beam "
+        "widths and length penalties (kept in the result's 'endings')",
+    )
     parser.add_argument("--report", action="store_true", help="only print the saved results")
     args = parser.parse_args()
     snapshots = sorted({float(value) for value in args.snapshots.split(",") if value.strip()})
@@ -189,6 +205,8 @@ def main():
         parser.error(
             "--variant takes letters, digits, '_' and '.', with --arm ours and without --layers"
         )
+    if args.compare_endings and args.arm != "ours":
+        parser.error("--compare-endings studies our arm: add --arm ours")
     if args.peer_sizes is not None:
         try:
             args.peer_sizes = tuple(int(n) for n in args.peer_sizes.split(","))
@@ -344,13 +362,14 @@ def run_ours(data, args, snapshots):
         Snapshots(snapshots, os.path.join(run_dir, "snapshots")),
         StepCount(),
     )
+    recent_epochs = [RecentEpochWeights(max(AVERAGED_EPOCHS))] if args.compare_endings else []
     run = train_translator(
         data,
         settings,
         run_dir,
         time_budget_minutes=args.minutes,
         verbose=2,
-        callbacks=[snapshot_callback, step_count],
+        callbacks=[snapshot_callback, step_count, *recent_epochs],
     )
     model, source_tokenizer, target_tokenizer = (
         run.model,
@@ -360,19 +379,24 @@ def run_ours(data, args, snapshots):
     start_id, end_id = target_tokenizer.token_id("[START]"), target_tokenizer.token_id("[END]")
     max_length = model.sequence_length
 
-    @tf.function(autograph=False)
-    def translate_beam(texts):
-        source_ids = source_tokenizer.encode(texts, max_length)
-        token_ids, _ = beam_search(
-            model,
-            source_ids,
-            max_length,
-            start_id,
-            end_id,
-            beam_width=BEAM_WIDTH,
-            length_penalty=LENGTH_PENALTY,
-        )
-        return target_tokenizer.detokenize(token_ids)
+    def beam_translator(beam_width, length_penalty):
+        @tf.function(autograph=False)
+        def translate(texts):
+            source_ids = source_tokenizer.encode(texts, max_length)
+            token_ids, _ = beam_search(
+                model,
+                source_ids,
+                max_length,
+                start_id,
+                end_id,
+                beam_width=beam_width,
+                length_penalty=length_penalty,
+            )
+            return target_tokenizer.detokenize(token_ids)
+
+        return translate
+
+    translate_beam = beam_translator(BEAM_WIDTH, LENGTH_PENALTY)
 
     @tf.function(autograph=False)
     def translate_greedy(texts):
@@ -404,6 +428,13 @@ def run_ours(data, args, snapshots):
     print(
         f"ours: BLEU {final['beam']['bleu']} (beam), {final['greedy']['bleu']} (greedy)", flush=True
     )
+    endings = (
+        _compare_endings(
+            model, data, recent_epochs[0], beam_translator, translate_greedy, run.metrics
+        )
+        if args.compare_endings
+        else None
+    )
     return {
         "arm": "ours",
         "data": args.data,
@@ -423,7 +454,49 @@ def run_ours(data, args, snapshots):
         "parameters": model.count_params(),
         "snapshots": points,
         "final": final,
+        **({"endings": endings} if endings else {}),
     }
+
+
+def _compare_endings(model, data, recent_epochs, beam_translator, translate_greedy, metrics):
+    """Validation and test scores of other ends of the same run: the kept epoch, the last
+    epoch, the averages of the last `AVERAGED_EPOCHS` epochs (greedy and beam), then beam
+    widths and length penalties (`BEAM_SWEEP`) on the kept epoch and on the average that
+    validation prefers. Leaves the model with the kept epoch's weights."""
+    kept = [keras.ops.convert_to_numpy(v) for v in model.trainable_weights]
+    default_beam = beam_translator(BEAM_WIDTH, LENGTH_PENALTY)
+
+    def scores(translate):
+        return {
+            split: score(_decode_all(translate, pairs.sources), pairs.targets)
+            for split, pairs in (("validation", data.validation), ("test", data.test))
+        }
+
+    candidates = {"kept": kept, "last": recent_epochs.average(last=1)}
+    windows = [n for n in AVERAGED_EPOCHS if n <= len(recent_epochs.epoch_numbers)]
+    candidates.update({f"average_last_{n}": recent_epochs.average(last=n) for n in windows})
+    endings = {"kept_epoch": metrics.get("kept_epoch"), "weights": {}, "beams": {}}
+    for name, weights in candidates.items():
+        set_trainable_weights(model, weights)
+        endings["weights"][name] = {
+            "greedy": scores(translate_greedy),
+            f"beam{BEAM_WIDTH}": scores(default_beam),
+        }
+        print(f"ending {name}: {endings['weights'][name]}", flush=True)
+    averages = [name for name in endings["weights"] if name.startswith("average")]
+    best_average = max(
+        averages,
+        key=lambda name: endings["weights"][name][f"beam{BEAM_WIDTH}"]["validation"]["bleu"],
+        default=None,
+    )
+    for name in ["kept", *([best_average] if best_average else [])]:
+        set_trainable_weights(model, candidates[name])
+        for width, penalty in BEAM_SWEEP:
+            key = f"{name} beam{width} lp{penalty:g}"
+            endings["beams"][key] = scores(beam_translator(width, penalty))
+            print(f"ending {key}: {endings['beams'][key]}", flush=True)
+    set_trainable_weights(model, kept)
+    return endings
 
 
 # --- the KerasHub peer --------------------------------------------------------------

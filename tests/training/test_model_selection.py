@@ -11,7 +11,12 @@ import pytest
 from sklearn.metrics import f1_score
 
 from apps import train_classifier
-from keras_transformer.training.callbacks import BestEpoch, FitScheduleToBudget
+from keras_transformer.training.callbacks import (
+    BestEpoch,
+    FitScheduleToBudget,
+    RecentEpochWeights,
+    set_trainable_weights,
+)
 from keras_transformer.training.classifier.settings import ClassifierSettings
 from keras_transformer.training.metrics import MacroF1
 from keras_transformer.training.runs import RunFolder
@@ -137,6 +142,42 @@ def test_an_unlogged_monitor_is_a_clear_error(tmp_path):
     callback.on_train_begin()
     with pytest.raises(ValueError, match="val_macro_f1.*val_accuracy, val_loss"):
         callback.on_epoch_end(0, {"val_accuracy": 0.5, "val_loss": 1.0})
+
+
+def test_recent_epoch_weights_average_the_last_epochs(tmp_path):
+    model = tiny_model()
+    recent = RecentEpochWeights(3)
+    # Epoch e's weights are all e + 1: five epochs leave epochs 3, 4 and 5.
+    replay(recent, model, [{}] * 5)
+    assert recent.epoch_numbers == [3, 4, 5]
+    for last, expected in ((1, 5.0), (2, 4.5), (3, 4.0), (None, 4.0)):
+        for value in recent.average(last=last):
+            np.testing.assert_array_equal(value, np.full(value.shape, expected, "float32"))
+            assert value.dtype == np.float32
+    with pytest.raises(ValueError, match="last 4 epochs: 3 are kept"):
+        recent.average(last=4)
+    with pytest.raises(ValueError, match="at least one epoch"):
+        RecentEpochWeights(0)
+
+
+def test_recent_epoch_weights_during_fit_are_the_epochs_weights():
+    keras.utils.set_random_seed(0)
+    model = tiny_model()
+    seen = []
+    record = keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: seen.append([w.copy() for w in model.get_weights()])
+    )
+    recent = RecentEpochWeights(2)
+    x, y = np.random.rand(16, 3).astype("float32"), np.random.rand(16, 2).astype("float32")
+    model.fit(x, y, epochs=4, batch_size=4, verbose=0, callbacks=[record, recent])
+    averaged = recent.average()
+    for index, value in enumerate(averaged):
+        np.testing.assert_allclose(value, (seen[2][index] + seen[3][index]) / 2, rtol=1e-6)
+    set_trainable_weights(model, averaged)
+    for actual, expected in zip(model.get_weights(), averaged, strict=True):
+        np.testing.assert_array_equal(actual, expected)
+    with pytest.raises(ValueError):
+        set_trainable_weights(model, averaged[:1])
 
 
 def test_macro_f1_matches_sklearn_over_batches():
