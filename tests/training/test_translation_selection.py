@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from apps import train_translator as train_translator_app
 from keras_transformer.data import load_translation_data
+from keras_transformer.data.tokens import TranslationTokens
 from keras_transformer.data.translation import PairSplit, TranslationData
 from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text import WordPieceTokenizer, build_vocabulary, save_vocabulary
@@ -20,6 +21,7 @@ from keras_transformer.training.runs import RunFolder
 from keras_transformer.training.translator.chrf import ValidationChrF, chrf_subset, corpus_chrf
 from keras_transformer.training.translator.pipeline import train_translator
 from keras_transformer.training.translator.settings import TranslatorSettings
+from keras_transformer.training.translator.tokenizing import run_vocabularies
 from tests.apps.test_train_translator import FLAGS, write_pairs
 from tests.classifier_fixtures import expect_usage_error
 from tests.training.test_retracing import count_train_step_traces, long_texts
@@ -361,6 +363,108 @@ def test_chrf_pairs_zero_with_another_monitor_logs_no_val_chrf(numbers_data, tmp
     assert folder.read_best_epoch()["monitor"] == "val_masked_accuracy"
     with open(folder.file("settings.json")) as settings_file:
         assert json.load(settings_file)["settings"]["chrf_pairs"] == 0
+
+
+# --- the average of the last epochs, kept when it validates better ---------------
+
+
+class EpochWeights(keras.callbacks.Callback):
+    """Records the trainable weights at every epoch's end, as NumPy copies."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_epoch = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.by_epoch.append([np.array(v) for v in self.model.trainable_weights])
+
+
+@pytest.fixture(scope="module")
+def averaged_run(numbers_data, tmp_path_factory):
+    recorded = EpochWeights()
+    run = train_translator(
+        numbers_data,
+        TranslatorSettings(epochs=3, average_epochs=2, **SETTINGS),
+        tmp_path_factory.mktemp("averaged") / "run",
+        verbose=0,
+        callbacks=[recorded],
+    )
+    return run, recorded.by_epoch
+
+
+def test_the_run_compares_the_average_of_its_last_epochs_on_validation(averaged_run):
+    run, by_epoch = averaged_run
+    ending = run.metrics["ending"]
+    with open(RunFolder(run.run_dir).file("metrics.json")) as metrics_file:
+        assert json.load(metrics_file)["ending"] == ending
+    assert ending["averaged_epochs"] == [2, 3]
+    scores = ending["validation_chrf"]
+    assert ending["kept"] == (
+        "average" if scores["average"] > scores["kept_epoch"] else "kept_epoch"
+    )
+    kept_epoch = RunFolder(run.run_dir).read_best_epoch()["epoch"]
+    expected = (
+        [(late + last) / 2 for late, last in zip(by_epoch[1], by_epoch[2])]
+        if ending["kept"] == "average"
+        else by_epoch[kept_epoch - 1]
+    )
+    for variable, value in zip(run.model.trainable_weights, expected, strict=True):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(variable), value, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "scores, kept",
+    [((10.0, 20.0), "average"), ((20.0, 10.0), "kept_epoch"), ((15.0, 15.0), "kept_epoch")],
+)
+def test_the_average_is_kept_only_when_its_validation_chrf_is_higher(
+    averaged_run, numbers_data, monkeypatch, scores, kept
+):
+    from keras_transformer.training.translator import pipeline
+
+    run, by_epoch = averaged_run
+    model = Seq2SeqTransformer.from_config(run.model.get_config())
+    model.build_from_config(run.model.get_build_config())
+    before = [np.array(by_epoch[0][index]) for index in range(len(by_epoch[0]))]
+    for variable, value in zip(model.trainable_weights, before, strict=True):
+        variable.assign(value)
+    recent = training_callbacks.RecentEpochWeights(2)
+    recent.set_model(model)
+    for weights in by_epoch[1:]:
+        for variable, value in zip(model.trainable_weights, weights, strict=True):
+            variable.assign(value)
+        recent.on_epoch_end(len(recent.epoch_numbers))
+    for variable, value in zip(model.trainable_weights, before, strict=True):
+        variable.assign(value)
+    answers = iter(scores)
+    monkeypatch.setattr(pipeline, "corpus_chrf", lambda *_: next(answers))
+    validation = numbers_data.validation
+    source_ids = run.source_tokenizer.encode(
+        tf.constant(validation.sources), run.settings.sequence_length
+    ).numpy()
+    _, target_vocabulary = run_vocabularies(RunFolder(run.run_dir), run.settings)
+    ending = pipeline._keep_average_if_better(
+        model,
+        recent,
+        TranslationTokens(source_ids, source_ids, validation.sources, validation.targets),
+        run.settings,
+        target_vocabulary,
+        verbose=0,
+    )
+    assert ending["kept"] == kept
+    assert ending["validation_chrf"] == {"kept_epoch": scores[0], "average": scores[1]}
+    expected = (
+        [(late + last) / 2 for late, last in zip(by_epoch[1], by_epoch[2])]
+        if kept == "average"
+        else before
+    )
+    for variable, value in zip(model.trainable_weights, expected, strict=True):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(variable), value, rtol=1e-6)
+
+
+def test_average_epochs_is_checked_and_off_by_default():
+    assert TranslatorSettings().average_epochs == 0
+    with pytest.raises(ValueError, match="average_epochs"):
+        TranslatorSettings(average_epochs=-1).validate()
 
 
 # --- the cosine schedule (a time budget ends with the learning rate at 0) ---

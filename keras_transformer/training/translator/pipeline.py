@@ -24,7 +24,11 @@ from keras_transformer.data.tokens import (
 from keras_transformer.models import Seq2SeqTransformer
 from keras_transformer.text.padding import trim_shared_padding_array
 from keras_transformer.training.batching import ArrayBatches, batch_width_rounding
-from keras_transformer.training.callbacks import FitScheduleToBudget
+from keras_transformer.training.callbacks import (
+    FitScheduleToBudget,
+    RecentEpochWeights,
+    set_trainable_weights,
+)
 from keras_transformer.training.compiling import learning_rate_schedule
 from keras_transformer.training.data_rules import choices_from_record, choices_record
 from keras_transformer.training.distribute import worker_run_dir
@@ -38,7 +42,7 @@ from keras_transformer.training.runs import (
     say,
 )
 from keras_transformer.training.schedules import WarmupCosine
-from keras_transformer.training.translator.chrf import ValidationChrF, chrf_subset
+from keras_transformer.training.translator.chrf import ValidationChrF, chrf_subset, corpus_chrf
 from keras_transformer.training.translator.data_rules import translator_settings_from_counts
 from keras_transformer.training.translator.greedy import GreedyTranslator
 from keras_transformer.training.translator.model import build_compiled_translator
@@ -159,6 +163,9 @@ def _train_translator(
         if isinstance(schedule, WarmupCosine)
         else []
     )
+    recent_epochs = (
+        [RecentEpochWeights(settings.average_epochs)] if settings.average_epochs > 1 else []
+    )
     fitted = fit_in_folder(
         model,
         strategy,
@@ -168,7 +175,7 @@ def _train_translator(
         validation_dataset,
         time_budget_minutes=time_budget_minutes,
         verbose=verbose,
-        callbacks=[*fit_schedule, *callbacks],
+        callbacks=[*fit_schedule, *recent_epochs, *callbacks],
         epoch_metrics=_validation_chrf(
             tokens.validation.source_ids,
             tokens.validation.target_ids,
@@ -180,8 +187,15 @@ def _train_translator(
     if fitted is None:
         return None  # the chief translates the samples and writes the results
 
+    ending = (
+        _keep_average_if_better(
+            fitted.model, recent_epochs[0], tokens.validation, settings, target_vocabulary, verbose
+        )
+        if recent_epochs
+        else None
+    )
     metrics, samples = _test_report(
-        fitted, settings, tokens, target_vocabulary, folder, num_samples, verbose
+        fitted, settings, tokens, target_vocabulary, folder, num_samples, verbose, ending
     )
     return TranslatorRun(
         model=fitted.model,
@@ -229,9 +243,49 @@ def _settings_and_tokens(data, settings, folder, run_dir, resume, verbose):
     return settings, tokens
 
 
-def _test_report(fitted, settings, tokens, target_vocabulary, folder, num_samples, verbose):
+def _keep_average_if_better(model, recent_epochs, validation, settings, vocabulary, verbose):
+    """Gives `model` the average of its last epochs' weights when that translates the whole
+    validation split better (greedy chrF) than the kept epoch's weights, which it holds now.
+
+    Returns what was compared and kept, for `metrics.json`, or None when fewer than two
+    epochs ran (since a resume).
+    """
+    epochs = recent_epochs.epoch_numbers
+    if len(epochs) < 2 or not len(validation):
+        return None
+    kept = [keras.ops.convert_to_numpy(variable) for variable in model.trainable_weights]
+
+    def validation_chrf():
+        return corpus_chrf(
+            translate_ids(model, validation.source_ids, settings, vocabulary), validation.targets
+        )
+
+    kept_chrf = validation_chrf()
+    set_trainable_weights(model, recent_epochs.average())
+    average_chrf = validation_chrf()
+    keep_average = average_chrf > kept_chrf
+    if not keep_average:
+        set_trainable_weights(model, kept)
+    ending = {
+        "averaged_epochs": [epochs[0], epochs[-1]],
+        "validation_chrf": {"kept_epoch": kept_chrf, "average": average_chrf},
+        "kept": "average" if keep_average else "kept_epoch",
+    }
+    say(
+        verbose,
+        f"The average of epochs {epochs[0]}-{epochs[-1]} translates the {len(validation)} "
+        f"validation pairs at chrF {average_chrf:.2f} (greedy), the kept epoch at "
+        f"{kept_chrf:.2f}: keeping the {'average' if keep_average else 'kept epoch'}.",
+    )
+    return ending
+
+
+def _test_report(
+    fitted, settings, tokens, target_vocabulary, folder, num_samples, verbose, ending=None
+):
     """Translates the whole test split greedily, as the export's `greedy` signature would, and
-    writes its BLEU and chrF (`metrics.json`), every translation beside its source and
+    writes its BLEU and chrF (`metrics.json`, with `ending`, what
+    `_keep_average_if_better` compared, when it ran), every translation beside its source and
     reference (`test_translations.tsv`), the first `num_samples` of them (`samples.json`, the
     run's finished mark, last), the model and the learning curves.
 
@@ -249,6 +303,7 @@ def _test_report(fitted, settings, tokens, target_vocabulary, folder, num_sample
         "decoding": "greedy",
         **(corpus_scores(translations, test.targets) if len(test) else {}),
         "kept_epoch": folder.read_best_epoch(),
+        **({"ending": ending} if ending else {}),
         "epochs_completed": len(fitted.history.get("loss", [])),
         "stopped_by_time_budget": fitted.stopped_by_time_budget,
         "training_seconds": round(fitted.training_seconds, 1),

@@ -111,6 +111,15 @@ class TranslatorSettings:
         metavar="N",
         minimum=0,
     )
+    average_epochs: int = setting(
+        0,
+        "at the end, average the weights of the last N epochs and keep the average instead of "
+        "the best epoch when its greedy chrF on the validation split is higher ({default}; "
+        "0 = off)",
+        group="training",
+        metavar="N",
+        minimum=0,
+    )
     clip_norm: float = setting(1.0, group="training", flag=None)
 
     mixed_precision: str = mixed_precision_setting()
