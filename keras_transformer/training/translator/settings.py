@@ -114,8 +114,8 @@ class TranslatorSettings:
     average_epochs: int = setting(
         0,
         "at the end, average the weights of the last N epochs and keep the average instead of "
-        "the best epoch when its greedy chrF on the validation split is higher ({default}; "
-        "0 = off)",
+        "the best epoch when its greedy chrF on the validation split is higher ({default}: "
+        "off)",
         group="training",
         metavar="N",
         minimum=0,
