@@ -67,6 +67,7 @@ def test_from_data_lists_the_settings_declared_so():
         "warmup_steps",
         "schedule",
         "patience",
+        "average_epochs",
     }
 
 

@@ -461,10 +461,20 @@ def test_the_average_is_kept_only_when_its_validation_chrf_is_higher(
         np.testing.assert_allclose(keras.ops.convert_to_numpy(variable), value, rtol=1e-6)
 
 
-def test_average_epochs_is_checked_and_off_by_default():
-    assert TranslatorSettings().average_epochs == 0
+def test_average_epochs_is_checked_and_chosen_by_the_schedule():
+    from keras_transformer.training.translator.data_rules import translator_settings_from_counts
+
     with pytest.raises(ValueError, match="average_epochs"):
         TranslatorSettings(average_epochs=-1).validate()
+    chosen = {
+        schedule: translator_settings_from_counts(
+            TranslatorSettings(schedule=schedule), 20_000, 500_000
+        )[0].average_epochs
+        for schedule in ("inverse_sqrt", "cosine")
+    }
+    assert chosen == {"inverse_sqrt": 5, "cosine": 0}
+    given = translator_settings_from_counts(TranslatorSettings(average_epochs=3), 20_000, 500_000)
+    assert given[0].average_epochs == 3
 
 
 # --- the cosine schedule (a time budget ends with the learning rate at 0) ---

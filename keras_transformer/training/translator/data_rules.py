@@ -9,7 +9,8 @@ The shared machinery and the vocabulary size rule are in
   `[END]`) or to translate words it never saw.
 * Size, regularization and learning-rate schedule: by the number of
   target-side words (a pair of 5 words teaches less than a verse of 25),
-  from `TRANSLATOR_TIERS`; early stopping's patience by the schedule.
+  from `TRANSLATOR_TIERS`; early stopping's patience and the last epochs
+  averaged at the end by the schedule.
 * Warmup steps: see `_warmup_steps`.
 """
 
@@ -89,6 +90,10 @@ TRANSLATOR_TIERS = (
 # Early stopping's patience by schedule: the cosine's best epochs come last,
 # where early stopping on a noisy validation metric would have cut it off.
 TRANSLATOR_PATIENCE = {"inverse_sqrt": 3, "cosine": 0}
+# The last epochs averaged at the end (kept only where they validate better), by schedule:
+# under 1/sqrt(step) the rate is still high when training ends, so the last epochs' weights
+# scatter around a better point; under the cosine they barely differ (benchmarks/BENCHMARKS.md).
+TRANSLATOR_AVERAGED_EPOCHS = {"inverse_sqrt": 5, "cosine": 0}
 
 # What a large corpus (the Bible corpora) gets; `sequence_length` is `max_length`.
 LARGE_CORPUS = {
@@ -97,6 +102,7 @@ LARGE_CORPUS = {
     "warmup_steps": TRANSLATOR_WARMUP_RANGE[1],
     **TRANSLATOR_TIERS[0][2],
     "patience": TRANSLATOR_PATIENCE[TRANSLATOR_TIERS[0][2]["schedule"]],
+    "average_epochs": TRANSLATOR_AVERAGED_EPOCHS[TRANSLATOR_TIERS[0][2]["schedule"]],
 }
 
 
@@ -176,6 +182,7 @@ def translator_settings_from_counts(settings, num_pairs, target_words):
         [
             *[(name, lambda current, value=value: (value, size)) for name, value in values.items()],
             ("patience", _patience),
+            ("average_epochs", _average_epochs),
             (
                 "warmup_steps",
                 lambda current: _warmup_steps(num_pairs, current.batch_size, current.epochs),
@@ -236,6 +243,15 @@ def _patience(settings):
         "no early stopping under the cosine: its last epochs, at the lowest rates, are its best"
         if settings.schedule == "cosine"
         else f"epochs without a better {settings.monitor}"
+    )
+
+
+def _average_epochs(settings):
+    return TRANSLATOR_AVERAGED_EPOCHS[settings.schedule], (
+        "the cosine's last epochs, at rates near 0, barely differ: nothing to average"
+        if settings.schedule == "cosine"
+        else "under 1/sqrt(step) the last epochs' weights still move; their average is kept "
+        "where it translates the validation split better"
     )
 
 

@@ -163,8 +163,9 @@ def _train_translator(
         if isinstance(schedule, WarmupCosine)
         else []
     )
+    # A run saved before `average_epochs` existed resumes with None: no average.
     recent_epochs = (
-        [RecentEpochWeights(settings.average_epochs)] if settings.average_epochs > 1 else []
+        [RecentEpochWeights(settings.average_epochs)] if (settings.average_epochs or 0) > 1 else []
     )
     fitted = fit_in_folder(
         model,

@@ -111,12 +111,14 @@ class TranslatorSettings:
         metavar="N",
         minimum=0,
     )
+    # 5 under inverse_sqrt, 0 (off) under the cosine (`TRANSLATOR_AVERAGED_EPOCHS`).
     average_epochs: int = setting(
-        0,
+        None,
         "at the end, average the weights of the last N epochs and keep the average instead of "
-        "the best epoch when its greedy chrF on the validation split is higher ({default}: "
-        "off)",
+        "the best epoch when its greedy chrF on the validation split is higher; 0 = off "
+        "({default})",
         group="training",
+        from_data=True,
         metavar="N",
         minimum=0,
     )
