@@ -18,6 +18,8 @@ layout; nothing downloads) instead of training a Transformer from scratch:
     python -m apps.train_classifier --data csv:reviews.csv --pretrained all-MiniLM-L6-v2
     python -m apps.train_classifier --data csv:reviews.csv --pretrained all-MiniLM-L6-v2 \
         --lora-rank 8                                   # low-rank adapters only
+    python -m apps.train_classifier --data csv:reviews.csv --pretrained all-MiniLM-L6-v2 \
+        --search 2                                      # the peak rate chosen on validation
     python -m apps.train_classifier --data tokens:DIR --pretrained all-MiniLM-L6-v2
                                 # DIR from apps.tokenize classifier --pretrained (JAX too)
 
@@ -75,8 +77,9 @@ def build_parser():
         metavar="N",
         help="try N configurations (blocks, width, dropout, pooling, learning rate; not those "
         "given as flags) with KerasTuner, the first the flags as given, each in an equal "
-        "share of --time-budget, and keep the best by --monitor on validation; "
-        "RUN_DIR/search.json lists them (default 0: train once)",
+        "share of --time-budget, and keep the one whose Transformer scores best by --monitor "
+        "on validation; with --pretrained, only the peak learning rate, from the fine-tuning "
+        "default up; RUN_DIR/search.json lists them (default 0: train once)",
     )
     export = parser.add_argument_group("export")
     export.add_argument("--export-dir", default="exported_models/classifier")
@@ -115,8 +118,6 @@ def check_flags(args, given=frozenset()):
                 f"{', '.join(fixed)}: the checkpoint {args.pretrained} fixes the encoder's sizes; "
                 "drop them."
             )
-        if args.search:
-            raise ValueError("--search trains Transformers from scratch: drop --pretrained or it.")
 
 
 def main(argv=None):
@@ -157,10 +158,9 @@ def main(argv=None):
     )
     train = functools.partial(train_classifier, unlabeled_texts=unlabeled_texts)
     if args.search:
-        from keras_transformer.training.classifier.search import SEARCH_SPACE, search_classifier
+        from keras_transformer.training.classifier.search import search_classifier
 
-        fixed = given & {*SEARCH_SPACE, "intermediate_dim"}
-        train = functools.partial(search_classifier, trials=args.search, fixed=fixed)
+        train = functools.partial(search_classifier, trials=args.search, fixed=given)
     run = train_on_chief(parser, args, train, data, settings, strategy)
     if run is None:
         return 0

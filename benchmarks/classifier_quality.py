@@ -217,7 +217,7 @@ def run_ours(data, args, corpus_name):
         os.path.basename(result_path(corpus_name, arm_name))[: -len(".json")],
     )
     if args.search:
-        from keras_transformer.training.classifier.search import SEARCH_SPACE, search_classifier
+        from keras_transformer.training.classifier.search import search_classifier
 
         # The budget covers the tokenization and every trial's evaluation too.
         run = search_classifier(
@@ -227,7 +227,7 @@ def run_ours(data, args, corpus_name):
             trials=args.search,
             time_budget_minutes=args.minutes,
             verbose=2,
-            fixed=set(json.loads(args.settings)) & {*SEARCH_SPACE, "intermediate_dim"},
+            fixed=set(given),
         )
     else:
         run = train_classifier(data, settings, run_dir, time_budget_minutes=args.minutes, verbose=2)

@@ -7,6 +7,7 @@ The export is checked against an independent path: Hugging Face's
 `model.keras` classifies those ids.
 """
 
+import csv
 import json
 import os
 import zipfile
@@ -251,12 +252,42 @@ def test_a_bag_of_ngrams_beside_the_checkpoint_reads_past_it_and_travels_with_th
     )
 
 
+def test_a_search_from_a_checkpoint_tries_peak_rates_and_keeps_the_best_transformer(
+    checkpoint, keyword_csv, tmp_path
+):
+    saved = train(checkpoint, keyword_csv, tmp_path, "--search", "2", export=False)
+    with open(tmp_path / "run" / "search.json") as search_file:
+        search = json.load(search_file)
+    # The fine-tuning default first, then four times it; nothing else varies.
+    assert [trial["values"] for trial in search["trials"]] == [
+        {"learning_rate": 5e-5},
+        {"learning_rate": 2e-4},
+    ]
+    scores = []
+    for trial in search["trials"]:
+        trial_run = tmp_path / "run" / "search" / f"trial_{trial['trial_id']}" / "run"
+        with open(trial_run / "history.csv") as history_file:
+            rows = list(csv.DictReader(history_file))
+        # Ranked by the Transformer's own best validation epoch, not by the mix with the bag.
+        best_row = max(rows, key=lambda row: float(row["val_accuracy"]))
+        assert trial["score"] == pytest.approx(float(best_row["val_accuracy"]))
+        scores.append((trial["score"], -trial["loss"]))
+    kept = search["trials"][scores.index(max(scores))]
+    assert search["kept"] == kept["trial_id"]
+    assert saved["settings"]["learning_rate"] == kept["values"]["learning_rate"]
+    assert saved["settings"]["pretrained"] == str(checkpoint)
+
+
 @pytest.mark.parametrize(
     "flags, message",
     [
         (["--lora-rank", "4"], "give `pretrained` too"),
         (["--pretrained", "{checkpoint}", "--d-model", "32"], "--d-model: the checkpoint"),
-        (["--pretrained", "{checkpoint}", "--search", "2"], "--search trains Transformers"),
+        (["--pretrained", "{checkpoint}", "--search", "4"], "tries at most 3 peak learning rates"),
+        (
+            ["--pretrained", "{checkpoint}", "--search", "2", "--learning-rate", "1e-4"],
+            "--search varies --learning-rate, and every one is given",
+        ),
         (["--pretrained", "{missing}"], "is not a folder"),
         (["--layer-decay", "0.9"], "--layer-decay) lowers the learning rates"),
         (

@@ -1,12 +1,18 @@
 """A small search over the classifier's configuration within one time budget.
 
-`search_classifier` trains `trials` classifiers with KerasTuner's random
-search, each as `train_classifier` trains one (its own run folder, early
-stopping, the bag of n-grams), and keeps the one with the best validation
-score by `settings.monitor` (the validation loss breaks ties). The first
-trial is the settings as given; the others draw the fields of
-`SEARCH_SPACE` the caller did not fix. The texts are tokenized once, for
-every trial.
+`search_classifier` trains `trials` classifiers, each as `train_classifier`
+trains one (its own run folder, early stopping, the bag of n-grams), and
+keeps the one whose Transformer scores best on validation by
+`settings.monitor` at its kept epoch (the validation loss breaks ties). The
+searched fields are the Transformer's, and the bag's weight is chosen on
+validation after it, so the Transformer's own score ranks the trials without
+choosing on validation twice. The first trial is the settings as given.
+
+From scratch, KerasTuner's random search draws the fields of `SEARCH_SPACE`
+the caller did not fix. A pretrained checkpoint fixes the sizes, so its
+search tries only peak learning rates, in order: the fine-tuning default
+times each of `PRETRAINED_RATE_FACTORS`, as BERT's fine-tuning picks its
+rate on validation. The texts are tokenized once, for every trial.
 
     RUN_DIR/               the kept trial's run folder, copied: what `apps.export` exports
     RUN_DIR/search.json    every trial's values, validation scores, epochs and minutes
@@ -31,6 +37,7 @@ from keras_transformer.data.tokens import TokenizedClassificationData
 from keras_transformer.training.classifier.pipeline import train_classifier
 from keras_transformer.training.classifier.tokenizing import tokenize_classification_data
 from keras_transformer.training.runs import say
+from keras_transformer.training.settings import flag_of
 
 SEARCH_FILE = "search.json"
 
@@ -44,6 +51,11 @@ SEARCH_SPACE = {
     "pooling": ("mean", "max"),
     "learning_rate": (3e-4, 5e-4, 1e-3, 2e-3),
 }
+
+# The peak rates a fine-tune tries, as multiples of the settings' rate, in the
+# order tried: the two ends first, since which suits a corpus differs by
+# corpus (benchmarks/BENCHMARKS.md, "Pretrained checkpoints").
+PRETRAINED_RATE_FACTORS = (1, 4, 2)
 
 
 @dataclasses.dataclass
@@ -75,7 +87,7 @@ def search_classifier(
         data: a `keras_transformer.data.ClassificationData` (raw texts) or the
             `TokenizedClassificationData` of a token folder.
         settings: the `ClassifierSettings` of the first trial; the fields of
-            `SEARCH_SPACE` not in `fixed` vary in the others.
+            `search_space(settings)` not in `fixed` vary in the others.
         run_dir: the folder the kept trial is copied into (see the module).
         trials: int, at least 1. How many configurations to train.
         time_budget_minutes: the whole search's budget, tokenization
@@ -83,8 +95,8 @@ def search_classifier(
             starts. None: each trains for `settings.epochs` (or until early
             stopping).
         verbose: Keras verbosity; 0 silences KerasTuner too.
-        fixed: names of `SEARCH_SPACE` fields to keep at their `settings`
-            value (the flags the user gave).
+        fixed: names of the settings the user gave (flags): the search keeps
+            them at their `settings` value.
         resume: a search does not resume; True raises.
         strategy: a search trains on one machine; a strategy raises.
 
@@ -92,8 +104,9 @@ def search_classifier(
         The kept trial's `ClassifierRun`, its `run_dir` set to `run_dir`.
 
     Raises:
-        ValueError: `trials` below 1, `fixed` naming no searched field,
-            `resume`, pretraining, or a `strategy`.
+        ValueError: `trials` below 1, `fixed` leaving nothing to vary, more
+            trials than a checkpoint's learning rates, `resume`, pretraining,
+            or a `strategy`.
     """
     _check_search(settings, run_dir, trials, fixed, resume, strategy)
     started = time.monotonic()
@@ -103,6 +116,12 @@ def search_classifier(
     if not isinstance(data, TokenizedClassificationData):
         data = tokenize_classification_data(data, settings, search_dir, verbose)
     direction = "min" if settings.monitor == "val_loss" else "max"
+    # A checkpoint's few rates are tried in order; random draws could repeat one.
+    oracle = (
+        keras_tuner.oracles.RandomSearchOracle
+        if settings.pretrained is None
+        else keras_tuner.oracles.GridSearchOracle
+    )
     tuner = ClassifierTuner(
         data=data,
         settings=settings,
@@ -111,7 +130,7 @@ def search_classifier(
         started=started,
         time_budget_minutes=time_budget_minutes,
         verbose=verbose,
-        oracle=keras_tuner.oracles.RandomSearchOracle(
+        oracle=oracle(
             objective=keras_tuner.Objective(settings.monitor, direction=direction),
             max_trials=trials,
             seed=settings.seed,
@@ -126,18 +145,32 @@ def search_classifier(
     return _keep_best(tuner, settings.monitor, direction, run_dir, verbose)
 
 
+def search_space(settings):
+    """The fields a search of `settings` varies, each with its values in order:
+    `SEARCH_SPACE` from scratch; the learning rate alone (`settings`' rate
+    times `PRETRAINED_RATE_FACTORS`) for a pretrained checkpoint."""
+    if settings.pretrained is None:
+        return {
+            name: tuple(sorted(set(choices) | {getattr(settings, name)}))
+            for name, choices in SEARCH_SPACE.items()
+        }
+    return {
+        "learning_rate": tuple(
+            settings.learning_rate * factor for factor in PRETRAINED_RATE_FACTORS
+        )
+    }
+
+
 def trial_settings(settings, hyperparameters, fixed):
-    """`settings` with the `SEARCH_SPACE` fields not in `fixed` drawn from
+    """`settings` with the `search_space` fields not in `fixed` drawn from
     `hyperparameters` (a `keras_tuner.HyperParameters`; a new field's
     default is the settings' value, so the first trial is `settings`)."""
     values = {}
-    for name, choices in SEARCH_SPACE.items():
+    for name, choices in search_space(settings).items():
         current = getattr(settings, name)
         if name in fixed or current == "cls":
             continue
-        values[name] = hyperparameters.Choice(
-            name, sorted(set(choices) | {current}), default=current
-        )
+        values[name] = hyperparameters.Choice(name, list(choices), default=current)
     if "d_model" in values and "intermediate_dim" not in fixed:
         values["intermediate_dim"] = (
             settings.intermediate_dim * values["d_model"] // settings.d_model
@@ -145,14 +178,9 @@ def trial_settings(settings, hyperparameters, fixed):
     return dataclasses.replace(settings, **values)
 
 
-def validation_scores(run, monitor):
-    """`(monitor, loss)` on validation of what `train_classifier` kept: of
-    the sum with the bag of n-grams at its chosen weight where there is one
-    (before its refit on validation), else of the kept epoch."""
-    combination = run.report.get("bag_of_ngrams")
-    if combination is not None:
-        scores = combination["validation"][combination["mix"]]
-        return float(scores[monitor.removeprefix("val_")]), float(scores["loss"])
+def validation_scores(run):
+    """`(monitor, loss)` on validation of the Transformer `train_classifier`
+    kept (its kept epoch), before any bag of n-grams is added."""
     kept = run.report["kept_epoch"]
     return float(kept["value"]), float(kept["val_loss"])
 
@@ -217,12 +245,6 @@ def _check_search(settings, run_dir, trials, fixed, resume, strategy):
         raise ValueError(
             f"--search takes the number of configurations to try, at least 1; got {trials!r}."
         )
-    unknown = sorted(set(fixed) - set(SEARCH_SPACE) - {"intermediate_dim"})
-    if unknown:
-        raise ValueError(
-            f"`fixed` names fields the search does not vary: {unknown}; it varies "
-            f"{sorted(SEARCH_SPACE)}."
-        )
     if resume:
         raise ValueError(
             "--resume does not continue a --search: start the search again (or resume one trial's "
@@ -235,6 +257,18 @@ def _check_search(settings, run_dir, trials, fixed, resume, strategy):
     if settings.pretrain_epochs:
         raise ValueError(
             "--search does not pretrain its trials: drop --pretrain-epochs (or search without it)."
+        )
+    space = search_space(settings)
+    kept_as_given = set(fixed) | ({"pooling"} if settings.pooling == "cls" else set())
+    if not set(space) - kept_as_given:
+        fields = {field.name: field for field in dataclasses.fields(settings)}
+        flags = ", ".join(flag_of(fields[name]) or name for name in space)
+        raise ValueError(f"--search varies {flags}, and every one is given: drop it or --search.")
+    if settings.pretrained is not None and trials > len(PRETRAINED_RATE_FACTORS):
+        factors = ", ".join(map(str, PRETRAINED_RATE_FACTORS))
+        raise ValueError(
+            f"--search with --pretrained tries at most {len(PRETRAINED_RATE_FACTORS)} peak "
+            f"learning rates (the default times {factors}); got {trials}."
         )
     settings.validate()
 
@@ -278,8 +312,12 @@ class ClassifierTuner(keras_tuner.Tuner):
             time_budget_minutes=budget,
             verbose=self.training_verbose,
         )
-        score, loss = validation_scores(run, self.settings.monitor)
-        values = {name: getattr(settings, name) for name in SEARCH_SPACE if name not in self.fixed}
+        score, loss = validation_scores(run)
+        values = {
+            name: getattr(settings, name)
+            for name in search_space(self.settings)
+            if name not in self.fixed
+        }
         self.finished.append(
             SearchTrial(
                 trial.trial_id,
