@@ -180,6 +180,29 @@ def test_recent_epoch_weights_during_fit_are_the_epochs_weights():
         set_trainable_weights(model, averaged[:1])
 
 
+def test_epoch_weights_are_set_on_a_mirrored_strategys_variables_outside_its_scope():
+    import tensorflow as tf
+
+    from keras_transformer.training.distribute import make_strategy
+
+    keras.utils.set_random_seed(0)
+    strategy = make_strategy("mirrored")
+    with strategy.scope():
+        model = tiny_model()
+    assert isinstance(model.trainable_weights[0].value, tf.distribute.DistributedValues)
+    recent = RecentEpochWeights(2)
+    x, y = np.random.rand(16, 3).astype("float32"), np.random.rand(16, 2).astype("float32")
+    model.fit(x, y, epochs=3, batch_size=4, verbose=0, callbacks=[recent])
+    averaged = recent.average()
+    set_trainable_weights(model, averaged)  # as the translator does, outside the scope
+    for variable, expected in zip(model.trainable_weights, averaged, strict=True):
+        for replica_value in strategy.experimental_local_results(variable.value):
+            np.testing.assert_array_equal(replica_value.numpy(), expected)
+    np.testing.assert_array_equal(
+        model.predict(x[:2], verbose=0), x[:2] @ averaged[0] + averaged[1]
+    )
+
+
 def test_macro_f1_matches_sklearn_over_batches():
     # Four classes: class 3 never occurs in labels or predictions, class 2 is
     # only ever predicted, never labelled.
