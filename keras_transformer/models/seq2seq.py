@@ -36,6 +36,10 @@ class Seq2SeqTransformer(keras.Model):
         num_heads: attention heads.
         intermediate_dim: feed-forward hidden width.
         dropout: in every block and after the embeddings.
+        source_word_dropout: in training, the fraction of source tokens whose
+            whole embedding vector is zeroed (the others scaled by
+            `1 / (1 - rate)`), so the decoder cannot lean on any one source
+            word: a regularizer for small corpora. Defaults to `0.0`.
         share_embeddings: one token table for source, target and the output
             projection (needs one shared vocabulary).
         normalize_first: pre-norm blocks (with final layer norms); trains
@@ -77,6 +81,8 @@ class Seq2SeqTransformer(keras.Model):
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017.
+        Sennrich et al., "Edinburgh Neural Machine Translation Systems for WMT 16", 2016
+        (dropping whole source words).
     """
 
     def __init__(
@@ -90,6 +96,7 @@ class Seq2SeqTransformer(keras.Model):
         num_heads=4,
         intermediate_dim=1024,
         dropout=0.1,
+        source_word_dropout=0.0,
         share_embeddings=False,
         normalize_first=True,
         attention_class=MultiHeadAttention,
@@ -115,6 +122,7 @@ class Seq2SeqTransformer(keras.Model):
         self.num_heads = num_heads
         self.intermediate_dim = intermediate_dim
         self.dropout = dropout
+        self.source_word_dropout = source_word_dropout
         self.share_embeddings = share_embeddings
         self.normalize_first = normalize_first
         self.attention_class = get_attention_class(attention_class)
@@ -135,6 +143,10 @@ class Seq2SeqTransformer(keras.Model):
             else self._embedding(self.target_vocabulary_size, "target_embedding")
         )
         self.embedding_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        # One draw per token, broadcast across the width: whole words go missing.
+        self.source_word_dropping = keras.layers.Dropout(
+            self.source_word_dropout, noise_shape=(None, None, 1), dtype=self.dtype_policy
+        )
         self.encoder_blocks = [
             TransformerEncoderBlock(**self._block_arguments(index, "encoder"))
             for index in range(self.num_encoder_layers)
@@ -210,13 +222,19 @@ class Seq2SeqTransformer(keras.Model):
         """`[B, S]` ids -> (`[B, S, d]` encoder output, `[B, S]` bool padding mask)
         (and each block's self-attention weights `[B, heads, S, S]`)."""
         source_mask = make_padding_mask(source_ids)
-        x = self.embedding_dropout(self.source_embedding(source_ids), training=training)
+        x = self.embed_source(source_ids, training=training)
         x, scores = run_encoder_blocks(
             self.encoder_blocks, x, source_mask, training, return_attention_scores
         )
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
         return (x, source_mask, scores) if return_attention_scores else (x, source_mask)
+
+    def embed_source(self, source_ids, training=None):
+        """`[B, S]` ids -> `[B, S, d]`: the source embeddings with both dropouts, the
+        encoder blocks' input."""
+        x = self.source_word_dropping(self.source_embedding(source_ids), training=training)
+        return self.embedding_dropout(x, training=training)
 
     def decode(
         self, target_ids, encoder_output, source_mask, training=None, return_attention_scores=False
@@ -343,6 +361,7 @@ class Seq2SeqTransformer(keras.Model):
                 "num_heads": self.num_heads,
                 "intermediate_dim": self.intermediate_dim,
                 "dropout": self.dropout,
+                "source_word_dropout": self.source_word_dropout,
                 "share_embeddings": self.share_embeddings,
                 "normalize_first": self.normalize_first,
                 "attention_class": serialize_attention_class(self.attention_class),

@@ -215,8 +215,11 @@ def check_settings(settings):
             f"`d_model` ({settings.d_model}) must be divisible by `num_heads` "
             f"({settings.num_heads})."
         )
-    if not unset(settings, "dropout") and not 0.0 <= settings.dropout < 1.0:
-        raise ValueError(f"`dropout` must be in [0, 1), got {settings.dropout}.")
+    for name in ("dropout", "source_word_dropout"):
+        if hasattr(settings, name) and not unset(settings, name):
+            rate = getattr(settings, name)
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+                raise ValueError(f"`{name}` must be a number in [0, 1), got {rate!r}.")
     return settings
 
 

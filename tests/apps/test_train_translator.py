@@ -198,9 +198,11 @@ def test_decoder_depth_can_differ_from_the_encoder_depth():
         num_heads=2,
         intermediate_dim=32,
         dropout=0.1,
+        source_word_dropout=0.2,
     )
     model = build_translator_model(settings.validate(), 30, 40)
     assert (len(model.encoder_blocks), len(model.decoder_blocks)) == (2, 1)
+    assert model.source_word_dropping.rate == 0.2
     same_depth = build_translator_model(
         TranslatorSettings(
             sequence_length=8,

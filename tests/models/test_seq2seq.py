@@ -80,6 +80,19 @@ def test_saved_and_loaded_model_gives_the_same_logits(model, tmp_path):
     assert loaded.get_config() == model.get_config()
 
 
+def test_source_word_dropout_drops_whole_source_tokens_in_training_only():
+    keras.utils.set_random_seed(3)
+    model = tiny(source_word_dropout=0.5)
+    ids = np.tile(np.arange(1, 17, dtype=np.int32), (64, 1))
+    embedded = keras.ops.convert_to_numpy(model.source_embedding(ids))
+    dropped = keras.ops.convert_to_numpy(model.embed_source(ids, training=True))
+    gone = np.all(dropped == 0, axis=-1)
+    assert 0.4 < gone.mean() < 0.6
+    np.testing.assert_allclose(dropped[~gone], 2 * embedded[~gone], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model.embed_source(ids)), embedded)
+    assert Seq2SeqTransformer.from_config(model.get_config()).source_word_dropout == 0.5
+
+
 def test_shared_embeddings_tie_the_output_projection():
     model = tiny(source_vocabulary_size=25, share_embeddings=True)
     assert model.output_projection is None

@@ -92,6 +92,12 @@ def test_help_says_the_default_or_that_the_data_chooses():
         (TranslatorSettings(num_decoder_layers=0), "`num_decoder_layers` must be a positive"),
         (TranslatorSettings(chrf_pairs=-1), "`chrf_pairs` must be a non-negative integer"),
         (TranslatorSettings(shared_vocabulary=1), "`shared_vocabulary` must be True or False"),
+        (
+            TranslatorSettings(source_word_dropout=1.0),
+            r"`source_word_dropout` must be a number in \[0, 1\), got 1.0",
+        ),
+        (TranslatorSettings(source_word_dropout="0.1"), "`source_word_dropout` must be a number"),
+        (ClassifierSettings(dropout=-0.1), r"`dropout` must be a number in \[0, 1\)"),
     ],
 )
 def test_the_declared_checks_name_the_bad_setting(settings, message):

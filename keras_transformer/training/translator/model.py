@@ -66,6 +66,7 @@ def build_translator_model(settings, source_vocabulary_size, target_vocabulary_s
         num_heads=settings.num_heads,
         intermediate_dim=settings.intermediate_dim,
         dropout=settings.dropout,
+        source_word_dropout=settings.source_word_dropout,
         share_embeddings=settings.shared_vocabulary,
     )
     model.build()

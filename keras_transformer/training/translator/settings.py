@@ -78,6 +78,11 @@ class TranslatorSettings:
         None, "feed-forward width ({default})", group="model", from_data=True, minimum=1
     )
     dropout: float = setting(None, "{default}", group="model", from_data=True)
+    source_word_dropout: float = setting(
+        0.0,
+        "in training, the fraction of source tokens whose whole embedding is dropped ({default})",
+        group="model",
+    )
 
     epochs: int = setting(20, group="training", minimum=1)
     batch_size: int = setting(64, "{default}", group="training", minimum=1)
