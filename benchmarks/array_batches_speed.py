@@ -86,6 +86,7 @@ def main():
         num_heads=4,
         intermediate_dim=512,
         dropout=0.1,
+        source_word_dropout=0.0,
         label_smoothing=0.1,
         warmup_steps=100,
         schedule="inverse_sqrt",

@@ -594,6 +594,7 @@ def build_seq2seq(kind, config):
             sequence_length=config["length"],
             num_layers=config["num_layers"],
             vocabulary_size=VOCABULARY_SIZE,
+            source_word_dropout=0.0,
             **sizes,
         )
         model = build_translator_model(settings, VOCABULARY_SIZE, VOCABULARY_SIZE)  # built

@@ -211,6 +211,7 @@ def test_decoder_depth_can_differ_from_the_encoder_depth():
             num_heads=2,
             intermediate_dim=32,
             dropout=0.1,
+            source_word_dropout=0.0,
         ),
         30,
         40,

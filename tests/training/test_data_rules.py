@@ -319,6 +319,7 @@ def translator_choices(settings, sources, targets):
                 "intermediate_dim": 512,
                 "num_layers": 2,
                 "dropout": 0.3,
+                "source_word_dropout": 0.1,
                 "label_smoothing": 0.2,
                 "schedule": "inverse_sqrt",
                 "patience": 3,
@@ -332,6 +333,7 @@ def translator_choices(settings, sources, targets):
                 "intermediate_dim": 1024,
                 "num_layers": 2,
                 "dropout": 0.3,
+                "source_word_dropout": 0.1,
                 "label_smoothing": 0.1,
                 "schedule": "cosine",
                 "patience": 0,
@@ -345,6 +347,7 @@ def translator_choices(settings, sources, targets):
                 "intermediate_dim": 1024,
                 "num_layers": 2,
                 "dropout": 0.3,
+                "source_word_dropout": 0.1,
                 "label_smoothing": 0.1,
                 "schedule": "cosine",
                 "patience": 0,
@@ -358,6 +361,7 @@ def translator_choices(settings, sources, targets):
                 "intermediate_dim": 1024,
                 "num_layers": 3,
                 "dropout": 0.2,
+                "source_word_dropout": 0.0,
                 "label_smoothing": 0.1,
                 "schedule": "inverse_sqrt",
                 "patience": 3,
@@ -371,6 +375,7 @@ def translator_choices(settings, sources, targets):
                 "intermediate_dim": 1024,
                 "num_layers": 3,
                 "dropout": 0.1,
+                "source_word_dropout": 0.0,
                 "label_smoothing": 0.1,
                 "schedule": "inverse_sqrt",
                 "patience": 3,
@@ -539,6 +544,7 @@ def test_a_run_prints_records_and_resumes_with_its_choices(tmp_path, capsys):
     assert saved["settings"]["sequence_length"] == length < 21
     assert "99th percentile" in chosen["sequence_length"]["reason"]
     assert saved["settings"]["dropout"] == chosen["dropout"]["value"] == 0.3
+    assert saved["settings"]["source_word_dropout"] == chosen["source_word_dropout"]["value"] == 0.1
     assert not {"d_model", "num_layers", "batch_size"} & set(chosen)  # set, not chosen
     assert (
         f"sequence_length {length}: {chosen['sequence_length']['reason']}" in printed.splitlines()
@@ -561,6 +567,32 @@ def test_a_run_prints_records_and_resumes_with_its_choices(tmp_path, capsys):
         assert json.load(settings_file)["chosen_from_data"] == chosen
 
 
+def test_a_run_saved_before_source_word_dropout_resumes_without_it(tmp_path):
+    from keras_transformer.training.translator.pipeline import train_translator
+
+    run_dir = str(tmp_path / "run")
+    data = translation_data(tmp_path, "short.tsv", 4)
+    with pytest.raises(InterruptedError):
+        train_translator(
+            data,
+            TranslatorSettings(**TINY_TRANSLATOR),
+            run_dir,
+            verbose=0,
+            num_samples=1,
+            callbacks=[StopAfterFirstEpoch()],
+        )
+    settings_path = os.path.join(run_dir, "settings.json")
+    with open(settings_path) as settings_file:
+        saved = json.load(settings_file)
+    del saved["settings"]["source_word_dropout"]
+    with open(settings_path, "w") as settings_file:
+        json.dump(saved, settings_file)
+    resumed = train_translator(
+        data, TranslatorSettings(**TINY_TRANSLATOR), run_dir, resume=True, verbose=0, num_samples=1
+    )
+    assert resumed.settings.source_word_dropout == resumed.model.source_word_dropout == 0.0
+
+
 @pytest.mark.parametrize(
     "app, flags",
     [
@@ -581,6 +613,7 @@ def test_a_run_prints_records_and_resumes_with_its_choices(tmp_path, capsys):
                 "--vocab-size",
                 "--d-model",
                 "--dropout",
+                "--source-word-dropout",
                 "--label-smoothing",
                 "--warmup-steps",
                 "--num-layers",
@@ -609,9 +642,10 @@ def test_large_corpus_settings_are_the_sizes_of_a_large_corpus():
         translator.d_model,
         translator.intermediate_dim,
         translator.dropout,
+        translator.source_word_dropout,
         translator.label_smoothing,
         translator.warmup_steps,
-    ) == (8000, 64, 3, 256, 1024, 0.1, 0.1, 500)
+    ) == (8000, 64, 3, 256, 1024, 0.1, 0.0, 0.1, 500)
     classifier = large_corpus_settings(ClassifierSettings(batch_size=16)).validate()
     assert (
         classifier.vocabulary_size,

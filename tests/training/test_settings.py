@@ -63,6 +63,7 @@ def test_from_data_lists_the_settings_declared_so():
         "d_model",
         "intermediate_dim",
         "dropout",
+        "source_word_dropout",
         "label_smoothing",
         "warmup_steps",
         "schedule",

@@ -141,6 +141,7 @@ def run_translator(run_dir, epochs=2, crash_after=None):
         num_heads=2,
         intermediate_dim=32,
         dropout=0.0,
+        source_word_dropout=0.0,
         label_smoothing=0.0,
         warmup_steps=10,
         schedule="inverse_sqrt",

@@ -53,7 +53,13 @@ def learning_rate_schedule_of(settings, total_steps=None):
 def build_translator_model(settings, source_vocabulary_size, target_vocabulary_size):
     """A built `Seq2SeqTransformer` of `settings`' sizes (what `train_translator` trains)."""
     check_chosen(
-        settings, "sequence_length", "num_layers", "d_model", "intermediate_dim", "dropout"
+        settings,
+        "sequence_length",
+        "num_layers",
+        "d_model",
+        "intermediate_dim",
+        "dropout",
+        "source_word_dropout",
     )
     model = Seq2SeqTransformer(
         source_vocabulary_size=source_vocabulary_size,

@@ -216,7 +216,8 @@ def _settings_and_tokens(data, settings, folder, run_dir, resume, verbose):
     tokens = data if isinstance(data, TokenizedTranslationData) else None
     saved = saved_run_or_fresh_start(folder, run_dir, resume, SAMPLES_FILE, verbose)
     if saved is not None:
-        settings = TranslatorSettings(**saved["settings"])
+        # A run saved before source word dropout existed trained without it.
+        settings = TranslatorSettings(**{"source_word_dropout": 0.0, **saved["settings"]})
         if tokens is None:
             return settings, encode_translation_data(data, settings, folder)
         settings_from_tokens(settings, tokens)  # raises if the folder was tokenized otherwise

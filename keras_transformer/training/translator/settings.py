@@ -79,9 +79,10 @@ class TranslatorSettings:
     )
     dropout: float = setting(None, "{default}", group="model", from_data=True)
     source_word_dropout: float = setting(
-        0.0,
+        None,
         "in training, the fraction of source tokens whose whole embedding is dropped ({default})",
         group="model",
+        from_data=True,
     )
 
     epochs: int = setting(20, group="training", minimum=1)
