@@ -130,8 +130,8 @@ def our_settings(argv, num_examples):
     """The `ClassifierSettings` a run of `apps.train_classifier` with `argv` trains with on
     `num_examples` texts: the app's parsing and `--pretrained` defaults, then what
     `train_classifier` fills in before building the model."""
-    from apps.train_classifier import build_parser, settings_from
-    from apps.training_flags import flags_given
+    from keras_transformer.cli.train_classifier import build_parser, settings_from
+    from keras_transformer.cli.training_flags import flags_given
     from keras_transformer.models.pretrained import read_checkpoint_config
     from keras_transformer.text.pretrained import PretrainedTokenizer
     from keras_transformer.training.classifier.data_rules import (

@@ -6,7 +6,7 @@ input, so the attention layer sees real Keras masks), weights are copied from
 one to the other, and outputs, attention scores and gradients (with respect
 to the float inputs and to every attention weight) are compared.
 
-Used by `tests/layers/test_crosscheck.py` and `python -m apps.crosscheck`.
+Used by `tests/layers/test_crosscheck.py` and `keras-transformer crosscheck`.
 """
 
 import dataclasses

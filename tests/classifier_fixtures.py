@@ -110,7 +110,7 @@ _CACHE = {}
 def train_and_export(tmp_path_factory):
     """Runs `apps.train_classifier.main` once per session; later calls reuse it."""
     if "trained" not in _CACHE:
-        from apps import train_classifier
+        from keras_transformer.cli import train_classifier
 
         folder = tmp_path_factory.mktemp("trained_classifier")
         csv_path = write_keyword_csv(folder / "keywords.csv")
@@ -166,7 +166,7 @@ def train_until_the_budget(tmp_path_factory):
     and the cheapest to train and export (the bag's graph dominates a tiny model's tracing).
     """
     if "budget" not in _CACHE:
-        from apps import train_classifier
+        from keras_transformer.cli import train_classifier
         from keras_transformer.training import callbacks as training_callbacks
 
         trained = train_and_export(tmp_path_factory)

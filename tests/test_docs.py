@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from keras_transformer.cli.main import COMMANDS
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted(
     [ROOT / "README.md", ROOT / "exported_models" / "README.md"]
@@ -28,7 +30,9 @@ DOCS = sorted(
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"!?\[(?:[^\]\\]|\\.)*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 INLINE_CODE = re.compile(r"(`+)(.+?)\1")
-APP_COMMAND = re.compile(r"-m\s+apps\.([A-Za-z_][A-Za-z0-9_]*)")
+# `python -m apps.X` (a clone) or `keras-transformer X` (the installed command, `-` for `_`).
+COMMAND_MODULES = {module for module, _ in COMMANDS.values()}
+APP_COMMAND = re.compile(r"(?:-m\s+apps\.|keras-transformer\s+)([A-Za-z][A-Za-z0-9_-]*)")
 MAKE_COMMAND = re.compile(r"(?:^|[\s;&|(])make\s+([A-Za-z][\w.-]*)")
 MAKE_TARGET = re.compile(r"^([A-Za-z][\w.-]*(?:\s+[A-Za-z][\w.-]*)*)\s*:(?!=)", re.MULTILINE)
 # Where a shell command's arguments end.
@@ -109,7 +113,8 @@ def broken_links(path):
 
 
 def app_flags(snippet):
-    """`[(app, [flags])]` for each `-m apps.X` command in a line of code."""
+    """`[(app, [flags])]` for each `-m apps.X` or `keras-transformer X` command in a line of
+    code; `app` is the module's name (`train_classifier`)."""
     commands = []
     for match in APP_COMMAND.finditer(snippet):
         rest = snippet[match.end() :]
@@ -123,21 +128,26 @@ def app_flags(snippet):
                 break
             if token.startswith("--") and len(token) > 2:
                 flags.append(token.split("=", 1)[0])
-        commands.append((match.group(1), flags))
+        app = match.group(1).replace("-", "_")
+        if match.group(0).startswith("keras-transformer") and app not in COMMAND_MODULES:
+            continue  # prose about the name (`pip uninstall keras-transformer ...`), not a command
+        commands.append((app, flags))
     return commands
 
 
 def parser_options(app):
-    """The option strings of `apps.<app>.build_parser()`."""
+    """The option strings of `keras_transformer.cli.<app>.build_parser()`."""
     try:
-        module = importlib.import_module(f"apps.{app}")
+        module = importlib.import_module(f"keras_transformer.cli.{app}")
     except ModuleNotFoundError as error:
-        if error.name and error.name.startswith("apps"):
-            pytest.fail(f"the docs name `python -m apps.{app}`, but there is no apps/{app}.py")
+        if error.name and error.name.startswith("keras_transformer.cli"):
+            pytest.fail(
+                f"the docs name the command {app!r}, but keras_transformer/cli has no {app}.py"
+            )
         raise
     if not hasattr(module, "build_parser"):
         pytest.fail(
-            f"apps/{app}.py has no build_parser(): the docs' flags for `python -m apps.{app}` "
+            f"keras_transformer/cli/{app}.py has no build_parser(): the docs' flags for {app!r} "
             "cannot be checked (every app builds its argparse parser in build_parser())"
         )
     parser = module.build_parser()
@@ -215,9 +225,9 @@ def test_broken_link_and_anchor_are_reported(tmp_path):
 
 def test_flags_are_found_across_continuations_and_stop_at_the_shell():
     text = (
-        "```sh\n.venv/bin/python -m apps.train_classifier --data bbc \\\n"
+        "```sh\n.venv/bin/keras-transformer train-classifier --data bbc \\\n"
         "    --epochs 2 | tee log  # --not-a-flag\n```\n"
-        "Then `python -m apps.predict DIR --json < in.txt --ignored`.\n"
+        "Then `keras-transformer predict DIR --json < in.txt --ignored`.\n"
     )
     commands = [command for snippet in code_snippets(text) for command in app_flags(snippet)]
     assert commands == [("train_classifier", ["--data", "--epochs"]), ("predict", ["--json"])]

@@ -4,10 +4,12 @@
 
 import email.parser
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import textwrap
 import tomllib
@@ -38,6 +40,7 @@ EXTRAS = {
     "pretrained",
     "bench",
     "dev",
+    "deploy",
     "all",
 }
 
@@ -165,6 +168,18 @@ def test_wheel_holds_the_library_and_its_licence_only(wheel):
     assert {name for name in names if name.startswith("keras_transformer/")} == sources
 
 
+def test_wheel_installs_one_command(wheel):
+    """The wheel's one console script, `keras-transformer`, is the command-line apps' entry."""
+    with zipfile.ZipFile(wheel) as archive:
+        entry_points = archive.read(f"{FILE_PREFIX}.dist-info/entry_points.txt").decode()
+    assert entry_points.split() == [
+        "[console_scripts]",
+        "keras-transformer",
+        "=",
+        "keras_transformer.cli.main:main",
+    ]
+
+
 def test_sdist_holds_the_library_licence_and_readme(sdist):
     """What a build from source needs, with the licence and the README PyPI shows
     beside it, and nothing of apps/, tests/ or benchmarks/."""
@@ -231,7 +246,9 @@ def test_wheel_metadata(wheel):
         | by_extra["search"]
         | by_extra["pretrained"]
         | by_extra["bleu"]
+        | by_extra["deploy"]
     )
+    assert {"ai-edge-litert", "tf2onnx", "onnx", "onnxruntime"} <= by_extra["deploy"]
 
 
 def test_metadata_a_user_filters_on(distributions):
@@ -488,6 +505,8 @@ def test_wheel_and_sdist_without_tensorflow_in_a_fresh_environment(distributions
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
         assert result.stdout.strip().endswith("USER MODEL OK"), backend
 
+    check_commands_without_tensorflow(environment, tmp_path, on_jax)
+
     # pip builds an sdist with the build backend pyproject.toml names, fetched
     # into an isolated environment; here the pinned one is installed beside it
     # instead, so the test needs no index.
@@ -504,3 +523,101 @@ def test_wheel_and_sdist_without_tensorflow_in_a_fresh_environment(distributions
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert result.stdout.strip().endswith("SDIST OK")
     shutil.rmtree(environment)  # over half a gigabyte; kept when the test fails, to look into
+
+
+def run_installed(environment, arguments, cwd, env, timeout=300):
+    """`keras-transformer ARGUMENTS`, the console script pip wrote into `environment`."""
+    return subprocess.run(
+        [str(environment / "bin" / "keras-transformer"), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def check_commands_without_tensorflow(environment, cwd, env):
+    """Where only the core and a backend are installed: `--help` of the command and of each
+    subcommand answers, and a command that needs an extra names it in one line."""
+    from keras_transformer.cli.main import COMMANDS
+
+    listing = run_installed(environment, ["--help"], cwd, env)
+    assert listing.returncode == 0, listing.stderr[-3000:]
+    assert all(command in listing.stdout for command in COMMANDS), listing.stdout
+    for command in COMMANDS:
+        result = run_installed(environment, [command, "--help"], cwd, env)
+        assert result.returncode == 0, (command, result.stderr[-3000:])
+        assert result.stdout.startswith(f"usage: keras-transformer {command}"), result.stdout[:200]
+    run_dir = cwd / "a_run"
+    run_dir.mkdir()
+    needs = {
+        ("export", str(run_dir)): "tensorflow",
+        ("serve", "--model_name", "m", "--model_base_path", str(run_dir)): "serve",
+    }
+    for arguments, extra in needs.items():
+        result = run_installed(environment, list(arguments), cwd, env)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, (arguments, result.stderr[-3000:])
+        assert f'pip install "keras-transformer-toolkit[{extra}]"' in lines[0], lines
+
+
+def test_installed_command_trains_exports_and_predicts(wheel, tmp_path):
+    """The wheel's `keras-transformer` with no clone: a tiny classifier trained from a CSV
+    for one epoch, exported, and asked, each by the installed command, in a folder of the
+    user's. The wheel alone is installed here (--no-deps); its dependencies come from this
+    environment's site-packages, read through a `.pth` line (not its editable install of
+    the checkout: a folder named in a `.pth` file has its own `.pth` files ignored)."""
+    from tests.classifier_fixtures import CLASS_NAMES, TRAIN_FLAGS, write_keyword_csv
+
+    environment = tmp_path / "venv"
+    venv.create(environment, with_pip=False)
+    site_packages = next((environment / "lib").glob("python3*/site-packages"))
+    (site_packages / "pinned_set.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    pip_into(str(environment / "bin" / "python"), "--no-deps", str(wheel))
+    user = tmp_path / "user"
+    user.mkdir()
+    csv_path = write_keyword_csv(user / "keywords.csv")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("PYTHONPATH", "KERAS_BACKEND") and not key.startswith("JAX_")
+    }
+
+    trained = run_installed(
+        environment,
+        ["train-classifier", "--data", f"csv:{csv_path}", *TRAIN_FLAGS]
+        + ["--epochs", "1", "--run-dir", "run", "--no-export"],
+        user,
+        env,
+        timeout=400,
+    )
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    exported = run_installed(environment, ["export", "run", "--export-dir", "exported"], user, env)
+    assert exported.returncode == 0, exported.stderr[-3000:]
+    assert 'Try it: keras-transformer predict exported "your text here"' in exported.stdout
+    assert os.listdir(user / "exported") == ["1"]
+
+    predicted = run_installed(
+        environment, ["predict", "exported", "--json", "alpha beta", "gamma delta"], user, env
+    )
+    assert predicted.returncode == 0, predicted.stderr[-3000:]
+    answers = [json.loads(line) for line in predicted.stdout.splitlines()]
+    assert [answer["text"] for answer in answers] == ["alpha beta", "gamma delta"]
+    assert all(answer["label"] in CLASS_NAMES for answer in answers), answers
+
+    # And the code that ran was the wheel's, in that environment, not the checkout's.
+    where = subprocess.run(
+        [
+            str(environment / "bin" / "python"),
+            "-c",
+            "import keras_transformer; print(keras_transformer.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=user,
+        env=env,
+    )
+    assert where.stdout.strip().startswith(str(site_packages)), where.stdout + where.stderr
+    shutil.rmtree(environment)

@@ -18,7 +18,8 @@ PACKAGE = REPO_ROOT / "keras_transformer"
 # Lowest first: a room may import its own modules and those of the rooms
 # before it. docs/architecture.md's data flow, except that `export` sits below
 # `training`: a model trained anywhere exports without the training code.
-# `plots` and `crosscheck` are tools that training and the apps use.
+# `plots` and `crosscheck` are tools that training and the apps use; `cli`, the
+# command-line apps, sits on top of everything.
 ROOMS = (
     "data",
     "text",
@@ -30,6 +31,7 @@ ROOMS = (
     "export",
     "training",
     "serving",
+    "cli",
 )
 
 
@@ -194,6 +196,11 @@ def test_no_import_circle():
             "from keras_transformer import serving\n",
             "export sits below serving",
         ),
+        (
+            "serving/app.py",
+            "from keras_transformer.cli.common import load_export\n",
+            "serving sits below cli",
+        ),
         ("text/wordpiece.py", "from ..training import settings\n", "text sits below training"),
         (
             "training/runs.py",
@@ -278,3 +285,17 @@ def test_an_import_circle_is_reported_even_through_a_function(tmp_path):
             "keras_transformer.training.classifier.pretraining",
         }
     ]
+
+
+def test_the_clones_apps_are_wrappers_of_the_installed_command():
+    """`python -m apps.X` runs `keras-transformer X`: each of apps/ imports the command's
+    `run_command` and nothing else of the project, and every command has its wrapper."""
+    from keras_transformer.cli.main import COMMANDS
+
+    wrappers = {path.stem: path for path in (REPO_ROOT / "apps").glob("*.py")}
+    wrappers.pop("__init__")
+    assert set(wrappers) == {module for module, _ in COMMANDS.values()}
+    for module, path in wrappers.items():
+        assert project_imports(path, REPO_ROOT) == {"keras_transformer.cli.main"}, path
+        command = next(name for name, (target, _) in COMMANDS.items() if target == module)
+        assert f'run_command("{command}")' in path.read_text(encoding="utf-8"), path

@@ -8,7 +8,7 @@ rules and the error for an unknown name are the same everywhere.
 
 from keras_transformer.data.errors import DataError
 
-# A folder of `python -m apps.tokenize` (`keras_transformer.data.tokens`): not
+# A folder of `keras-transformer tokenize` (`keras_transformer.data.tokens`): not
 # in any registry, since it holds token ids, not texts; only training reads it.
 TOKEN_PREFIX = "tokens"
 TOKEN_SOURCE = f"{TOKEN_PREFIX}:DIR"
@@ -78,7 +78,7 @@ def token_folder_path(name):
     if not argument:
         raise DataError(
             f"{TOKEN_SOURCE} needs a folder: --data {TOKEN_PREFIX}:DIR, "
-            "DIR written by python -m apps.tokenize."
+            "DIR written by keras-transformer tokenize."
         )
     return argument
 

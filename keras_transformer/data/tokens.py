@@ -1,7 +1,7 @@
 """Token folders: a corpus split and tokenized ahead of time, readable without TensorFlow.
 
-    python -m apps.tokenize classifier --data bbc --out tokens/bbc
-    python -m apps.train_classifier --data tokens:tokens/bbc     # here, or where TensorFlow is not
+    keras-transformer tokenize classifier --data bbc --out tokens/bbc
+    keras-transformer train-classifier --data tokens:tokens/bbc     # here, or where TensorFlow is not
 
 Tokenizing needs tensorflow-text; a machine that has only JAX (or PyTorch)
 trains from a folder written elsewhere. A token folder holds:
@@ -11,7 +11,7 @@ trains from a folder written elsewhere. A token folder holds:
   fixed (`settings`) with the record of those chosen from the data
   (`chosen_from_data`), and the counts training still chooses from;
 * the vocabulary file(s), named as in a run folder; for a checkpoint's
-  vocabulary (`apps.tokenize classifier --pretrained PATH`), its casing rules
+  vocabulary (`keras-transformer tokenize classifier --pretrained PATH`), its casing rules
   (`tokenizer_config.json`) beside it, and the checkpoint and its sizes among
   the settings;
 * one `SPLIT.npz` per split (`np.savez`, read with `allow_pickle=False`):
@@ -232,7 +232,7 @@ def check_checkpoint_tokens(tokenized, pretrained):
         raise TokenCheckpointConflict(
             name,
             f"{name} holds tokens of our own vocabulary, and {{flag}} {pretrained} fine-tunes "
-            "a checkpoint that reads its own: tokenize for it (python -m apps.tokenize "
+            "a checkpoint that reads its own: tokenize for it (keras-transformer tokenize "
             f"classifier --pretrained {pretrained}), or leave {{flag}} out.",
         )
     if pretrained is None:
@@ -440,7 +440,7 @@ def folder_size(folder):
 
 
 def read_token_folder(path, task, name=None):
-    """Reads and checks a token folder written by `python -m apps.tokenize`.
+    """Reads and checks a token folder written by `keras-transformer tokenize`.
 
     Args:
         path: the folder.
@@ -459,14 +459,14 @@ def read_token_folder(path, task, name=None):
         raise DataError(
             f"No such token folder: {folder}"
             if not os.path.exists(folder)
-            else f"{folder} is not a folder; tokens:DIR needs a folder from python -m "
-            "apps.tokenize."
+            else f"{folder} is not a folder; tokens:DIR needs a folder from "
+            "keras-transformer tokenize."
         )
     description = _read_description(folder)
     if description["task"] != task:
         raise DataError(
             f"{folder} holds tokens for the {description['task']}, not the {task}: "
-            f"tokenize with `python -m apps.tokenize {task}`."
+            f"tokenize with `keras-transformer tokenize {task}`."
         )
     settings = description["settings"]
     pretrained = settings.get("pretrained") if isinstance(settings, dict) else None
@@ -513,8 +513,8 @@ def _read_description(folder):
     path = os.path.join(folder, TOKENS_FILE)
     if not os.path.isfile(path):
         raise DataError(
-            f"{folder} is not a token folder: it has no {TOKENS_FILE} (write one with python -m "
-            "apps.tokenize)."
+            f"{folder} is not a token folder: it has no {TOKENS_FILE} (write one with "
+            "keras-transformer tokenize)."
         )
     try:
         with open(path, encoding="utf-8") as tokens_file:

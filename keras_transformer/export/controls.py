@@ -5,7 +5,7 @@
 each of its inputs but `text`, the dtype, the default (the defaults answer as
 `serving_default`) and the range (`minimum`, `maximum`, `exclusive_minimum`;
 a `maximum` that names another input is that input's value in the same
-request). `apps.translate` and the server read them here, to fill in what a
+request). `keras-transformer translate` and the server read them here, to fill in what a
 request leaves out and to refuse a value out of range with a message naming
 it, before the model runs. Nothing here needs TensorFlow.
 """

@@ -4,7 +4,7 @@
 and the bag of n-grams' weights in the answer (the sum of their logits), how
 many tokens each reads, and whether the export holds the encoder (`encoder`:
 false where the Transformer's weight is 0, an export with no `attention`
-signature). Readers (`apps.predict`, the attention explorer) need no
+signature). Readers (`keras-transformer predict`, the attention explorer) need no
 TensorFlow for it.
 """
 

@@ -1,4 +1,4 @@
-"""A model server speaking TensorFlow Serving's REST and gRPC APIs (`python -m apps.serve`).
+"""A model server speaking TensorFlow Serving's REST and gRPC APIs (`keras-transformer serve`).
 
 `create_app` is the REST app; with `ServerSettings.grpc_port` set its start
 also serves the gRPC API (`grpc_api`) on the same event loop and service.

@@ -151,7 +151,7 @@ class ServedModel:
             return False
         self._base_path_missing = False
         # Imported here: keras_transformer.export imports TensorFlow, and
-        # `import keras_transformer.serving` stays light for apps.serve to
+        # `import keras_transformer.serving` stays light for the serve command to
         # check its flags at once.
         from keras_transformer.export.versions import version_folders
 

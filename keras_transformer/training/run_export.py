@@ -2,7 +2,7 @@
 become the SavedModel of `keras_transformer.export`'s `export_classifier` /
 `export_translator`.
 
-The one way a run is exported: `python -m apps.export RUN_DIR` and the training
+The one way a run is exported: `keras-transformer export RUN_DIR` and the training
 apps' `--export-dir` both call `export_run`. It reads only files, so a run
 trained on any Keras backend (JAX on a machine without TensorFlow) exports here
 under TensorFlow. The model loads without its compile state: the optimizer and
@@ -25,7 +25,7 @@ TRANSLATOR = "translator"
 MODEL_FILE = "model.keras"  # written when a run finished, with the kept epoch's weights
 BEST_CHECKPOINT = os.path.join("checkpoints", "best.keras")  # the kept epoch so far
 CLASSIFIER_VOCABULARY_FILE = "vocabulary.txt"
-TRAINING_APPS = {CLASSIFIER: "apps.train_classifier", TRANSLATOR: "apps.train_translator"}
+TRAINING_APPS = {CLASSIFIER: "train-classifier", TRANSLATOR: "train-translator"}
 
 
 class RunFolderError(ValueError):
@@ -139,7 +139,7 @@ def _missing_model_message(run, model_path, is_final_model):
     if not is_final_model:
         return f"No model file {model_path}."
     resume = (
-        f"python -m {TRAINING_APPS[run.task]} --data {run.saved.get('data', 'SOURCE')} "
+        f"keras-transformer {TRAINING_APPS[run.task]} --data {run.saved.get('data', 'SOURCE')} "
         f"--run-dir {run.run_dir} --resume (with the flags it started with)"
     )
     message = (
@@ -148,7 +148,7 @@ def _missing_model_message(run, model_path, is_final_model):
     best = run.file(BEST_CHECKPOINT)
     if os.path.isfile(best):
         message += (
-            f", or export its best epoch so far with python -m apps.export {run.run_dir} "
+            f", or export its best epoch so far with keras-transformer export {run.run_dir} "
             f"--model-file {best}"
         )
     return message + "."

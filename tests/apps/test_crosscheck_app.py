@@ -1,9 +1,9 @@
-"""`python -m apps.crosscheck`: the table, and its exit status."""
+"""`keras-transformer crosscheck`: the table, and its exit status."""
 
 import pytest
 
-from apps import crosscheck as crosscheck_app
 from keras_transformer import crosscheck
+from keras_transformer.cli import crosscheck as crosscheck_app
 
 
 def test_prints_a_row_per_check_and_passes(capsys):

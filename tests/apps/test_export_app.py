@@ -1,4 +1,4 @@
-"""`python -m apps.export RUN_DIR`: a TensorFlow-trained run folder exports to
+"""`keras-transformer export RUN_DIR`: a TensorFlow-trained run folder exports to
 the same answers as its training app's own export, in the next version; a
 folder that cannot be exported is one `error:` line naming the file.
 
@@ -16,8 +16,8 @@ import shutil
 import numpy as np
 import pytest
 
-from apps import export as export_app
-from apps import train_translator
+from keras_transformer.cli import export as export_app
+from keras_transformer.cli import train_translator
 from tests.apps.test_train_translator import FLAGS as TRANSLATOR_FLAGS
 from tests.apps.test_train_translator import write_pairs
 from tests.classifier_fixtures import expect_usage_error, load_export, snapshot
@@ -88,7 +88,7 @@ def test_classifier_run_exports_as_the_training_app_did(
     base = os.path.join("exported_models", "classifier")
     assert capsys.readouterr().out.splitlines() == [
         f"Exported SavedModel: {os.path.join(base, '1')}",
-        f'Try it: python -m apps.predict {base} "your text here"',
+        f'Try it: keras-transformer predict {base} "your text here"',
     ]
     mine_dir, theirs_dir = str(tmp_path / base / "1"), budget_classifier.version_dir
     mine, theirs = tf.saved_model.load(mine_dir), load_export(theirs_dir)
@@ -120,7 +120,7 @@ def test_translator_run_exports_as_the_training_app_did(translator_run, tmp_path
     )
     assert (
         capsys.readouterr().out.splitlines()[-1]
-        == f'Try it: python -m apps.translate {base} "your sentence here"'
+        == f'Try it: keras-transformer translate {base} "your sentence here"'
     )
     assert sorted(os.listdir(base)) == ["1", "2"]
     assert {
@@ -195,7 +195,7 @@ def test_an_unfinished_run_says_how_to_resume_or_export_its_best_epoch(
     os.remove(classifier_copy / "model.keras")
     line = export_error([str(classifier_copy)], capsys, tmp_path)
     best = str(classifier_copy / "checkpoints" / "best.keras")
-    assert "has not finished" in line and "--resume" in line and "apps.train_classifier" in line
+    assert "has not finished" in line and "--resume" in line and "keras-transformer train-classifier" in line
     assert f"--model-file {best}" in line
     # What the line suggests works.
     assert (

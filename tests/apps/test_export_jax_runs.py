@@ -35,10 +35,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from apps import export as export_app
-from apps import tokenize as tokenize_app
-from apps import train_classifier as train_classifier_app
-from apps.training_flags import classification_data_from_flags
+from keras_transformer.cli import export as export_app
+from keras_transformer.cli import tokenize as tokenize_app
+from keras_transformer.cli import train_classifier as train_classifier_app
+from keras_transformer.cli.training_flags import classification_data_from_flags
 from keras_transformer.data.tokens import classifier_input_length, read_token_folder
 from keras_transformer.text.wordpiece import WordPieceTokenizer
 from keras_transformer.training.runs import PLOTS_NOTICE
@@ -125,7 +125,7 @@ import json, os
 import numpy as np
 import keras
 
-from apps import train_classifier, train_translator
+from keras_transformer.cli import train_classifier, train_translator
 
 request = json.loads(os.environ["JAX_REQUEST"])
 answers = {}
@@ -522,7 +522,7 @@ def test_a_training_app_without_tensorflow_says_how_to_export_instead(jax_runs):
     answers = jax_runs[2]
     assert "TensorFlow is not installed here, so the run is not exported" in answers["stdout"]
     assert (
-        f"python -m apps.export {jax_runs[0]} --export-dir {answers['not_exported']}"
+        f"keras-transformer export {jax_runs[0]} --export-dir {answers['not_exported']}"
         in answers["stdout"]
     )
     assert not os.path.exists(answers["not_exported"])

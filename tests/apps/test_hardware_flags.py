@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 
-from apps import train_classifier, train_translator
+from keras_transformer.cli import train_classifier, train_translator
 from keras_transformer.training.classifier import pipeline as classifier_training
 from tests.apps.test_train_translator import FLAGS as TRANSLATOR_FLAGS
 from tests.apps.test_train_translator import write_pairs

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from apps import train_classifier
+from keras_transformer.cli import train_classifier
 from tests.apps.unclipped_classifier import unclipped
 from tests.classifier_fixtures import FILLER, MODEL_FLAGS, write_keyword_csv
 

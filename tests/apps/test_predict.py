@@ -1,4 +1,4 @@
-"""`python -m apps.predict`: texts from arguments or stdin, plain or JSON output,
+"""`keras-transformer predict`: texts from arguments or stdin, plain or JSON output,
 base or version folders, attention plots, and its usage errors."""
 
 import io
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from apps import predict
+from keras_transformer.cli import predict
 from tests.classifier_fixtures import CLASS_NAMES, expect_usage_error, is_png
 
 TEXTS = ["goal match team", "stocks market shares", "film music actor"]

@@ -1,4 +1,4 @@
-"""`python -m apps.predict EXPORT texts...`, run as a user runs it, prints for
+"""`keras-transformer predict EXPORT texts...`, run as a user runs it, prints for
 every text the label and probabilities that the SavedModel's own
 `serving_default` gives, loaded with `tf.saved_model.load` (no project code);
 and the apps quiet TensorFlow's C++ start-up chatter unless the user set
@@ -45,7 +45,7 @@ LOG_LEVELS = {"json": None, "plain": "0"}  # the user's TF_CPP_MIN_LOG_LEVEL of 
 
 
 def start_predict(args, log_level, stdin):
-    """`python -m apps.predict ARGS` in a fresh process, reading `stdin` (a file or
+    """`keras-transformer predict ARGS` in a fresh process, reading `stdin` (a file or
     DEVNULL): TensorFlow loads, then runs its first ops (where a machine without a GPU logs
     cuInit's error)."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}

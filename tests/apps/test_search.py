@@ -1,4 +1,4 @@
-"""`python -m apps.train_classifier --search N`: KerasTuner tries N configurations,
+"""`keras-transformer train-classifier --search N`: KerasTuner tries N configurations,
 the first the flags as given, and the run folder gets the best on validation."""
 
 import json
@@ -8,7 +8,7 @@ import keras
 import keras_tuner
 import pytest
 
-from apps import train_classifier
+from keras_transformer.cli import train_classifier
 from keras_transformer.training.classifier.search import (
     SEARCH_SPACE,
     SearchTrial,

@@ -1,4 +1,4 @@
-"""`python -m apps.tokenize` and `--data tokens:DIR`: a run from a token folder
+"""`keras-transformer tokenize` and `--data tokens:DIR`: a run from a token folder
 is the run from the raw data (same settings, same batches, same history),
 flags that contradict the folder are usage errors, and a tokens run resumes.
 
@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import pytest
 
-from apps import tokenize, train_classifier, train_translator
+from keras_transformer.cli import tokenize, train_classifier, train_translator
 from keras_transformer.data.tokens import read_token_folder
 from keras_transformer.training.runs import RunFolder
 from tests.apps.test_train_translator import write_pairs

@@ -1,4 +1,4 @@
-"""`python -m apps.train_classifier`: the run folder, bad input, the time budget,
+"""`keras-transformer train-classifier`: the run folder, bad input, the time budget,
 new export versions, and `--resume` after the process is killed."""
 
 import csv
@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import pytest
 
-from apps import train_classifier
+from keras_transformer.cli import train_classifier
 from keras_transformer.training.runs import RunFolder
 from tests.classifier_fixtures import (
     CLASS_NAMES,

@@ -1,4 +1,4 @@
-"""`python -m apps.train_classifier --pretrained PATH`: a BERT-family checkpoint
+"""`keras-transformer train-classifier --pretrained PATH`: a BERT-family checkpoint
 (random weights, small, written here by Hugging Face's own `save_pretrained`)
 fine-tuned on the keyword corpus, exported, and answering raw strings.
 
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from apps import train_classifier
-from apps.training_flags import flags_given
+from keras_transformer.cli import train_classifier
+from keras_transformer.cli.training_flags import flags_given
 from keras_transformer.data.tokens import CLASSIFIER_VOCABULARY
 from keras_transformer.models import PretrainedClassifier
 from keras_transformer.models.pretrained import read_checkpoint_weights

@@ -1,4 +1,4 @@
-"""`python -m apps.train_translator` on a tiny TSV: the run folder and bad input.
+"""`keras-transformer train-translator` on a tiny TSV: the run folder and bad input.
 
 The run is tests/apps/translator_runs.py's raw run, which test_tokenize_app.py
 shares; it does not export: that an app run exports its first version is
@@ -12,7 +12,7 @@ import keras
 import numpy as np
 import pytest
 
-from apps import train_translator
+from keras_transformer.cli import train_translator
 from tests.apps.translator_runs import translator_app_runs
 from tests.classifier_fixtures import expect_usage_error
 

@@ -1,4 +1,4 @@
-"""`python -m apps.translate`: texts from arguments or stdin, plain or JSON output,
+"""`keras-transformer translate`: texts from arguments or stdin, plain or JSON output,
 beam or greedy, base or version folders, cross-attention plots, and its usage
 errors. The tiny translator is the one tests/export/test_translator_export.py
 trains and exports (once per session)."""
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from apps import translate
+from keras_transformer.cli import translate
 from tests.classifier_fixtures import expect_usage_error, is_png
 from tests.export.test_translator_export import PAIRS, build_translator
 

@@ -64,7 +64,7 @@ def translator_app_runs(tmp_path_factory):
     "pairs": the TSV}."""
     if "runs" in _CACHE:
         return _CACHE["runs"]
-    from apps import tokenize, train_translator
+    from keras_transformer.cli import tokenize, train_translator
     from tests.apps.test_train_translator import write_pairs
 
     folder = tmp_path_factory.mktemp("translator_runs")

@@ -1,4 +1,4 @@
-"""`python -m apps.train_classifier` with gradient clipping off, for
+"""`keras-transformer train-classifier` with gradient clipping off, for
 tests/apps/test_multi_worker.py.
 
 Keras clips each replica's gradient (from its share of the global batch)
@@ -12,7 +12,7 @@ them to a tight tolerance.
 import dataclasses
 import sys
 
-from apps import train_classifier
+from keras_transformer.cli import train_classifier
 
 
 def unclipped(settings_from):

@@ -1,5 +1,5 @@
 """The attention explorer in a real browser: Debian's Chromium driven by
-Playwright against `python -m apps.serve --explorer` on the tiny exports.
+Playwright against `keras-transformer serve --explorer` on the tiny exports.
 
 For each model the page must show what the REST API answers (the label and
 every class's probability, or the translations and scores of `translate` with

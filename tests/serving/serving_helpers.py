@@ -196,7 +196,7 @@ def free_port():
 
 
 class ServerProcess:
-    """`python -m apps.serve` on 127.0.0.1 and a free port; its stderr goes to a log file.
+    """`keras-transformer serve` on 127.0.0.1 and a free port; its stderr goes to a log file.
 
     Its gRPC API is off unless `extra_args` sets `--grpc-port` (servers run in
     parallel would otherwise all want the default port)."""
@@ -257,7 +257,7 @@ class ServerProcess:
 
 
 def serve_process(*args):
-    """`python -m apps.serve ARGS` run to its end: a `CompletedProcess` (text stderr). For
+    """`keras-transformer serve ARGS` run to its end: a `CompletedProcess` (text stderr). For
     arguments it refuses; bounded, since a server that started would be a failure."""
     return subprocess.run(
         [sys.executable, "-m", "apps.serve", *args],
@@ -277,7 +277,7 @@ def serve_refusal(*args):
     import io
     from unittest import mock
 
-    import apps.serve
+    import keras_transformer.cli.serve
 
     def started(server):
         raise AssertionError(f"apps.serve {list(args)} started a server instead of refusing")
@@ -288,7 +288,7 @@ def serve_refusal(*args):
         contextlib.redirect_stderr(stderr),
     ):
         try:
-            apps.serve.main(list(args))
+            keras_transformer.cli.serve.main(list(args))
         except SystemExit as exit_:
             code = exit_.code
         else:
@@ -303,7 +303,7 @@ _EXPLORER_SERVERS = []
 
 
 def start_explorer_server(exports, tmp_path_factory):
-    """`python -m apps.serve --explorer` (a `ServerProcess`) on the exports and a third model,
+    """`keras-transformer serve --explorer` (a `ServerProcess`) on the exports and a third model,
     `doomed` (a copy of the classifier at `.doomed`, which a browser test takes away): the
     server of tests/browser and of test_explorer.py's check of the flag."""
     if _EXPLORER_SERVERS:

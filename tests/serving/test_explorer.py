@@ -208,7 +208,7 @@ def test_the_explorer_flag_serves_the_page_and_a_capped_attention_signature(
 
 
 def test_the_flag_and_its_cap_are_in_the_help():
-    from apps.serve import build_parser
+    from keras_transformer.cli.serve import build_parser
     from keras_transformer.serving.explorer import ATTENTION_MAX_INSTANCES
 
     assert f"at most {ATTENTION_MAX_INSTANCES} examples a request" in " ".join(

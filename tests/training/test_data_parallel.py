@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import pytest
 
-from apps import train_classifier, train_translator
+from keras_transformer.cli import train_classifier, train_translator
 from keras_transformer.training.distribute import SplittableBatches
 from tests.classifier_fixtures import expect_usage_error, write_keyword_csv
 
@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ON_TWO_DEVICES = r"""
 import contextlib, io, json, sys
 import jax, keras, numpy as np
-from apps import train_classifier
+from keras_transformer.cli import train_classifier
 from keras_transformer.training import distribute
 from keras_transformer.training.classifier.model import build_classifier_model
 from keras_transformer.training.classifier.settings import ClassifierSettings

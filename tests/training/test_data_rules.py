@@ -625,7 +625,7 @@ def test_a_run_saved_before_source_word_dropout_resumes_without_it(tmp_path):
 def test_flags_left_to_the_data_say_so(app, flags):
     import importlib
 
-    parser = importlib.import_module(f"apps.{app}").build_parser()
+    parser = importlib.import_module(f"keras_transformer.cli.{app}").build_parser()
     helps = {option: action.help for action in parser._actions for option in action.option_strings}
     for flag in flags:
         assert parser.get_default(flag.removeprefix("--").replace("-", "_")) is None, flag

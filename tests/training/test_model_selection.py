@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score
 
-from apps import train_classifier
+from keras_transformer.cli import train_classifier
 from keras_transformer.training.callbacks import (
     BestEpoch,
     FitScheduleToBudget,

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from apps import train_classifier
+from keras_transformer.cli import train_classifier
 from keras_transformer.models import TransformerClassifier
 from keras_transformer.text.vocabulary import CLS, MASK, RESERVED_TOKENS
 from keras_transformer.training.classifier import pipeline as classifier_training

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from apps import train_classifier, train_translator
+from keras_transformer.cli import train_classifier, train_translator
 from keras_transformer.training.classifier.settings import ClassifierSettings
 from keras_transformer.training.settings import flag_of, help_text
 from keras_transformer.training.translator.settings import TranslatorSettings

@@ -17,8 +17,8 @@ import pytest
 import tensorflow as tf
 from starlette.testclient import TestClient
 
-from apps import train_translator
-from apps.training_flags import translation_data_from_flags
+from keras_transformer.cli import train_translator
+from keras_transformer.cli.training_flags import translation_data_from_flags
 from keras_transformer.decoding import greedy_decode
 from keras_transformer.serving import ModelRepository, ServerSettings, create_app
 from keras_transformer.serving.model_config import model_configs

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from apps import train_translator as train_translator_app
+from keras_transformer.cli import train_translator as train_translator_app
 from keras_transformer.data import load_translation_data
 from keras_transformer.data.tokens import TranslationTokens
 from keras_transformer.data.translation import PairSplit, TranslationData

@@ -1,4 +1,4 @@
-"""The attention explorer: a page the server itself serves at `/` (`apps.serve --explorer`).
+"""The attention explorer: a page the server itself serves at `/` (`keras-transformer serve --explorer`).
 
 The page (index.html, explorer.css, explorer.js, shipped in this package and
 built by no tool) lists the served models from `GET /explorer/models`, sends

@@ -14,7 +14,7 @@ search tries only peak learning rates, in order: the fine-tuning default
 times each of `PRETRAINED_RATE_FACTORS`, as BERT's fine-tuning picks its
 rate on validation. The texts are tokenized once, for every trial.
 
-    RUN_DIR/               the kept trial's run folder, copied: what `apps.export` exports
+    RUN_DIR/               the kept trial's run folder, copied: what `keras-transformer export` exports
     RUN_DIR/search.json    every trial's values, validation scores, epochs and minutes
     RUN_DIR/search/        KerasTuner's state and each trial's own run folder
 """

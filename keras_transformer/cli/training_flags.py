@@ -185,7 +185,7 @@ def token_data_and_settings(args, given, task, settings, raw_data_flags):
         if flag.lstrip("-").replace("-", "_") in given:
             raise ValueError(
                 f"{flag} applies to raw texts, and {args.data} is already tokenized: leave it out "
-                f"(or give it to python -m apps.tokenize)."
+                f"(or give it to keras-transformer tokenize)."
             )
     tokens = read_token_folder(folder, task, name=args.data)
     try:
