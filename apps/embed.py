@@ -1,6 +1,6 @@
-"""`python -m apps.embed`: the `keras-transformer embed` command (`keras_transformer.cli.embed`)."""
+"""`python -m apps.embed`: `keras-transformer embed` (keras_transformer.cli.embed) in a clone."""
 
-from keras_transformer.cli.embed import main
+from keras_transformer.cli.main import run_command
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command("embed"))

@@ -24,12 +24,16 @@ def export_classifier(
     * `attention` -> `tokens` (string `[None, T]`, `""` at padding) and
       `attention_scores` (float32 `[None, layers, heads, T, T]`), for plots;
       `T` is the batch's longest text in tokens (at least 1).
+    * `embed`, for a `PretrainedClassifier` only -> `embedding` (float32
+      `[None, d_model]`): the encoder's sentence embeddings
+      (`PretrainedEncoder.embed`: mean over real tokens, L2-normalized) of the
+      tokens it reads, tokenized as for `serving_default`.
 
     Where `mix` gives the Transformer weight 0, its head is zeros and the
     answer is the bag of n-grams' alone: the export then holds the bag and
     the tokenizer only, `serving_default` computes the bag alone (the same
     outputs) and there is no `attention` signature, since no attention
-    changes the answer (`classifier.json` says `"encoder": false`).
+    changes the answer (`classifier.json` says `"encoder": false`), nor `embed`.
 
     The class names are also written, one per line, to
     `assets.extra/class_names.txt`, and what each part contributes to
@@ -107,6 +111,8 @@ def _write(folder, signatures, class_names, parts):
         archive.track(signatures.model)
         archive.add_endpoint("serving_default", signatures.serve, input_signature=text_spec)
         archive.add_endpoint("attention", signatures.attention, input_signature=text_spec)
+        if signatures.can_embed:
+            archive.add_endpoint("embed", signatures.embed, input_signature=text_spec)
     else:
         # Only the bag's weights are tracked, so the encoder's are not saved.
         archive.track(signatures.model.ngrams)
@@ -164,6 +170,16 @@ class _ClassifierSignatures:
             "tokens": tokens,
             "attention_scores": tf.cast(tf.stack(scores, axis=1), tf.float32),
         }
+
+    @property
+    def can_embed(self):
+        """Whether the model has sentence embeddings (a `PretrainedClassifier`'s encoder)."""
+        return callable(getattr(self.model, "embed", None))
+
+    def embed(self, text):
+        # The encoder's tokens only: the bag of n-grams' further tokens are not embedded.
+        token_ids = trim_shared_padding(self._encode(text, self.model.sequence_length))
+        return {"embedding": tf.cast(self.model.embed(token_ids, training=False), tf.float32)}
 
     def _encode(self, text, length):
         return self.tokenizer.encode(text, length, add_cls=self.add_cls, add_sep=self.add_sep)

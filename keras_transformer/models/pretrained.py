@@ -244,6 +244,46 @@ class PretrainedEncoder(keras.Model):
         """BERT's pooler: tanh(dense) of the first (`[CLS]`) token's state, `[B, d_model]`."""
         return self.pooler(hidden_states[:, 0])
 
+    def embed(self, inputs, training=False):
+        """Sentence embeddings, as sentence-transformers computes them from its
+        BERT-family checkpoints (all-MiniLM-L6-v2, BGE, E5 with mean pooling):
+        the hidden states' mean over the real tokens, divided by its L2 norm.
+
+        Args:
+            inputs: what `call` takes: int token ids `[B, T]` (`[PAD]` is not
+                a real token), or a dict with `"token_ids"` and optionally
+                `"token_type_ids"` and `"padding_mask"` (True at real tokens,
+                Hugging Face's `attention_mask`).
+            training: whether dropout is active.
+
+        Returns:
+            float32 `[B, d_model]`, each row of norm 1 (0 for a row without
+            real tokens).
+
+        Example:
+
+        >>> import keras
+        >>> encoder = PretrainedEncoder(vocabulary_size=100, sequence_length=16, num_layers=1,
+        ...                             d_model=32, num_heads=4, intermediate_dim=64)
+        >>> token_ids = keras.ops.convert_to_tensor([[2, 17, 43, 3, 0, 0], [2, 9, 3, 0, 0, 0]])
+        >>> embeddings = encoder.embed(token_ids)
+        >>> tuple(embeddings.shape)
+        (2, 32)
+        >>> round(float(keras.ops.sum(embeddings[0] ** 2)), 4)
+        1.0
+
+        With a checkpoint folder and its tokenizer (sentence-transformers'
+        all-MiniLM-L6-v2 reads at most 256 word pieces):
+
+            encoder = PretrainedEncoder.from_pretrained("path/to/all-MiniLM-L6-v2")
+            tokenizer = PretrainedTokenizer.from_pretrained("path/to/all-MiniLM-L6-v2")
+            embeddings = encoder.embed(
+                tokenizer.encode(texts, 256, add_cls=True, add_sep=True))
+        """
+        _, _, padding_mask = self._unpack(inputs)
+        states = self(inputs, training=training)
+        return normalized_mean(states, padding_mask)
+
     def _unpack(self, inputs):
         if isinstance(inputs, dict):
             unknown = set(inputs) - {"token_ids", "token_type_ids", "padding_mask"}
@@ -305,6 +345,21 @@ class PretrainedEncoder(keras.Model):
         encoder.build((None, None))
         load_checkpoint_weights(encoder, path)
         return encoder
+
+
+def masked_mean(states, mask):
+    """The mean of `states` `[B, T, d]` over the positions where `mask` `[B, T]` is
+    True (or 1), in the dtype of `states`; 0 for a row where it is nowhere True."""
+    weights = ops.expand_dims(ops.cast(mask, states.dtype), -1)
+    return ops.sum(states * weights, axis=1) / ops.maximum(ops.sum(weights, axis=1), 1.0)
+
+
+def normalized_mean(states, mask, epsilon=1e-12):
+    """`masked_mean` in float32, divided by its L2 norm (at least `epsilon`, as
+    `torch.nn.functional.normalize`, which sentence-transformers' `Normalize` calls)."""
+    mean = masked_mean(ops.cast(states, "float32"), mask)
+    norm = ops.sqrt(ops.sum(ops.square(mean), axis=-1, keepdims=True))
+    return mean / ops.maximum(norm, epsilon)
 
 
 def read_checkpoint_config(path):

@@ -9,7 +9,7 @@ from keras import ops
 
 from keras_transformer.layers.masks import masked_value
 from keras_transformer.models.classifier import BagOfNgramsBeside
-from keras_transformer.models.pretrained import PretrainedEncoder
+from keras_transformer.models.pretrained import PretrainedEncoder, masked_mean
 
 POOLINGS = ("mean", "max", "cls")
 
@@ -178,14 +178,37 @@ class PretrainedClassifier(BagOfNgramsBeside, keras.Model):
         if self.pooling == "cls":
             return self.encoder.pooled_output(states)
         token_ids = inputs["token_ids"] if isinstance(inputs, dict) else inputs
-        real = ops.cast(ops.not_equal(token_ids, self.encoder.padding_id), states.dtype)
+        real = ops.not_equal(token_ids, self.encoder.padding_id)
         if isinstance(inputs, dict) and inputs.get("padding_mask") is not None:
-            real = ops.cast(inputs["padding_mask"], states.dtype)
-        real = ops.expand_dims(real, -1)
+            real = ops.cast(inputs["padding_mask"], "bool")
         if self.pooling == "max":
             lowest = ops.cast(masked_value(states.dtype), states.dtype)
-            return ops.max(ops.where(real > 0, states, lowest), axis=1)
-        return ops.sum(states * real, axis=1) / ops.maximum(ops.sum(real, axis=1), 1.0)
+            return ops.max(ops.where(ops.expand_dims(real, -1), states, lowest), axis=1)
+        return masked_mean(states, real)
+
+    def embed(self, inputs, training=False):
+        """Sentence embeddings of the encoder (`PretrainedEncoder.embed`: the mean
+        of its hidden states over real tokens, L2-normalized, float32
+        `[B, d_model]`), whatever this classifier's `pooling`, of the tokens the
+        encoder reads: the first `sequence_length`, a cut text ending in `[SEP]`
+        where the bag of n-grams reads further. After full fine-tuning they are
+        the fine-tuned encoder's, no longer the checkpoint's.
+
+        Args:
+            inputs: what `call` takes.
+            training: whether dropout is active.
+
+        Example:
+
+        >>> import keras
+        >>> from keras_transformer.models import PretrainedClassifier, PretrainedEncoder
+        >>> encoder = PretrainedEncoder(vocabulary_size=100, sequence_length=16, num_layers=1,
+        ...                             d_model=32, num_heads=4, intermediate_dim=64)
+        >>> classifier = PretrainedClassifier(encoder, num_classes=3)
+        >>> tuple(classifier.embed(keras.ops.ones((2, 8), "int32")).shape)
+        (2, 32)
+        """
+        return self.encoder.embed(self._encoder_inputs(inputs), training=training)
 
     def compute_output_shape(self, inputs_shape):
         shape = inputs_shape["token_ids"] if isinstance(inputs_shape, dict) else inputs_shape

