@@ -48,12 +48,15 @@ def latest_version_dir(path):
     return os.path.join(path, folders[max(folders)])
 
 
-def write_new_version(base_dir, write_fn):
+def write_new_version(base_dir, write_fn, required_file="saved_model.pb"):
     """Calls `write_fn(folder)` into a temporary folder, then publishes it.
 
     Args:
         base_dir: the model's base path, e.g. `exported_models/classifier`.
-        write_fn: writes a complete SavedModel into the folder it is given.
+        write_fn: writes a complete export into the folder it is given.
+        required_file: the file a complete export holds (a SavedModel's
+            `saved_model.pb`, an ONNX export's `model.onnx`); without it nothing
+            is published.
 
     Returns:
         The published version folder, `base_dir/N` with N one above the highest.
@@ -62,8 +65,8 @@ def write_new_version(base_dir, write_fn):
     staging = tempfile.mkdtemp(prefix=".staging-", dir=base_dir)
     try:
         write_fn(staging)
-        if not os.path.isfile(os.path.join(staging, "saved_model.pb")):
-            raise RuntimeError(f"The export wrote no saved_model.pb into {staging}.")
+        if not os.path.isfile(os.path.join(staging, required_file)):
+            raise RuntimeError(f"The export wrote no {required_file} into {staging}.")
         # mkdtemp makes the folder private; a model server may run as another user.
         os.chmod(staging, 0o755)
         versions = existing_versions(base_dir)

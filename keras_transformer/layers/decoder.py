@@ -1,5 +1,8 @@
 """The Transformer decoder block, with a key/value cache for incremental decoding."""
 
+import contextlib
+import threading
+
 import keras
 from keras import ops
 
@@ -385,6 +388,34 @@ class TransformerDecoderBlock(TransformerBlock):
         return decoder_sequence_shape
 
 
+# Whether the TensorFlow backend writes the cache with `ops.slice_update` (set only
+# inside `portable_cache_writes`).
+_portable_cache_writes = threading.local()
+
+
+@contextlib.contextmanager
+def portable_cache_writes():
+    """Within it, the decoder blocks traced on TensorFlow write their key/value cache with
+    `keras.ops.slice_update` (an XLA dynamic-update-slice) instead of a strided-slice update.
+
+    The strided-slice update is TensorFlow's fastest; other runtimes have no kernel for
+    it, while LiteRT's and ONNX's converters turn a dynamic-update-slice into their own
+    builtin op. The exports for those runtimes trace their decoding loop inside this.
+    Either way the same positions are written.
+
+    Example:
+
+    >>> with portable_cache_writes():  # doctest: +SKIP
+    ...     concrete = tf.function(greedy).get_concrete_function(source_spec)
+    """
+    previous = getattr(_portable_cache_writes, "on", False)
+    _portable_cache_writes.on = True
+    try:
+        yield
+    finally:
+        _portable_cache_writes.on = previous
+
+
 def _write_cache(cache, entries, index):
     """`cache` `[2, B, heads, max_length, dim]` with `entries` `[2, B, heads, T, dim]`
     written at positions `index .. index + T - 1`.
@@ -392,10 +423,11 @@ def _write_cache(cache, entries, index):
     On TensorFlow, a strided-slice update, a core op: `ops.slice_update`
     there is an XLA dynamic-update-slice, compiled and launched on its own at
     every call, and a scatter of the rows is several times slower than this
-    update (benchmarks/BENCHMARKS.md).
+    update (benchmarks/BENCHMARKS.md). `portable_cache_writes` chooses
+    `ops.slice_update` for runtimes other than TensorFlow's.
     """
-    if keras.backend.backend() != "tensorflow":
-        return ops.slice_update(cache, (0, 0, 0, index, 0), entries)
+    if keras.backend.backend() != "tensorflow" or getattr(_portable_cache_writes, "on", False):
+        return ops.slice_update(cache, (0, 0, 0, index, 0), ops.cast(entries, cache.dtype))
     import tensorflow as tf
 
     start = tf.cast(index, tf.int32)
