@@ -22,6 +22,9 @@ SHARED_GROUPS = {
     # build_translator (tests/export/test_translator_export.py)
     "tests/export/test_translator_export.py": "tiny_translator",
     "tests/apps/test_translate.py": "tiny_translator",
+    "tests/export/test_litert_translator.py": "tiny_translator",
+    "tests/export/test_onnx_translator_export.py": "tiny_translator",
+    "tests/export/test_quantize_translator.py": "tiny_translator",
     # translator_runs (tests/apps/translator_runs.py)
     "tests/apps/test_tokenize_app.py": "translator_runs",
     "tests/apps/test_train_translator.py": "translator_runs",
@@ -32,6 +35,13 @@ SHARED_GROUPS = {
     "tests/apps/test_train_classifier.py": "trained_classifier",
     "tests/export/test_classifier_export.py": "trained_classifier",
     "tests/export/test_bag_alone_export.py": "trained_classifier",
+    "tests/export/test_litert_export.py": "trained_classifier",
+    "tests/export/test_onnx_export.py": "trained_classifier",
+    "tests/export/test_quantize.py": "trained_classifier",
+    # embedding_export (tests/embedding_fixtures.py)
+    "tests/apps/test_embed_app.py": "embedding_export",
+    "tests/export/test_embed_export.py": "embedding_export",
+    "tests/serving/test_embed_serving.py": "embedding_export",
     # exports, and direct_models / direct_answers built on it (tests/serving/conftest.py;
     # tests/browser/conftest.py shares the same build, tests/serving/serving_helpers.py)
     "tests/browser/test_explorer_browser.py": "serving_exports",
@@ -61,6 +71,8 @@ SHARED_FIXTURES = {
     "exports": "serving_exports",
     "api_server": "serving_exports",  # real servers on the exports (tests/serving/conftest.py)
     "explorer_server": "serving_exports",
+    "embedding_export": "embedding_export",
+    "embedding_saved_model": "embedding_export",
 }
 
 # Groups of 15 seconds or more on two cores, longest first (measured with

@@ -2,9 +2,42 @@
 an export, reading texts, choosing a layer to plot, and the flow of `main`."""
 
 import argparse
+import importlib
+import os
 import sys
 
-from keras_transformer.export.versions import latest_version_dir
+from keras_transformer.export.litert_runtime import MANIFEST_FILE as LITERT_MANIFEST
+from keras_transformer.export.onnx_runtime import ONNX_MODEL_FILE
+from keras_transformer.export.versions import latest_version_dir, version_folders
+
+# The file that tells each format's version folder (`keras-transformer export --format`).
+FORMAT_FILES = {"litert": LITERT_MANIFEST, "onnx": ONNX_MODEL_FILE}
+# Per format other than the SavedModel and per task: the runtime class that answers from it
+# with no TensorFlow (module, class).
+RUNTIMES = {
+    ("litert", "classifier"): ("keras_transformer.export.litert_runtime", "LiteRTClassifier"),
+    ("litert", "translator"): ("keras_transformer.export.litert_runtime", "LiteRTTranslator"),
+    ("onnx", "classifier"): ("keras_transformer.export.onnx_runtime", "OnnxClassifier"),
+    ("onnx", "translator"): ("keras_transformer.export.onnx_runtime", "OnnxTranslator"),
+}
+
+
+def export_format(path):
+    """ "litert" or "onnx" where `path` (or its newest version) is such an export; else
+    "saved_model" (and `load_export` says what is wrong, if anything)."""
+    folders = version_folders(path)
+    newest = os.path.join(path, folders[max(folders)]) if folders else None
+    for name, marker in FORMAT_FILES.items():
+        if any(os.path.isfile(os.path.join(folder, marker)) for folder in (path, newest) if folder):
+            return name
+    return "saved_model"
+
+
+def load_runtime(path, task):
+    """`(version folder, runtime)` for a LiteRT or ONNX export of `task` at `path`."""
+    module_name, class_name = RUNTIMES[export_format(path), task]
+    runtime = getattr(importlib.import_module(module_name), class_name)(path)
+    return runtime.version_dir, runtime
 
 
 def load_export(path):

@@ -1,15 +1,18 @@
-"""Export a finished training run as a SavedModel, under TensorFlow.
+"""Export a finished training run as a SavedModel (or for LiteRT or ONNX), under TensorFlow.
 
     keras-transformer export runs/classifier --export-dir exported_models/classifier
     keras-transformer export runs/translator --beam-width 8
     keras-transformer export runs/translator --model-file runs/translator/checkpoints/best.keras
+    keras-transformer export runs/classifier --format litert --export-dir exported_models/litert
+    keras-transformer export runs/classifier --format onnx --quantize int8 --export-dir onnx-int8
 
 RUN_DIR is the --run-dir of `train-classifier` or `train-translator`,
 trained on any Keras backend (e.g. JAX on a machine without TensorFlow): its
 settings.json tells the task, its vocabulary file(s) and model.keras (the kept
 epoch's weights) make the same SavedModel, with the same signatures, as the
 training app's own export. It goes to EXPORT_DIR/N, N one above the newest
-version there.
+version there. `--format litert` and `--format onnx` write files that run with
+no TensorFlow (docs/deploy.md says what each takes, returns and needs).
 """
 
 import argparse
@@ -18,8 +21,12 @@ import os
 import subprocess
 import sys
 
+from keras_transformer.export import EXPORT_FORMATS, QUANTIZATION_MODES
+
 DEFAULT_BEAM_WIDTH = 4
 DEFAULT_LENGTH_PENALTY = 0.6
+# What each `--format` writes, as the lines printed after an export name it.
+FORMAT_NAMES = {"saved_model": "SavedModel", "litert": "LiteRT model", "onnx": "ONNX model"}
 
 
 def add_translator_export_flags(group):
@@ -63,7 +70,7 @@ def export_run_and_say(run_dir, export_dir, **options):
     from keras_transformer.training.run_export import CLASSIFIER, export_run
 
     exported = export_run(run_dir, export_dir, **options)
-    print(f"Exported SavedModel: {exported.version_dir}")
+    print(f"Exported {FORMAT_NAMES[exported.export_format]}: {exported.version_dir}")
     if exported.task == CLASSIFIER:
         print(f'Try it: keras-transformer predict {export_dir} "your text here"')
     else:
@@ -77,6 +84,8 @@ def _export_in_tensorflow_process(
     model_file=None,
     beam_width=DEFAULT_BEAM_WIDTH,
     length_penalty=DEFAULT_LENGTH_PENALTY,
+    export_format="saved_model",
+    quantize=None,
 ):
     command = f"keras-transformer export {run_dir} --export-dir {export_dir}"
     if importlib.util.find_spec("tensorflow") is None:
@@ -100,6 +109,7 @@ def _export_in_tensorflow_process(
     ]
     if model_file is not None:
         argv += ["--model-file", os.fspath(model_file)]
+    argv += ["--format", export_format] + (["--quantize", quantize] if quantize else [])
     print(f"Exporting under TensorFlow: {command}", flush=True)
     sys.stdout.flush()
     exported = subprocess.run(argv, env={**os.environ, "KERAS_BACKEND": "tensorflow"}, check=False)
@@ -108,6 +118,12 @@ def _export_in_tensorflow_process(
             f"error: the export failed (exit status {exported.returncode}); the run folder is "
             f"complete, so {command} can try again."
         )
+
+
+def default_export_dir(task, export_format):
+    """exported_models/TASK for a SavedModel, exported_models/TASK-FORMAT otherwise."""
+    name = task if export_format == "saved_model" else f"{task}-{export_format}"
+    return os.path.join("exported_models", name)
 
 
 def build_parser():
@@ -122,8 +138,9 @@ def build_parser():
     parser.add_argument(
         "--export-dir",
         default=None,
-        help="the model's base folder (default exported_models/classifier or "
-        "exported_models/translator, by the run's task)",
+        help="the model's base folder (default exported_models/TASK, TASK classifier or "
+        "translator by the run's task, and exported_models/TASK-FORMAT for --format litert "
+        "or onnx, so that a server of the SavedModels never meets another format's version)",
     )
     parser.add_argument(
         "--model-file",
@@ -133,8 +150,26 @@ def build_parser():
         "finished; an unfinished run's RUN_DIR/checkpoints/best.keras is its best epoch "
         "so far)",
     )
+    parser.add_argument(
+        "--format",
+        dest="export_format",
+        choices=EXPORT_FORMATS,
+        default="saved_model",
+        help="saved_model: a TensorFlow SavedModel taking raw strings (the default); litert: "
+        ".tflite files for LiteRT; onnx: an ONNX graph for ONNX Runtime (docs/deploy.md)",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZATION_MODES,
+        default=None,
+        help="int8: Keras' int8 weights in a SavedModel, dynamic-range int8 in the others "
+        "(default: float32)",
+    )
     add_translator_export_flags(
-        parser.add_argument_group("translator runs", "a classifier's run ignores these")
+        parser.add_argument_group(
+            "translator runs",
+            "a classifier's run ignores these, and so do LiteRT and ONNX (greedy decoding)",
+        )
     )
     return parser
 
@@ -153,15 +188,19 @@ def main(argv=None):
     from keras_transformer.training.run_export import RunFolderError, read_run
 
     try:
-        export_dir = args.export_dir or os.path.join("exported_models", read_run(args.run_dir).task)
+        export_dir = args.export_dir or default_export_dir(
+            read_run(args.run_dir).task, args.export_format
+        )
         export_run_and_say(
             args.run_dir,
             export_dir,
             model_file=args.model_file,
             beam_width=args.beam_width,
             length_penalty=args.length_penalty,
+            export_format=args.export_format,
+            quantize=args.quantize,
         )
-    except RunFolderError as error:
+    except (RunFolderError, ValueError) as error:
         parser.exit(2, f"error: {error}\n")
     return 0
 

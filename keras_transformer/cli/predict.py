@@ -1,4 +1,4 @@
-"""Classify raw texts with an exported classifier SavedModel.
+"""Classify raw texts with an exported classifier (a SavedModel, LiteRT or ONNX export).
 
     keras-transformer predict exported_models/classifier "Shares fell as oil rose." "A new album"
     keras-transformer predict exported_models/classifier/3 < texts.txt     # one text per line
@@ -7,8 +7,10 @@
         --out attention.png
 
 MODEL is a version folder or a base folder (its newest version is used). Only
-`tensorflow` and `tensorflow_text` are needed to load the model; this app uses
-the project for finding versions and drawing plots.
+`tensorflow` and `tensorflow_text` are needed to load a SavedModel; this app uses
+the project for finding versions and drawing plots. A LiteRT or ONNX export
+(`keras-transformer export --format`) answers through its runtime, with no
+TensorFlow, and has no attention to plot.
 """
 
 import json
@@ -16,9 +18,11 @@ import os
 import sys
 
 from keras_transformer.cli.common import (
+    export_format,
     inference_parser,
     layer_index,
     load_export,
+    load_runtime,
     run_inference_app,
 )
 from keras_transformer.export.parts import attention_notice, has_encoder, read_parts
@@ -37,7 +41,11 @@ def build_parser():
 
 
 def load_model(path):
-    """The newest version under `path` (or `path` itself), with its class names."""
+    """The newest version under `path` (or `path` itself), with its class names: a loaded
+    SavedModel, or the runtime of a LiteRT or ONNX export."""
+    if export_format(path) != "saved_model":
+        version_dir, runtime = load_runtime(path, "classifier")
+        return version_dir, runtime, runtime.class_names
     version_dir, model = load_export(path)
     names_path = os.path.join(version_dir, "assets.extra", "class_names.txt")
     class_names = None
@@ -48,15 +56,22 @@ def load_model(path):
 
 
 def classify(model, texts, batch_size):
+    """Yields `(text, label, probabilities)` in order, `batch_size` texts per call."""
+    for start in range(0, len(texts), batch_size):
+        batch = texts[start : start + batch_size]
+        yield from zip(batch, *_answers(model, batch))
+
+
+def _answers(model, batch):
+    """`(labels, probabilities)` of a SavedModel's `serving_default` or a runtime's `predict`."""
+    if not hasattr(model, "signatures"):
+        probabilities, labels = model.predict(batch)
+        return labels, probabilities
     import tensorflow as tf
 
-    serve = model.signatures["serving_default"]
-    for start in range(0, len(texts), batch_size):
-        outputs = serve(text=tf.constant(texts[start : start + batch_size], tf.string))
-        labels = outputs["label"].numpy()
-        probabilities = outputs["probabilities"].numpy()
-        for offset, (label, row) in enumerate(zip(labels, probabilities)):
-            yield texts[start + offset], label.decode("utf-8"), row
+    outputs = model.signatures["serving_default"](text=tf.constant(batch, tf.string))
+    labels = [label.decode("utf-8") for label in outputs["label"].numpy()]
+    return labels, outputs["probabilities"].numpy()
 
 
 def print_prediction(text, label, probabilities, class_names, as_json, parts=None):
@@ -85,6 +100,11 @@ def plot_attention(version_dir, model, text, out_path, layer):
 
     from keras_transformer import plots
 
+    if not hasattr(model, "signatures"):
+        raise ValueError(
+            f"{version_dir} is a {export_format(version_dir)} export, which has no attention to "
+            "draw: plot the SavedModel's (keras-transformer export without --format)."
+        )
     parts = read_parts(version_dir)
     if not has_encoder(parts):
         # A usage error, not a plot of nothing: the export has no attention signature.

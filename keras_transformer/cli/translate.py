@@ -1,4 +1,4 @@
-"""Translate raw texts with an exported translator SavedModel.
+"""Translate raw texts with an exported translator (a SavedModel, LiteRT or ONNX export).
 
     keras-transformer translate exported_models/translator "El perro azul." "Buenos días"
     keras-transformer translate exported_models/translator/3 < texts.txt     # one text per line
@@ -19,7 +19,8 @@ beam width and length penalty, see assets.extra/translator.json), or with
 --num-translations K above 1 each text gets K lines, "score<TAB>translation",
 best first, and a blank line after them. Only `tensorflow` and `tensorflow_text`
 are needed to load the model; this app uses the project for finding versions
-and drawing plots.
+and drawing plots. A LiteRT or ONNX export (`keras-transformer export --format`)
+decodes greedily only, through its runtime, with no TensorFlow.
 """
 
 import json
@@ -27,9 +28,11 @@ import os
 import sys
 
 from keras_transformer.cli.common import (
+    export_format,
     inference_parser,
     layer_index,
     load_export,
+    load_runtime,
     run_inference_app,
 )
 from keras_transformer.export.controls import (
@@ -121,7 +124,11 @@ def checked_controls(config, given, greedy=False):
 
 
 def load_model(path):
-    """The newest version under `path` (or `path` itself), with its decoding settings."""
+    """The newest version under `path` (or `path` itself), with its decoding settings: a
+    loaded SavedModel, or the runtime of a LiteRT or ONNX export (settings None)."""
+    if export_format(path) != "saved_model":
+        version_dir, runtime = load_runtime(path, "translator")
+        return version_dir, runtime, None
     version_dir, model = load_export(path)
     config_path = os.path.join(version_dir, "assets.extra", CONFIG_FILE)
     config = {}
@@ -213,6 +220,11 @@ def plot_attention(version_dir, model, text, out_path, layer):
 
     from keras_transformer import plots
 
+    if not hasattr(model, "signatures"):
+        raise ValueError(
+            f"{version_dir} is a {export_format(version_dir)} export, which has no attention to "
+            "draw: plot the SavedModel's (keras-transformer export without --format)."
+        )
     if "attention" not in model.signatures:
         raise ValueError("This export has no `attention` signature (is it a translator?).")
     outputs = model.signatures["attention"](text=tf.constant([text], tf.string))
@@ -245,6 +257,9 @@ def plot_attention(version_dir, model, text, out_path, layer):
 
 def print_translations(args, version_dir, model, config, texts):
     given = requested_controls(args)
+    if config is None:
+        translate_with_runtime(args, version_dir, model, given, texts)
+        return
     if given:
         controls = checked_controls(config, given, greedy=args.greedy)
         check_signature(model, CONTROLLED_SIGNATURE, output="translations")
@@ -260,6 +275,22 @@ def print_translations(args, version_dir, model, config, texts):
         return
     for text, translation in translate(model, texts, args.batch_size, greedy=args.greedy):
         print_translation(text, translation, args.json)
+
+
+def translate_with_runtime(args, version_dir, runtime, given, texts):
+    """Greedy translations from a LiteRT or ONNX export's runtime: its only decoding."""
+    if given:
+        flags = ", ".join(CONTROL_FLAGS[name] for name in given)
+        raise ValueError(
+            f"{version_dir} is a {export_format(version_dir)} export, which decodes greedily "
+            f"only: drop {flags}, or use the SavedModel."
+        )
+    if not args.json:
+        print(f"Model: {version_dir} (greedy decoding)", file=sys.stderr)
+    for start in range(0, len(texts), args.batch_size):
+        batch = texts[start : start + args.batch_size]
+        for text, translation in zip(batch, runtime.translate(batch)):
+            print_translation(text, translation, args.json)
 
 
 def main(argv=None):

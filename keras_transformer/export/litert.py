@@ -16,6 +16,7 @@ import json
 import os
 import re
 import tempfile
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -436,10 +437,14 @@ def _check_text_ops_resolve(flat_model, what):
     from tensorflow.lite.python.interpreter import InterpreterWithCustomOps
 
     try:
-        InterpreterWithCustomOps(
-            model_content=flat_model,
-            custom_op_registerers=tf_text.tflite_registrar.SELECT_TFTEXT_OPS,
-        )
+        # TensorFlow's interpreter warns that it is deprecated for ai_edge_litert's, which
+        # cannot take tensorflow-text's registrar: it is the one that can check this file.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "\\s*Warning: tf.lite.Interpreter is deprecated")
+            InterpreterWithCustomOps(
+                model_content=flat_model,
+                custom_op_registerers=tf_text.tflite_registrar.SELECT_TFTEXT_OPS,
+            )
     except (RuntimeError, ValueError) as error:
         unresolved = sorted(set(re.findall(r"unresolved custom op: (\w+)", str(error))))
         raise LiteRTConversionError(

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from keras_transformer.export.versions import version_folders
+from keras_transformer.export.versions import latest_version_dir
 from keras_transformer.text.python_tokenizer import read_tokenizer_files
 
 # What a LiteRT version folder holds.
@@ -158,22 +158,7 @@ def litert_version_dir(path):
     Raises:
         FileNotFoundError: neither.
     """
-    path = os.fspath(path)
-    if os.path.isfile(os.path.join(path, MANIFEST_FILE)):
-        return path
-    folders = version_folders(path)
-    if not folders:
-        raise FileNotFoundError(
-            f"No LiteRT export at {path}: expected a folder holding {MANIFEST_FILE}, or version "
-            f"folders {path}/1, {path}/2, ... holding it."
-        )
-    newest = os.path.join(path, folders[max(folders)])
-    if not os.path.isfile(os.path.join(newest, MANIFEST_FILE)):
-        raise FileNotFoundError(
-            f"{newest} has no {MANIFEST_FILE}: it is not a LiteRT export (a SavedModel's "
-            "version folder holds saved_model.pb instead)."
-        )
-    return newest
+    return latest_version_dir(path, MANIFEST_FILE, "LiteRT")
 
 
 def read_manifest(version_dir, task):

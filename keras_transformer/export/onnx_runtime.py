@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from keras_transformer.export.versions import version_folders
+from keras_transformer.export.versions import latest_version_dir
 from keras_transformer.text.padding import trim_shared_padding_array
 
 # The names `keras_transformer.export.onnx` writes (repeated: that module needs TensorFlow).
@@ -28,22 +28,12 @@ ONNX_CONFIG_FILE = "onnx.json"
 
 
 def onnx_version_dir(path):
-    """`path` itself if it holds an ONNX export, else its newest version folder that does.
+    """`path` itself if it holds an ONNX export, else its newest version folder.
 
     Raises:
         FileNotFoundError: neither.
     """
-    path = os.fspath(path)
-    if os.path.isfile(os.path.join(path, ONNX_MODEL_FILE)):
-        return path
-    for version in sorted(version_folders(path), reverse=True):
-        folder = os.path.join(path, version_folders(path)[version])
-        if os.path.isfile(os.path.join(folder, ONNX_MODEL_FILE)):
-            return folder
-    raise FileNotFoundError(
-        f"No ONNX export at {path}: expected a folder holding {ONNX_MODEL_FILE}, or version "
-        f"folders {path}/1, {path}/2, ... holding one."
-    )
+    return latest_version_dir(path, ONNX_MODEL_FILE, "ONNX")
 
 
 class _OnnxExport:

@@ -35,17 +35,37 @@ def version_folders(base_dir):
     }
 
 
-def latest_version_dir(path):
-    """`path` itself if it is a SavedModel folder, else its newest version folder."""
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+def latest_version_dir(path, required_file="saved_model.pb", what="SavedModel"):
+    """`path` itself if it holds `required_file`, else its newest version folder.
+
+    Args:
+        path: a version folder or a model's base folder.
+        required_file: the file an export of the format holds (a SavedModel's
+            `saved_model.pb`, a LiteRT export's `litert.json`, an ONNX export's
+            `model.onnx`).
+        what: the format's name, for the error.
+
+    Raises:
+        FileNotFoundError: `path` holds neither `required_file` nor version
+            folders, or its newest version is not a `what` (it holds no
+            `required_file`: another format's export, say).
+    """
+    path = os.fspath(path)
+    if os.path.isfile(os.path.join(path, required_file)):
         return path
     folders = version_folders(path)
     if not folders:
         raise FileNotFoundError(
-            f"No exported model at {path}: expected a SavedModel folder or "
-            f"version folders {path}/1, {path}/2, ... holding saved_model.pb."
+            f"No exported model at {path}: expected a {what} folder or "
+            f"version folders {path}/1, {path}/2, ... holding {required_file}."
         )
-    return os.path.join(path, folders[max(folders)])
+    newest = os.path.join(path, folders[max(folders)])
+    if not os.path.isfile(os.path.join(newest, required_file)):
+        raise FileNotFoundError(
+            f"{newest}, the newest version of {path}, holds no {required_file}: it is not "
+            f"a {what} export."
+        )
+    return newest
 
 
 def write_new_version(base_dir, write_fn, required_file="saved_model.pb"):

@@ -1,6 +1,6 @@
 """Exporting a finished run folder of either task: its `model.keras`, vocabularies and settings
 become the SavedModel of `keras_transformer.export`'s `export_classifier` /
-`export_translator`.
+`export_translator`, or their LiteRT or ONNX counterparts, optionally int8.
 
 The one way a run is exported: `keras-transformer export RUN_DIR` and the training
 apps' `--export-dir` both call `export_run`. It reads only files, so a run
@@ -10,6 +10,7 @@ the loss are training's, not the export's.
 """
 
 import dataclasses
+import importlib
 import json
 import os
 import zipfile
@@ -49,6 +50,7 @@ class SavedRun:
 class ExportedRun:
     task: str
     version_dir: str  # EXPORT_DIR/N
+    export_format: str = "saved_model"  # one of keras_transformer.export.EXPORT_FORMATS
 
 
 def read_run(run_dir):
@@ -106,7 +108,15 @@ def read_run(run_dir):
     return SavedRun(run_dir, task, ClassifierSettings(**saved["settings"]), saved)
 
 
-def export_run(run_dir, export_dir, model_file=None, beam_width=4, length_penalty=0.6):
+def export_run(
+    run_dir,
+    export_dir,
+    model_file=None,
+    beam_width=4,
+    length_penalty=0.6,
+    export_format="saved_model",
+    quantize=None,
+):
     """Exports `run_dir` to `export_dir/N` (N one above the newest version there).
 
     Args:
@@ -115,7 +125,15 @@ def export_run(run_dir, export_dir, model_file=None, beam_width=4, length_penalt
         model_file: the `.keras` file to export instead of `RUN_DIR/model.keras`
             (e.g. an unfinished run's `checkpoints/best.keras`).
         beam_width, length_penalty: the translator's `serving_default` beam
-            search (see `export_translator`); a classifier ignores them.
+            search (see `export_translator`); a classifier and the formats
+            other than the SavedModel (greedy decoding) ignore them.
+        export_format: one of `keras_transformer.export.EXPORT_FORMATS`:
+            `"saved_model"` (`export_classifier` / `export_translator`),
+            `"litert"` (`keras_transformer.export.litert`) or `"onnx"`
+            (`keras_transformer.export.onnx`).
+        quantize: None, or `"int8"`: Keras' int8 weights
+            (`keras_transformer.export.quantize`) for a SavedModel, each
+            format's own int8 conversion for the others.
 
     Returns:
         An `ExportedRun`.
@@ -123,16 +141,43 @@ def export_run(run_dir, export_dir, model_file=None, beam_width=4, length_penalt
     Raises:
         RunFolderError: the folder, its settings, a vocabulary or the model
             file is missing, unreadable, or disagrees with the others.
+        ValueError: an unknown `export_format` or `quantize`.
     """
+    from keras_transformer.export import EXPORT_FORMATS, QUANTIZATION_MODES
+
+    if export_format not in EXPORT_FORMATS:
+        raise ValueError(
+            f"Unknown export format {export_format!r}: choose one of {', '.join(EXPORT_FORMATS)}."
+        )
+    if quantize is not None and quantize not in QUANTIZATION_MODES:
+        raise ValueError(
+            f"Unknown quantization {quantize!r}: choose one of {', '.join(QUANTIZATION_MODES)}."
+        )
     run = read_run(run_dir)
     model_path = os.fspath(model_file) if model_file is not None else run.file(MODEL_FILE)
     if not os.path.isfile(model_path):
         raise RunFolderError(_missing_model_message(run, model_path, model_file is None))
     if run.task == CLASSIFIER:
-        return ExportedRun(CLASSIFIER, _export_classifier_run(run, model_path, export_dir))
-    return ExportedRun(
-        TRANSLATOR, _export_translator_run(run, model_path, export_dir, beam_width, length_penalty)
+        version_dir = _export_classifier_run(run, model_path, export_dir, export_format, quantize)
+        return ExportedRun(CLASSIFIER, version_dir, export_format)
+    version_dir = _export_translator_run(
+        run, model_path, export_dir, beam_width, length_penalty, export_format, quantize
     )
+    return ExportedRun(TRANSLATOR, version_dir, export_format)
+
+
+def _builder(task, export_format, quantize, model):
+    """`(export function, its extra arguments)` for the task in `export_format`; quantizes
+    `model` first where the format's int8 is Keras' (the SavedModel)."""
+    if export_format == "saved_model":
+        if quantize is not None:
+            from keras_transformer.export.quantize import quantize_int8
+
+            quantize_int8(model, quantize)
+        module = importlib.import_module(f"keras_transformer.export.{task}")
+        return getattr(module, f"export_{task}"), {}
+    module = importlib.import_module(f"keras_transformer.export.{export_format}")
+    return getattr(module, f"export_{task}_{export_format}"), {"quantize": quantize}
 
 
 def _missing_model_message(run, model_path, is_final_model):
@@ -154,8 +199,7 @@ def _missing_model_message(run, model_path, is_final_model):
     return message + "."
 
 
-def _export_classifier_run(run, model_path, export_dir):
-    from keras_transformer.export.classifier import export_classifier
+def _export_classifier_run(run, model_path, export_dir, export_format, quantize):
     from keras_transformer.models import PretrainedClassifier, TransformerClassifier
     from keras_transformer.training.classifier.tokenizing import (
         encoding_arguments,
@@ -174,13 +218,15 @@ def _export_classifier_run(run, model_path, export_dir):
             f"{run.file(SETTINGS_FILE)} names {len(class_names)} classes but {model_path} "
             f"has {model.num_classes} outputs."
         )
-    return export_classifier(
+    export, options = _builder(CLASSIFIER, export_format, quantize, model)
+    return export(
         model,
         tokenizer,
         class_names,
         export_dir,
         mix=_chosen_mix(run),
         **encoding_arguments(run.settings),
+        **options,
     )
 
 
@@ -196,8 +242,9 @@ def _chosen_mix(run):
     return combination["transformer_weight"], combination.get("bag_weight", 1.0)
 
 
-def _export_translator_run(run, model_path, export_dir, beam_width, length_penalty):
-    from keras_transformer.export.translator import export_translator
+def _export_translator_run(
+    run, model_path, export_dir, beam_width, length_penalty, export_format, quantize
+):
     from keras_transformer.models import Seq2SeqTransformer
 
     source_tokenizer, target_tokenizer = _tokenizers(
@@ -206,16 +253,21 @@ def _export_translator_run(run, model_path, export_dir, beam_width, length_penal
     model = load_run_model(model_path, Seq2SeqTransformer, run)
     _check_vocabulary_size(model.source_vocabulary_size, source_tokenizer, model_path, "source ")
     _check_vocabulary_size(model.target_vocabulary_size, target_tokenizer, model_path, "target ")
-    return export_translator(
+    export, options = _builder(TRANSLATOR, export_format, quantize, model)
+    if export_format == "saved_model":
+        options = dict(
+            beam_width=beam_width,
+            length_penalty=length_penalty,
+            source_language=run.saved.get("source_language"),
+            target_language=run.saved.get("target_language"),
+        )
+    return export(
         model,
         source_tokenizer,
         target_tokenizer,
         export_dir,
         max_output_length=run.settings.sequence_length,
-        beam_width=beam_width,
-        length_penalty=length_penalty,
-        source_language=run.saved.get("source_language"),
-        target_language=run.saved.get("target_language"),
+        **options,
     )
 
 

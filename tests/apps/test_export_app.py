@@ -195,7 +195,11 @@ def test_an_unfinished_run_says_how_to_resume_or_export_its_best_epoch(
     os.remove(classifier_copy / "model.keras")
     line = export_error([str(classifier_copy)], capsys, tmp_path)
     best = str(classifier_copy / "checkpoints" / "best.keras")
-    assert "has not finished" in line and "--resume" in line and "keras-transformer train-classifier" in line
+    assert (
+        "has not finished" in line
+        and "--resume" in line
+        and "keras-transformer train-classifier" in line
+    )
     assert f"--model-file {best}" in line
     # What the line suggests works.
     assert (
@@ -241,3 +245,80 @@ def test_a_model_of_the_other_task(classifier_copy, translator_run, tmp_path, ca
 def test_a_bad_beam_width_is_refused_before_reading_the_run(tmp_path, capsys):
     line = export_error([str(tmp_path / "nowhere"), "--beam-width", "0"], capsys, tmp_path)
     assert "--beam-width must be at least 1" in line
+
+
+def predicted(main, argv, capsys):
+    """`(status, [json answers])` of `keras-transformer predict|translate ... --json`."""
+    capsys.readouterr()
+    status = main([*argv, "--json"])
+    return status, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_classifier_exports_for_onnx_and_litert_and_predict_answers_from_them(
+    budget_classifier, tmp_path, monkeypatch, capsys
+):
+    """`--format onnx` and `--format litert --quantize int8` from the command line, each to
+    its default folder; `keras-transformer predict` then answers from each, through its
+    runtime, as it answers from the SavedModel (int8: the same labels)."""
+    from keras_transformer.cli import predict
+
+    monkeypatch.chdir(tmp_path)
+    texts = [text for text in TEXTS if text]
+    status, saved = predicted(predict.main, [budget_classifier.version_dir, *texts], capsys)
+    assert status == 0
+    for flags, base in (
+        (["--format", "onnx"], os.path.join("exported_models", "classifier-onnx")),
+        (["--format", "litert", "--quantize", "int8"], "litert-int8"),
+    ):
+        export_dir = [] if base.startswith("exported_models") else ["--export-dir", base]
+        assert export_app.main([budget_classifier.run_dir, *flags, *export_dir]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        kind = "ONNX model" if "onnx" in flags else "LiteRT model"
+        assert printed == [
+            f"Exported {kind}: {os.path.join(base, '1')}",
+            f'Try it: keras-transformer predict {base} "your text here"',
+        ]
+        status, answered = predicted(predict.main, [base, *texts], capsys)
+        assert status == 0
+        assert [a["label"] for a in answered] == [a["label"] for a in saved], flags
+        if "--quantize" not in flags:
+            for mine, theirs in zip(answered, saved):
+                for name, probability in theirs["probabilities"].items():
+                    # --json rounds to 4 places; the graphs agree to float32 rounding.
+                    assert abs(mine["probabilities"][name] - probability) <= 1.01e-4
+    with open(os.path.join("litert-int8", "1", "litert.json"), encoding="utf-8") as manifest:
+        assert json.load(manifest)["quantization"] == "int8"
+    message = expect_usage_error(
+        predict.main, ["litert-int8", "--plot-attention", "a goal"], capsys
+    )
+    assert "litert export, which has no attention to draw" in message
+
+
+def test_translator_exports_for_onnx_and_translate_decodes_greedily(
+    translator_run, tmp_path, capsys
+):
+    from keras_transformer.cli import translate
+
+    run_dir, app_export = translator_run
+    base = str(tmp_path / "onnx")
+    assert export_app.main([run_dir, "--format", "onnx", "--export-dir", base]) == 0
+    texts = [text for text in TEXTS if text]
+    status, saved = predicted(translate.main, [app_export, "--greedy", *texts], capsys)
+    assert status == 0
+    status, answered = predicted(translate.main, [base, *texts], capsys)
+    assert status == 0 and answered == saved
+    message = expect_usage_error(translate.main, [base, "--beam-width", "2", "uno"], capsys)
+    assert "decodes greedily only: drop --beam-width" in message
+
+
+@pytest.mark.parametrize(
+    "flags, named", [(["--format", "tflite"], "--format"), (["--quantize", "int4"], "--quantize")]
+)
+def test_an_unknown_format_or_quantization_is_a_usage_error(
+    budget_classifier, flags, named, capsys
+):
+    with pytest.raises(SystemExit) as raised:
+        export_app.main([budget_classifier.run_dir, *flags])
+    assert raised.value.code == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith(f"keras-transformer export: error: argument {named}: invalid choice")

@@ -2,7 +2,7 @@
 every text the label and probabilities that the SavedModel's own
 `serving_default` gives, loaded with `tf.saved_model.load` (no project code);
 and the apps quiet TensorFlow's C++ start-up chatter unless the user set
-`TF_CPP_MIN_LOG_LEVEL` (apps/__init__.py).
+`TF_CPP_MIN_LOG_LEVEL` (keras_transformer/cli/__init__.py).
 
 Texts span the classes, words outside the vocabulary and non-ASCII, and a
 batch size smaller than the number of texts, so that a text paired with
@@ -198,9 +198,9 @@ def test_only_chatter_is_dropped_from_what_the_import_wrote(tmp_path, monkeypatc
     )
     script = (
         "import importlib.util, sys\n"
-        "import apps\n"
+        "import keras_transformer.cli as cli\n"
         f"spec = importlib.util.spec_from_file_location('noisy_module', {str(module_path)!r})\n"
-        "spec.loader = apps._QuietLoader(spec.loader)\n"
+        "spec.loader = cli._QuietLoader(spec.loader)\n"
         "module = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(module)\n"
         "sys.stderr.write('after the import\\n')\n"

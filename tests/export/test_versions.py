@@ -193,3 +193,15 @@ def test_latest_version_with_leading_zeros_is_a_real_folder(tmp_path):
     write_saved_model(str(tmp_path / "007"))
     latest = latest_version_dir(str(tmp_path))
     assert os.path.isfile(os.path.join(latest, "saved_model.pb")), latest
+
+
+def test_latest_version_of_another_format_is_named(tmp_path):
+    """A base folder whose newest version is a SavedModel is not a LiteRT export, and the
+    error says which folder lacks which file, rather than reading an older version."""
+    for name in ("1", "2"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "1" / "litert.json").write_text("{}")
+    write_saved_model(str(tmp_path / "2"))
+    assert latest_version_dir(str(tmp_path)) == os.path.join(str(tmp_path), "2")
+    with pytest.raises(FileNotFoundError, match=r"2, the newest version .* holds no litert\.json"):
+        latest_version_dir(str(tmp_path), "litert.json", "LiteRT")
