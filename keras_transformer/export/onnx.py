@@ -23,6 +23,7 @@ A version folder `BASE/N/` (written all-or-nothing, as the SavedModels') holds:
 """
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -311,7 +312,15 @@ def _quantize_int8(model_proto, model_path):
     try:
         float_path = os.path.join(scratch, ONNX_MODEL_FILE)
         onnx.save(model_proto, float_path)
-        quantize_dynamic(float_path, model_path, weight_type=QuantType.QInt8)
+        # ONNX Runtime logs a suggestion to pre-process (shape inference for
+        # static quantization) on the root logger; dynamic quantization needs none.
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)
+        try:
+            quantize_dynamic(float_path, model_path, weight_type=QuantType.QInt8)
+        finally:
+            root.setLevel(level)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -275,7 +275,6 @@ class Seq2SeqTransformer(keras.Model):
             block.initialize_self_attention_cache(batch_size, max_length)
             for block in self.decoder_blocks
         )
-        output_kernel, output_bias = self._output_matrix()
         step_constants = {
             "source_mask": source_mask,
             "cross_attention_caches": tuple(
@@ -284,10 +283,13 @@ class Seq2SeqTransformer(keras.Model):
             "projection_matrices": tuple(
                 block.compute_projection_matrices() for block in self.decoder_blocks
             ),
-            "output_kernel": output_kernel,
         }
-        if output_bias is not None:
-            step_constants["output_bias"] = output_bias
+        output_matrix = self._output_matrix()
+        if output_matrix is not None:
+            output_kernel, output_bias = output_matrix
+            step_constants["output_kernel"] = output_kernel
+            if output_bias is not None:
+                step_constants["output_bias"] = output_bias
         return self_cache, step_constants
 
     def decode_step(self, token_ids, index, self_cache, step_constants):
@@ -312,34 +314,43 @@ class Seq2SeqTransformer(keras.Model):
             new_caches.append(new_cache)
         return self._logits(
             ops.reshape(x, (-1, self.d_model)),
-            step_constants["output_kernel"],
+            step_constants.get("output_kernel"),
             step_constants.get("output_bias"),
         ), tuple(new_caches)
 
     def _output_matrix(self):
-        """Output projection `(kernel [d, V], bias [V] or None)` in the compute dtype."""
+        """Output projection `(kernel [d, V], bias [V] or None)` in the compute dtype, or
+        None when the projection is quantized (`model.quantize("int8")`): its kernel is then
+        integers and a scale, no float matrix, and `_logits` calls the layer instead."""
         if self.share_embeddings:
             table = self.target_embedding.token_embedding.embeddings
             return ops.transpose(ops.cast(table, self.compute_dtype)), None
         projection = self.output_projection
+        if projection.quantization_mode is not None:
+            return None
         return ops.cast(projection.kernel, self.compute_dtype), ops.cast(
             projection.bias, self.compute_dtype
         )
 
     def _logits(self, x, kernel=None, bias=None):
         """`[..., d]` decoder output -> float32 logits `[..., V]`; `kernel` and
-        `bias` as `_output_matrix` gives them (computed here when not given)."""
+        `bias` as `_output_matrix` gives them (computed here when not given; a
+        quantized output projection has none and runs as its layer)."""
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         if kernel is None:
-            kernel, bias = self._output_matrix()
+            kernel, bias = self._output_matrix() or (None, None)
         shape = ops.shape(x)
         # A 2-D matmul (a rank-3 one is a `tensordot` on TensorFlow); the
         # result is a fresh tensor without the Keras mask the layers passed
         # along, which Keras would apply a second time in the loss.
-        logits = ops.matmul(ops.reshape(x, (-1, shape[-1])), kernel)
-        if bias is not None:
-            logits = logits + bias
+        flat = ops.reshape(x, (-1, shape[-1]))
+        if kernel is None:
+            logits = self.output_projection(flat)
+        else:
+            logits = ops.matmul(flat, kernel)
+            if bias is not None:
+                logits = logits + bias
         return ops.cast(ops.reshape(logits, (*shape[:-1], -1)), "float32")
 
     # --- Keras ----------------------------------------------------------------------
