@@ -26,7 +26,10 @@ COMMANDS = {
     "export": ("export", "export a finished run folder (SavedModel, LiteRT or ONNX)"),
     "predict": ("predict", "classify texts with an exported classifier"),
     "translate": ("translate", "translate texts with an exported translator"),
-    "embed": ("embed", "sentence vectors of texts from a pretrained classifier's export"),
+    "embed": (
+        "embed",
+        "sentence vectors of texts from a pretrained classifier's export or a checkpoint",
+    ),
     "serve": ("serve", "serve exports over TensorFlow Serving's REST and gRPC APIs"),
     "tokenize": ("tokenize", "write a token folder, for training where TensorFlow is not"),
     "crosscheck": ("crosscheck", "our MultiHeadAttention against keras.layers.MultiHeadAttention"),
