@@ -553,7 +553,7 @@ def check_commands_without_tensorflow(environment, cwd, env):
     run_dir.mkdir()
     needs = {
         ("export", str(run_dir)): "tensorflow",
-        ("serve", "--model_name", "m", "--model_base_path", str(run_dir)): "serve",
+        ("serve", "--model", f"m={run_dir}"): "serve",
     }
     for arguments, extra in needs.items():
         result = run_installed(environment, list(arguments), cwd, env)

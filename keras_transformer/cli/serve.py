@@ -45,7 +45,9 @@ def cannot_listen(host, port):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="keras-transformer serve", description=__doc__.split("\n")[0]
+    )
     _add_model_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8501)
