@@ -60,6 +60,21 @@ def export_classifier(
             Transformer weight 0 but the model's head is not zeros (its
             answers are not the bag's alone).
     """
+    add_cls, parts = checked_export_parts(model, class_names, add_cls, mix)
+    signatures = _ClassifierSignatures(model, tokenizer, class_names, add_cls, add_sep)
+    return write_new_version(
+        base_dir, lambda folder: _write(folder, signatures, class_names, parts)
+    )
+
+
+def checked_export_parts(model, class_names, add_cls, mix):
+    """`(add_cls, parts)` of a classifier's export, in any format: whether inputs start
+    with `[CLS]` (None: the model's pooling says), and `classifier.json`'s contents.
+
+    Raises:
+        ValueError: the class names do not fit the model, or `mix` gives the
+            Transformer weight 0 but the model's head is not zeros.
+    """
     if len(class_names) != model.num_classes:
         raise ValueError(
             f"{len(class_names)} class names for a model with {model.num_classes} classes."
@@ -69,10 +84,7 @@ def export_classifier(
     parts = _parts(model, mix)
     if not parts["encoder"]:
         _check_head_is_zeros(model)
-    signatures = _ClassifierSignatures(model, tokenizer, class_names, add_cls, add_sep)
-    return write_new_version(
-        base_dir, lambda folder: _write(folder, signatures, class_names, parts)
-    )
+    return add_cls, parts
 
 
 def _parts(model, mix):

@@ -25,7 +25,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 from tensorflow.lite.python.convert_phase import ConverterError
 
-from keras_transformer.export.classifier import _check_head_is_zeros, _ClassifierSignatures, _parts
+from keras_transformer.export.classifier import _ClassifierSignatures, checked_export_parts
 from keras_transformer.export.litert_runtime import (
     CLASS_NAMES_FILE,
     CLASSIFIER_FILE,
@@ -125,15 +125,7 @@ def export_classifier_litert(
             the ops.
     """
     _check_quantize(quantize)
-    if len(class_names) != model.num_classes:
-        raise ValueError(
-            f"{len(class_names)} class names for a model with {model.num_classes} classes."
-        )
-    if add_cls is None:
-        add_cls = model.pooling == "cls"
-    parts = _parts(model, mix)
-    if not parts["encoder"]:
-        _check_head_is_zeros(model)
+    add_cls, parts = checked_export_parts(model, class_names, add_cls, mix)
     fast_tokenizer, omitted = _fast_bert_tokenizer(tokenizer)
     signatures = _LiteRTClassifierSignatures(
         model, tokenizer, class_names, add_cls, add_sep, fast_tokenizer

@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from keras_transformer.data.sources import one_line
 from keras_transformer.decoding import greedy_decode
-from keras_transformer.export.classifier import _check_head_is_zeros, _parts
+from keras_transformer.export.classifier import checked_export_parts
 from keras_transformer.export.translator import _check_arguments
 from keras_transformer.export.versions import write_new_version
 from keras_transformer.text.vocabulary import END, START
@@ -94,15 +94,7 @@ def export_classifier_onnx(
         ExportFormatError: the model holds TensorFlow ops tf2onnx cannot convert.
     """
     _check_quantize(quantize)
-    if len(class_names) != model.num_classes:
-        raise ValueError(
-            f"{len(class_names)} class names for a model with {model.num_classes} classes."
-        )
-    if add_cls is None:
-        add_cls = model.pooling == "cls"
-    parts = _parts(model, mix)
-    if not parts["encoder"]:
-        _check_head_is_zeros(model)
+    add_cls, parts = checked_export_parts(model, class_names, add_cls, mix)
 
     if parts["encoder"]:
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from keras_transformer.export.versions import latest_version_dir
 from keras_transformer.text.padding import trim_shared_padding_array
+from keras_transformer.text.python_tokenizer import text_list
 
 # The names `keras_transformer.export.onnx` writes (repeated: that module needs TensorFlow).
 ONNX_MODEL_FILE = "model.onnx"
@@ -89,7 +90,7 @@ class OnnxClassifier(_OnnxExport):
             A tuple `(probabilities, labels)`: float32 `[len(texts), num_classes]` and a
             list of `len(texts)` class names, as the SavedModel's `serving_default`.
         """
-        texts = _text_list(texts)
+        texts = text_list(texts)
         if not texts:
             return np.zeros([0, len(self.class_names)], np.float32), []
         token_ids = self.tokenizer.encode(
@@ -135,7 +136,7 @@ class OnnxTranslator(_OnnxExport):
     def translate_ids(self, texts):
         """The greedy translations' token ids: int32 `[len(texts), max_output_length]`,
         `[END]` included, 0 after it."""
-        texts = _text_list(texts)
+        texts = text_list(texts)
         if not texts:
             return np.zeros([0, self.config["max_output_length"]], np.int32)
         source_ids = self.source_tokenizer.encode(texts, self.config["sequence_length"])
@@ -144,16 +145,3 @@ class OnnxTranslator(_OnnxExport):
             {"source_ids": np.ascontiguousarray(trim_shared_padding_array(source_ids))},
         )
         return token_ids
-
-
-def _text_list(texts):
-    """`texts` as a list of strings; ValueError naming the first that is not one."""
-    if isinstance(texts, (str, bytes)):
-        texts = [texts]
-    texts = list(texts)
-    for index, text in enumerate(texts):
-        if not isinstance(text, (str, bytes)):
-            raise ValueError(
-                f"Texts must be strings, but text {index} is a {type(text).__name__}: {text!r}."
-            )
-    return texts

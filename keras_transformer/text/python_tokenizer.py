@@ -284,7 +284,7 @@ class PythonWordPieceTokenizer:
             ValueError: `texts` is one string rather than a list of them, or
                 holds something that is not text.
         """
-        return [self._tokenize_one(text, max_tokens) for text in _text_list(texts)]
+        return [self._tokenize_one(text, max_tokens) for text in text_list(texts)]
 
     def encode(self, texts, sequence_length, add_cls=False, add_sep=False, add_start_end=False):
         """Texts to `[len(texts), sequence_length]` int32 ids, 0-padded, as `WordPieceTokenizer.encode`.
@@ -316,7 +316,7 @@ class PythonWordPieceTokenizer:
             suffix.append(self.token_id(END))
         if add_sep:
             suffix.append(self.token_id(SEP))
-        texts = _text_list(texts)
+        texts = text_list(texts)
         token_ids = np.zeros((len(texts), sequence_length), dtype=np.int32)
         for row, text in enumerate(texts):
             ids = prefix + self._tokenize_one(text, room) + suffix
@@ -489,7 +489,8 @@ def _is_integer(value):
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
-def _text_list(texts):
+def text_list(texts):
+    """`texts` as a list of `str` or `bytes`, or a ValueError naming what it is instead."""
     if isinstance(texts, (str, bytes)):
         raise ValueError("`texts` must be a list of texts, got one text: wrap it in a list.")
     if isinstance(texts, np.ndarray) and texts.ndim != 1:
