@@ -46,7 +46,7 @@ def start_server(classifier, server_args, log_path):
         sys.executable,
         "-m",
         "apps.serve",
-        "--port",
+        "--rest_api_port",
         str(port),
         "--model",
         f"classifier={classifier}",

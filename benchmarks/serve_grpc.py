@@ -1,7 +1,7 @@
 """TensorFlow Serving's gRPC API against its REST API: throughput and latency on one server.
 
-One real server (`python -m apps.serve`, default settings, batching on)
-serves the same exports over REST and gRPC (`--grpc-port`). After it answers
+One real server (`python -m apps.serve`, default settings, `--enable_batching`)
+serves the same exports over REST (`--rest_api_port`) and gRPC (`--port`). After it answers
 `GET /healthz` and has been warmed up over both APIs, every cell (model x
 number of clients) is measured on both APIs, interleaved ABBA: the cell's
 time is cut into `--rounds` segments per API, run REST, gRPC, gRPC, REST, ...
@@ -131,7 +131,7 @@ def main():
         grpc_port = _free_port()
         extra = shlex.split(args.server_args)
         server = Server(
-            paths, extra + ["--grpc-port", str(grpc_port)], os.path.join(folder, "server.log")
+            paths, extra + ["--port", str(grpc_port)], os.path.join(folder, "server.log")
         )
         server.grpc_target = f"127.0.0.1:{grpc_port}"
         try:

@@ -1,8 +1,8 @@
 """Load on the REST server: throughput and latency, server-side batching on versus off.
 
 Two real servers (`python -m apps.serve`, default settings) serve the same
-exports side by side on 127.0.0.1, one with batching (the defaults, or what
-`--server-args` sets) and one with `--no-batching`. After
+exports side by side on 127.0.0.1, one with batching (`--enable_batching` and the
+default batch settings, or what `--server-args` sets) and one with `--no-batching`. After
 each server answers `GET /healthz` and has been warmed up (a few single
 requests, then two bursts of `max(--clients)` concurrent ones per model),
 every cell (model x number of clients) is measured on both servers,
@@ -318,8 +318,9 @@ def build_export(name, base_dir):
 
 
 class Server:
-    """One `apps.serve` process on a free port of 127.0.0.1, its log in a file; its gRPC API is off
-    unless `flags` give a `--grpc-port` (servers side by side would all want the default port)."""
+    """One `apps.serve` process, its REST API on a free port of 127.0.0.1, its log in a file;
+    batching on (`--enable_batching`) unless `flags` say `--no-batching`; its gRPC API off unless
+    `flags` give a `--port` (servers side by side would all want the default port)."""
 
     def __init__(self, paths, flags, log_path):
         self.port = _free_port()
@@ -329,13 +330,14 @@ class Server:
             sys.executable,
             "-m",
             "apps.serve",
-            "--port",
+            "--rest_api_port",
             str(self.port),
             "--host",
             "127.0.0.1",
-            "--grpc-port",
+            "--port",
             "0",
-        ]  # a --grpc-port in `flags` comes later and wins
+            "--enable_batching",
+        ]  # a --port (or --grpc-port) or --no-batching in `flags` comes later and wins
         for name, path in paths.items():
             command += ["--model", f"{name}={path}"]
         command += flags

@@ -1,7 +1,7 @@
 """Open-loop overload on the REST server: about twice its capacity for a minute.
 
-One real server (`python -m apps.serve`, default settings unless
-`--server-args` says otherwise) serves one model on 127.0.0.1. First its
+One real server (`python -m apps.serve`, default settings and `--enable_batching`
+unless `--server-args` says otherwise) serves one model on 127.0.0.1. First its
 capacity is measured: 16 closed-loop clients, one text per request, for
 `--capacity-seconds` (requests answered per second). Then requests arrive
 open-loop at `--overload` times that rate for `--seconds`, on a fixed

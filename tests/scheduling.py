@@ -46,6 +46,7 @@ SHARED_GROUPS = {
     # tests/browser/conftest.py shares the same build, tests/serving/serving_helpers.py)
     "tests/browser/test_explorer_browser.py": "serving_exports",
     "tests/serving/test_app.py": "serving_exports",
+    "tests/serving/test_classify.py": "serving_exports",
     "tests/serving/test_connections.py": "serving_exports",
     "tests/serving/test_edge_strings.py": "serving_exports",
     "tests/serving/test_explorer.py": "serving_exports",
@@ -57,7 +58,10 @@ SHARED_GROUPS = {
     "tests/serving/test_release.py": "serving_exports",
     "tests/serving/test_shutdown.py": "serving_exports",
     "tests/serving/test_signatures.py": "serving_exports",
+    "tests/serving/test_tf_serving_command_line.py": "serving_exports",
     "tests/serving/test_translate_controls.py": "serving_exports",
+    "tests/serving/test_warmup.py": "serving_exports",
+    "tests/export/test_warmup_requests.py": "serving_exports",
 }
 
 # The session-scoped fixtures behind those groups: fixture name -> group.

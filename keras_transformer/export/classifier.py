@@ -8,8 +8,16 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.export.parts import PARTS_FILE
+from keras_transformer.export.signature_defs import set_method_name
 from keras_transformer.export.versions import write_new_version
+from keras_transformer.export.warmup import write_warmup_requests
 from keras_transformer.text.padding import trim_shared_padding
+
+# The signature of TensorFlow Serving's classification contract (its method name, input and
+# outputs are TensorFlow's constants, tf.saved_model.CLASSIFY_*).
+CLASSIFY_SIGNATURE = "classify"
+# The bytes feature of each tf.train.Example it reads that holds the text.
+TEXT_FEATURE = "text"
 
 
 def export_classifier(
@@ -29,11 +37,19 @@ def export_classifier(
       (`PretrainedEncoder.embed`: mean over real tokens, L2-normalized) of the
       tokens it reads, tokenized as for `serving_default`.
 
+    And `classify`, TensorFlow Serving's classification contract (its method
+    name `tensorflow/serving/classify`, so its Classify and MultiInference
+    APIs take it): `inputs` (string `[None]`, serialized `tf.train.Example`s
+    holding the text in a bytes feature `text`) -> `classes` (string
+    `[None, num_classes]`, the class names) and `scores` (float32
+    `[None, num_classes]`, `serving_default`'s probabilities).
+
     Where `mix` gives the Transformer weight 0, its head is zeros and the
     answer is the bag of n-grams' alone: the export then holds the bag and
     the tokenizer only, `serving_default` computes the bag alone (the same
     outputs) and there is no `attention` signature, since no attention
-    changes the answer (`classifier.json` says `"encoder": false`), nor `embed`.
+    changes the answer (`classifier.json` says `"encoder": false`), nor `embed`;
+    `classify` computes the bag alone too.
 
     The class names are also written, one per line, to
     `assets.extra/class_names.txt`, and what each part contributes to
@@ -117,11 +133,13 @@ def _check_head_is_zeros(model):
 def _write(folder, signatures, class_names, parts):
     """The SavedModel of `signatures` in `folder`, the class names beside it."""
     text_spec = [tf.TensorSpec([None], tf.string, name="text")]
+    examples_spec = [tf.TensorSpec([None], tf.string, name=tf.saved_model.CLASSIFY_INPUTS)]
     archive = keras.export.ExportArchive()
     archive.track(signatures.tokenizer)
     if parts["encoder"]:
         archive.track(signatures.model)
         archive.add_endpoint("serving_default", signatures.serve, input_signature=text_spec)
+        archive.add_endpoint(CLASSIFY_SIGNATURE, signatures.classify, input_signature=examples_spec)
         archive.add_endpoint("attention", signatures.attention, input_signature=text_spec)
         if signatures.can_embed:
             archive.add_endpoint("embed", signatures.embed, input_signature=text_spec)
@@ -131,7 +149,13 @@ def _write(folder, signatures, class_names, parts):
         archive.add_endpoint(
             "serving_default", signatures.serve_bag_alone, input_signature=text_spec
         )
+        archive.add_endpoint(
+            CLASSIFY_SIGNATURE, signatures.classify_bag_alone, input_signature=examples_spec
+        )
     archive.write_out(folder, verbose=False)
+    # tf.saved_model.save names every signature's method predict; TensorFlow Serving's
+    # Classify takes a classification signature.
+    set_method_name(folder, CLASSIFY_SIGNATURE, tf.saved_model.CLASSIFY_METHOD_NAME)
     # Column names for clients; assets.extra is the SavedModel convention
     # for files that serving ignores.
     extra = os.path.join(folder, "assets.extra")
@@ -140,6 +164,7 @@ def _write(folder, signatures, class_names, parts):
         names_file.writelines(f"{name}\n" for name in class_names)
     with open(os.path.join(extra, PARTS_FILE), "w", encoding="utf-8") as parts_file:
         json.dump(parts, parts_file, indent=2)
+    write_warmup_requests(folder, signatures.tokenizer, signatures.model.input_length, TEXT_FEATURE)
 
 
 class _ClassifierSignatures:
@@ -171,6 +196,21 @@ class _ClassifierSignatures:
         label = tf.gather(self.names, tf.argmax(probabilities, axis=-1))
         return {"probabilities": probabilities, "label": label}
 
+    def classify(self, inputs):
+        return self._classification(self.serve(_example_texts(inputs)))
+
+    def classify_bag_alone(self, inputs):
+        return self._classification(self.serve_bag_alone(_example_texts(inputs)))
+
+    def _classification(self, answer):
+        """`serving_default`'s answer as TensorFlow Serving's classification outputs."""
+        probabilities = answer["probabilities"]
+        classes = tf.tile(self.names[tf.newaxis], [tf.shape(probabilities)[0], 1])
+        return {
+            tf.saved_model.CLASSIFY_OUTPUT_CLASSES: classes,
+            tf.saved_model.CLASSIFY_OUTPUT_SCORES: probabilities,
+        }
+
     def attention(self, text):
         # Trimmed as in `serve`: the weights grow with T squared, and at
         # `sequence_length` a short text's would be megabytes of padding.
@@ -195,3 +235,10 @@ class _ClassifierSignatures:
 
     def _encode(self, text, length):
         return self.tokenizer.encode(text, length, add_cls=self.add_cls, add_sep=self.add_sep)
+
+
+def _example_texts(serialized_examples):
+    """The `text` feature of each serialized tf.train.Example: one string, required (an Example
+    without it, or with another type, fails the call with the parser's message)."""
+    features = {TEXT_FEATURE: tf.io.FixedLenFeature([], tf.string)}
+    return tf.io.parse_example(serialized_examples, features)[TEXT_FEATURE]

@@ -13,6 +13,7 @@ from keras_transformer.export.controls import (
     request_controls,
 )
 from keras_transformer.export.versions import write_new_version
+from keras_transformer.export.warmup import write_warmup_requests
 from keras_transformer.text.padding import trim_shared_padding
 from keras_transformer.text.wordpiece import END, START
 
@@ -153,6 +154,7 @@ def _write(folder, signatures, config):
     with open(os.path.join(extra, CONFIG_FILE), "w", encoding="utf-8") as config_file:
         json.dump(config, config_file, indent=2, ensure_ascii=False)
         config_file.write("\n")
+    write_warmup_requests(folder, signatures.source_tokenizer, signatures.model.sequence_length)
 
 
 class _TranslatorSignatures:

@@ -3,8 +3,11 @@
 Routes (as TensorFlow Serving's, https://www.tensorflow.org/tfx/serving/api_rest):
 
 * `GET  /v1/models/NAME[/versions/V|/labels/LABEL]`: version status.
-* `GET  /v1/models/NAME[/versions/V|/labels/LABEL]/metadata`: signature definitions.
+* `GET  /v1/models/NAME[/versions/V|/labels/LABEL]/metadata`: signature definitions, and
+  the export's assets.extra files (`assets_extra`).
 * `POST /v1/models/NAME[/versions/V|/labels/LABEL]:predict`: row or columnar predict.
+* `POST /v1/models/NAME[/versions/V|/labels/LABEL]:classify` and `:regress`: tf.Examples as
+  JSON (see `classify.py`).
 * `GET  /healthz`: 200 once every model has a version loaded, else 503.
 * `GET  /monitoring/prometheus/metrics`: Prometheus metrics (see `metrics.py`).
 * With `ServerSettings.explorer`: `GET /`, the attention explorer page, its
@@ -30,6 +33,12 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from keras_transformer.serving.classify import (
+    classification_json,
+    example_count,
+    example_request_from_json,
+    regression_json,
+)
 from keras_transformer.serving.http_server import SERVER_ANSWER
 from keras_transformer.serving.metrics import RequestMetrics
 from keras_transformer.serving.protocol import (
@@ -49,10 +58,6 @@ logger = logging.getLogger("keras_transformer.serving")
 # thread would cost more than it saves.
 _INLINE_BODY_BYTES = 16 << 10
 _INLINE_RESPONSE_ELEMENTS = 2048
-# JSON threads, apart from the model threads so that a large body or answer
-# never waits for a model call (nor the reverse); two keep a burst of large
-# ones from taking every core.
-_JSON_THREADS = 2
 
 _MODEL_PATH = re.compile(
     r"^(?P<name>[^/:]+)(?:/versions/(?P<version>[^/:]+)|/labels/(?P<label>[^/:]+))?"
@@ -79,7 +84,7 @@ class ServingApp:
         self.service = PredictionService(repository, settings)
         self.settings = self.service.settings
         self.json_executor = ThreadPoolExecutor(
-            max_workers=_JSON_THREADS, thread_name_prefix="json"
+            max_workers=self.settings.json_threads, thread_name_prefix="json"
         )
         self.grpc_server = None  # while the gRPC API runs
         self.grpc_stop = None  # the gRPC server's stop, once begun
@@ -172,28 +177,43 @@ class ServingApp:
             version = self.service.label_version(model, match["label"])
         request.state.version = version
         if match["verb"] is not None:
-            if match["verb"] != "predict":
+            verb = match["verb"]
+            if verb not in ("predict", "classify", "regress"):
                 raise RequestError(
-                    400, f"':{match['verb']}' is not served here; only ':predict' is."
+                    400,
+                    f"':{verb}' is not served here; only ':predict', ':classify' and "
+                    "':regress' are.",
                 )
             if request.method != "POST":
-                raise RequestError(405, f"':predict' takes POST, not {request.method}.")
-            return await self.predict(request, name, version)
+                raise RequestError(405, f"':{verb}' takes POST, not {request.method}.")
+            if verb == "predict":
+                return await self.predict(request, name, version)
+            return await self.classify_or_regress(request, name, version, verb)
         if request.method != "GET":
             raise RequestError(405, f"{request.url.path} takes GET, not {request.method}.")
         if match["metadata"]:
             return self.metadata(name, version)
         return self.status(name, version)
 
-    async def predict(self, request, name, version):
-        service, settings = self.service, self.settings
-        served = service.servable(name, version)
+    async def _json_request(self, request, name, version):
+        """What a POST to a model runs on: `(served version, parsed JSON body, the executor for
+        its JSON (None: on the event loop), when its deadline started)`."""
+        served = self.service.servable(name, version)
         request.state.version = served.version
-        raw_body = await _read_body(request, settings.max_body_bytes)
+        raw_body = await _read_body(request, self.settings.max_body_bytes)
         # The deadline counts from here: reading the body has its own limits.
         started = time.monotonic()
         json_executor = self.json_executor if len(raw_body) > _INLINE_BODY_BYTES else None
-        body = await _call(json_executor, parse_body, raw_body)
+        return served, await _call(json_executor, parse_body, raw_body), json_executor, started
+
+    def _time_left(self, started):
+        """Seconds left of the request timeout since `started` (None: no timeout)."""
+        timeout = self.settings.request_timeout
+        return None if timeout is None else timeout - (time.monotonic() - started)
+
+    async def predict(self, request, name, version):
+        service, settings = self.service, self.settings
+        served, body, json_executor, started = await self._json_request(request, name, version)
         signature_name = body.pop("signature_name", DEFAULT_SIGNATURE)
         input_specs = service.signature_inputs(served, signature_name)
         request.state.signature = signature_name
@@ -205,16 +225,13 @@ class ServingApp:
             settings.instance_limit(signature_name),
             service.optional_inputs(served, signature_name),
         )
-        del body, raw_body  # the inputs hold what the model needs
+        del body  # the inputs hold what the model needs
         request.state.instances = batch_size
-        timeout = (
-            None
-            if settings.request_timeout is None
-            else settings.request_timeout - (time.monotonic() - started)
-        )
         outputs = await _unless_disconnected(
             request.receive,
-            service.predict(served, signature_name, inputs, batch_size, timeout=timeout),
+            service.predict(
+                served, signature_name, inputs, batch_size, timeout=self._time_left(started)
+            ),
         )
         elements = sum(value.size for value in outputs.values())
         try:
@@ -227,6 +244,33 @@ class ServingApp:
             )
         except ResponseTooLarge as error:
             raise _response_too_large(error) from None
+        return Response(encoded, media_type="application/json")
+
+    async def classify_or_regress(self, request, name, version, verb):
+        """`:classify` or `:regress`: TensorFlow Serving's JSON of tf.Examples in, its
+        `{"results": ...}` out (`keras_transformer.serving.classify`)."""
+        service, settings = self.service, self.settings
+        served, body, json_executor, started = await self._json_request(request, name, version)
+        signature_name, request_input = await _call(
+            json_executor, example_request_from_json, body, settings.max_instances
+        )
+        del body
+        request.state.signature = signature_name or DEFAULT_SIGNATURE
+        request.state.instances = example_count(request_input)
+        run, encode = (
+            (service.classify, classification_json)
+            if verb == "classify"
+            else (service.regress, regression_json)
+        )
+        result = await _unless_disconnected(
+            request.receive,
+            run(served, signature_name, request_input, timeout=self._time_left(started)),
+        )
+        encoded = await _call(json_executor, encode, result)
+        if len(encoded) > settings.max_response_bytes:
+            raise _response_too_large(
+                ResponseTooLarge(settings.max_response_bytes, len(encoded), len(encoded))
+            )
         return Response(encoded, media_type="application/json")
 
     def status(self, name, version):
@@ -256,14 +300,18 @@ class ServingApp:
                 "outputs": {
                     spec.name: _tensor_info(spec) for spec in served.outputs[signature].values()
                 },
-                "method_name": "tensorflow/serving/predict",
+                "method_name": served.method_name(signature),
             }
             for signature in sorted(served.signatures)
         }
         return JSONResponse(
             {
                 "model_spec": {"name": name, "signature_name": "", "version": str(served.version)},
-                "metadata": {"signature_def": {"signature_def": signature_defs}},
+                "metadata": {
+                    "signature_def": {"signature_def": signature_defs},
+                    # Ours, beside TensorFlow Serving's: assets.extra's *.json and *.txt files.
+                    "assets_extra": served.assets_extra,
+                },
             }
         )
 

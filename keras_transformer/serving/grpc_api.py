@@ -3,11 +3,18 @@
 Services, as TensorFlow Serving's (the generated stubs of the installed
 `tensorflow-serving-api` package, so its client code works unchanged):
 
-* `tensorflow.serving.PredictionService`: `Predict` and `GetModelMetadata`
-  (`Classify`, `Regress` and `MultiInference` answer UNIMPLEMENTED: the exports
-  have no Example-based signatures);
-* `tensorflow.serving.ModelService`: `GetModelStatus`
-  (`HandleReloadConfigRequest` answers UNIMPLEMENTED).
+* `tensorflow.serving.PredictionService`: `Predict`, `GetModelMetadata`, and
+  `Classify`, `Regress` and `MultiInference` on signatures that take
+  tf.Examples (`keras_transformer.serving.classify`; a classifier export's
+  `classify`);
+* `tensorflow.serving.ModelService`: `GetModelStatus` and
+  `HandleReloadConfigRequest` (a `model_config_list` served in place of the
+  current models, `ModelRepository.reload_config`).
+
+`GetModelMetadata` answers TensorFlow Serving's one metadata field,
+`signature_def`, as it does, and ours, `assets_extra`, only to a client that
+names it: the version's `assets.extra/*.json` and `*.txt` files as a
+`google.protobuf.Struct` ({file name: parsed JSON or text}).
 
 The server is a `grpc.aio` one on the event loop that runs the REST app, so
 both APIs share one set of batching queues, limits and model threads. Every
@@ -15,21 +22,31 @@ refusal is the service's `RequestError`, its HTTP status mapped to TensorFlow
 Serving's status code, its message the call's details.
 """
 
+import asyncio
 import logging
 import math
 import time
 
 import grpc
 import numpy as np
+from google.protobuf import struct_pb2
 from tensorflow_serving.apis import (
+    classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
+    inference_pb2,
+    model_management_pb2,
+    model_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 
+from keras_transformer.serving.classify import example_count
+from keras_transformer.serving.model_config import ModelConfigError, server_config_models
 from keras_transformer.serving.protocol import RequestError, _check_count
+from keras_transformer.serving.repository import unavailable_message
 from keras_transformer.serving.service import DEFAULT_SIGNATURE
 
 logger = logging.getLogger("keras_transformer.serving")
@@ -39,14 +56,17 @@ STATUS_CODES = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     404: grpc.StatusCode.NOT_FOUND,
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    501: grpc.StatusCode.UNIMPLEMENTED,
     503: grpc.StatusCode.UNAVAILABLE,
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 SIGNATURE_DEF_FIELD = "signature_def"
+# Ours: asked for by name only, so a TensorFlow Serving client's answer is unchanged.
+ASSETS_EXTRA_FIELD = "assets_extra"
+METADATA_FIELDS = (SIGNATURE_DEF_FIELD, ASSETS_EXTRA_FIELD)
 # How long in-flight RPCs may finish once the server stops.
 SHUTDOWN_GRACE_SECONDS = 5.0
-_PREDICT_METHOD = "tensorflow/serving/predict"
 # How much of a client's string an error message quotes.
 _QUOTE_LIMIT = 64
 # The longest error message sent.
@@ -78,10 +98,24 @@ def bind_grpc_server(service, host, port):
         server.add_insecure_port(address)
     except RuntimeError:
         raise OSError(
-            f"The gRPC API cannot listen on {address}: is the port taken? "
-            "(--grpc-port 0 turns it off)"
+            f"The gRPC API cannot listen on {address}: is the port taken? (--port 0 turns it off)"
         ) from None
     return server
+
+
+class GrpcStatusError(Exception):
+    """Ends an RPC with a status code no HTTP status stands for (FAILED_PRECONDITION,
+    UNKNOWN, ...).
+
+    Args:
+        code: the `grpc.StatusCode`.
+        details: the message.
+    """
+
+    def __init__(self, code, details):
+        super().__init__(details)
+        self.code = code
+        self.details = details
 
 
 class _Call:
@@ -108,6 +142,8 @@ async def _answer(method, context, handler, metrics):
         return response
     except RequestError as error:
         code, details = STATUS_CODES.get(error.status, grpc.StatusCode.INTERNAL), error.message
+    except GrpcStatusError as error:
+        code, details = error.code, error.details
     except Exception:
         logger.exception("gRPC %s failed", call.method)
         code, details = grpc.StatusCode.INTERNAL, "Internal error."
@@ -157,13 +193,65 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         )
 
     async def Classify(self, request, context):
-        await _unimplemented(context, "Classify")
+        return await _answer(
+            "Classify",
+            context,
+            lambda call: self._classify_or_regress(request, context, call, classify=True),
+            self.service.metrics,
+        )
 
     async def Regress(self, request, context):
-        await _unimplemented(context, "Regress")
+        return await _answer(
+            "Regress",
+            context,
+            lambda call: self._classify_or_regress(request, context, call, classify=False),
+            self.service.metrics,
+        )
 
     async def MultiInference(self, request, context):
-        await _unimplemented(context, "MultiInference")
+        return await _answer(
+            "MultiInference",
+            context,
+            lambda call: self._multi_inference(request, context, call),
+            self.service.metrics,
+        )
+
+    async def _classify_or_regress(self, request, context, call, classify):
+        if not request.HasField("model_spec"):
+            raise RequestError(400, "Missing ModelSpec")
+        served = _servable(self.service, request.model_spec, call)
+        call.signature = request.model_spec.signature_name or DEFAULT_SIGNATURE
+        call.instances = example_count(request.input)
+        run, response = (
+            (self.service.classify, classification_pb2.ClassificationResponse())
+            if classify
+            else (self.service.regress, regression_pb2.RegressionResponse())
+        )
+        result = await run(
+            served, call.signature, request.input, timeout=_timeout(context, self.service)
+        )
+        _answered_spec(response.model_spec, served, call.signature)
+        response.result.CopyFrom(result)
+        return response
+
+    async def _multi_inference(self, request, context, call):
+        # The version every task runs on is the one the first task's spec asks for.
+        spec = request.tasks[0].model_spec if request.tasks else model_pb2.ModelSpec()
+        served = _servable(self.service, spec, call)
+        call.signature = spec.signature_name or DEFAULT_SIGNATURE
+        call.instances = example_count(request.input)
+        results = await self.service.multi_inference(
+            served, request.tasks, request.input, timeout=_timeout(context, self.service)
+        )
+        response = inference_pb2.MultiInferenceResponse()
+        for signature_name, result in results:
+            answer = response.results.add()
+            _answered_spec(answer.model_spec, served, signature_name)
+            if isinstance(result, classification_pb2.ClassificationResult):
+                answer.classification_result.CopyFrom(result)
+            else:
+                answer.regression_result.CopyFrom(result)
+        return response
 
     async def _predict(self, request, context, call):
         served = _servable(self.service, request.model_spec, call)
@@ -180,11 +268,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             self.service.optional_inputs(served, signature_name),
         )
         call.instances = batch_size
-        # The client's deadline, when it set one and it is sooner than the server's.
-        remaining = context.time_remaining()
-        timeout = None if remaining is None else min(remaining, settings.request_timeout)
         outputs = await self.service.predict(
-            served, signature_name, inputs, batch_size, timeout=timeout
+            served, signature_name, inputs, batch_size, timeout=_timeout(context, self.service)
         )
         response = predict_pb2.PredictResponse()
         _answered_spec(response.model_spec, served, signature_name)
@@ -194,22 +279,26 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     async def _metadata(self, request, call):
         served = _servable(self.service, request.model_spec, call)
+        fields = " and ".join(f"'{field}'" for field in METADATA_FIELDS)
         if not request.metadata_field:
             raise RequestError(
                 400,
-                "GetModelMetadataRequest must name a metadata_field; this server has "
-                f"'{SIGNATURE_DEF_FIELD}'.",
+                f"GetModelMetadataRequest must name a metadata_field; this server has {fields}.",
             )
         for field in request.metadata_field:
-            if field != SIGNATURE_DEF_FIELD:
+            if field not in METADATA_FIELDS:
                 raise RequestError(
                     400,
-                    f"Metadata field {_quote(field)} is not supported; only "
-                    f"'{SIGNATURE_DEF_FIELD}' is.",
+                    f"Metadata field {_quote(field)} is not supported; only {fields} are.",
                 )
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         _answered_spec(response.model_spec, served, "")
-        response.metadata[SIGNATURE_DEF_FIELD].Pack(signature_def_map(served))
+        if SIGNATURE_DEF_FIELD in request.metadata_field:
+            response.metadata[SIGNATURE_DEF_FIELD].Pack(signature_def_map(served))
+        if ASSETS_EXTRA_FIELD in request.metadata_field:
+            assets_extra = struct_pb2.Struct()
+            assets_extra.update(served.assets_extra)
+            response.metadata[ASSETS_EXTRA_FIELD].Pack(assets_extra)
         return response
 
 
@@ -228,7 +317,40 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         )
 
     async def HandleReloadConfigRequest(self, request, context):
-        await _unimplemented(context, "HandleReloadConfigRequest")
+        return await _answer(
+            "HandleReloadConfigRequest",
+            context,
+            lambda call: self._reload(request),
+            self.service.metrics,
+        )
+
+    async def _reload(self, request):
+        """Serves the request's `model_config_list` in place of the current models; as
+        TensorFlow Serving, a config that cannot be served fails the call with its code and
+        leaves the current one serving, and models added that did not load fail it with
+        UNKNOWN (they stay configured, retried as any failed version is)."""
+        from tensorflow.core.protobuf import error_codes_pb2
+
+        repository = self.service.repository
+
+        def reload():
+            return repository.reload_config(
+                server_config_models(request.config, "ReloadConfigRequest")
+            )
+
+        try:
+            # Loading new models takes seconds: not on the event loop, nor on the model threads.
+            unavailable = await asyncio.to_thread(reload)
+        except ModelConfigError as error:
+            logger.error("ReloadConfig refused, the current config still serves: %s", error)
+            raise GrpcStatusError(grpc.StatusCode[error.code], str(error)) from None
+        if unavailable:
+            message = unavailable_message(unavailable)
+            logger.error("ReloadConfig: %s", message)
+            raise GrpcStatusError(grpc.StatusCode.UNKNOWN, message)
+        response = model_management_pb2.ReloadConfigResponse()
+        response.status.error_code = error_codes_pb2.OK
+        return response
 
     async def _status(self, request, call):
         from tensorflow.core.protobuf import error_codes_pb2
@@ -248,8 +370,11 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         return response
 
 
-async def _unimplemented(context, method):
-    await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not served here; Predict is.")
+def _timeout(context, service):
+    """Seconds the RPC has left: the client's deadline, when it set one and it is sooner than the
+    server's request timeout (None: the server's)."""
+    remaining = context.time_remaining()
+    return None if remaining is None else min(remaining, service.settings.request_timeout)
 
 
 def _model_name(model_spec):
@@ -397,7 +522,7 @@ def signature_def_map(served):
     signature_defs = SignatureDefMap()
     for signature in sorted(served.signatures):
         signature_def = signature_defs.signature_def[signature]
-        signature_def.method_name = _PREDICT_METHOD
+        signature_def.method_name = served.method_name(signature)
         for specs, infos in (
             (served.inputs[signature], signature_def.inputs),
             (served.outputs[signature], signature_def.outputs),

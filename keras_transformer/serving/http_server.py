@@ -98,14 +98,38 @@ def build_server(app, host, port, connections=None, log_level="info"):
     return GracefulServer(config)
 
 
-def run_server(server):
-    """Runs `server` until a signal stops it; exits with uvicorn's status if it could not start."""
+def run_server(server, sockets=None):
+    """Runs `server` until a signal stops it; exits with uvicorn's status if it could not start.
+
+    Args:
+        server: a `GracefulServer`.
+        sockets: None to listen on its config's host and port; `[]` to listen on none (the
+            application alone runs: its start, its other listeners, its stop at a signal).
+    """
+    _freeze_imported_objects()
     try:
-        server.run()
+        server.run(sockets=sockets)
     except KeyboardInterrupt:  # the SIGINT uvicorn raises again once it has stopped
         pass
     if not server.started:
         raise SystemExit(uvicorn.config.STARTUP_FAILURE)
+
+
+def _freeze_imported_objects():
+    """Leaves what the imports made out of every later garbage collection.
+
+    TensorFlow's and Keras' modules hold most of the process's objects, and none of them ever
+    dies; but a full collection walks them all, about half a second in which no request
+    thread runs. The server makes one each time it frees a replaced version (whose functions
+    sit in reference cycles), which showed as a stall of every client's request just after
+    a hot swap. Objects made later, the models' included, are collected as before.
+    """
+    import gc
+
+    import tensorflow  # noqa: F401 (imported before the freeze, so its objects are frozen)
+
+    gc.collect()
+    gc.freeze()
 
 
 def _raise_open_file_limit(max_connections):

@@ -17,7 +17,9 @@ already have:
       }
     }
 
-Every error in the file names the file and the line.
+Every error in the file names the file and the line. The same reader
+(`server_config_models`) turns the `ModelServerConfig` of a gRPC
+`HandleReloadConfigRequest` into `ModelConfig`s.
 """
 
 import dataclasses
@@ -32,7 +34,17 @@ MODEL_NAME_CHARACTERS = "letters, digits, '-', '_' and '.'"
 
 
 class ModelConfigError(ValueError):
-    """A model configuration that cannot be served; the message names what and where."""
+    """A model configuration that cannot be served; the message names what and where.
+
+    Args:
+        message: what is wrong, and where.
+        code: TensorFlow Serving's status code for it (a `grpc.StatusCode`
+            name), which `HandleReloadConfigRequest` answers with.
+    """
+
+    def __init__(self, message, code="INVALID_ARGUMENT"):
+        super().__init__(message)
+        self.code = code
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,15 +149,29 @@ def with_signatures(configs, names):
 def read_model_config_file(path):
     """The models listed in TensorFlow Serving's model config file at `path`
     (a `model_config_list`). Raises ModelConfigError naming the file and line."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
     try:
         with open(path, encoding="utf-8") as config_file:
             text = config_file.read()
     except (OSError, UnicodeDecodeError) as error:
         raise ModelConfigError(f"{path}: cannot read the model config file: {error}") from None
+    return parse_model_config(text, path)
+
+
+def parse_model_config(text, path):
+    """The models of `text`, a `ModelServerConfig` in protobuf text format read
+    from the file `path`. Raises ModelConfigError naming the file and line."""
+    from tensorflow_serving.config import model_server_config_pb2
+
     message = model_server_config_pb2.ModelServerConfig()
+    parse_text_message(text, message, path, ModelConfigError)
+    return server_config_models(message, path, _entry_lines(text))
+
+
+def parse_text_message(text, message, path, error_class):
+    """Fills the protobuf `message` from `text` (protobuf's text format), read from the file
+    `path`. Raises `error_class` naming the file, line and column of a mistake."""
+    from google.protobuf import text_format
+
     try:
         text_format.Parse(text, message)
     except text_format.ParseError as error:
@@ -153,34 +179,52 @@ def read_model_config_file(path):
         reason = str(error)
         if error.GetLine() is not None:
             reason = reason.partition(" : ")[2] or reason
-            raise ModelConfigError(
-                f"{path}:{error.GetLine()}:{error.GetColumn()}: {reason}"
-            ) from None
-        raise ModelConfigError(f"{path}: {reason}") from None
+            raise error_class(f"{path}:{error.GetLine()}:{error.GetColumn()}: {reason}") from None
+        raise error_class(f"{path}: {reason}") from None
+
+
+def server_config_models(message, source, entry_lines=None):
+    """The `ModelConfig`s of a `ModelServerConfig` proto: the one reader of both
+    a model config file and a `ReloadConfigRequest`'s `config`.
+
+    Args:
+        message: a `tensorflow_serving.config.ModelServerConfig`.
+        source: what the message came from, first in every error message
+            (the file's path, or "ReloadConfigRequest").
+        entry_lines: the line where each `config` entry starts in the file,
+            to name it by; entries are named by their rank otherwise.
+
+    Raises ModelConfigError (code INVALID_ARGUMENT) for a config that cannot
+    be served: custom_model_config, no models, a model listed twice, or a
+    mistake in one entry.
+    """
     if message.WhichOneof("config") == "custom_model_config":
         raise ModelConfigError(
-            f"{path}: custom_model_config is not supported; list the models in "
+            f"{source}: custom_model_config is not supported; list the models in "
             "model_config_list { config { name: ... base_path: ... } }"
         )
     entries = message.model_config_list.config
     if not entries:
+        # An empty file too, as one being rewritten in place may be for a moment:
+        # TensorFlow Serving takes no action for an unset config.
         raise ModelConfigError(
-            f"{path}: no models; expected model_config_list "
+            f"{source}: no models; expected model_config_list "
             '{ config { name: "NAME" base_path: "/PATH" } }'
         )
-    lines = _entry_lines(text)
+    lines = list(entry_lines or ())
     if len(lines) != len(entries):  # a layout the scan does not follow: name the entry by its rank
         lines = [None] * len(entries)
-    configs, first_lines = [], {}
+    configs, first_places = [], {}
     for index, (entry, line) in enumerate(zip(entries, lines)):
-        where = f"{path}:{line}" if line is not None else f"{path}: config #{index + 1}"
+        place = f"line {line}" if line is not None else f"config #{index + 1}"
+        where = f"{source}:{line}" if line is not None else f"{source}: config #{index + 1}"
         config = _model_config(entry, where)
-        if config.name in first_lines:
+        if config.name in first_places:
             raise ModelConfigError(
                 f"{where}: model {config.name!r} is listed twice "
-                f"(first at {first_lines[config.name]})"
+                f"(first at {first_places[config.name]})"
             )
-        first_lines[config.name] = f"line {line}" if line is not None else f"config #{index + 1}"
+        first_places[config.name] = place
         configs.append(config)
     return configs
 

@@ -12,9 +12,21 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 
 from keras_transformer.export.controls import ControlError, complete_controls
+from keras_transformer.export.warmup import serialized_examples
 from keras_transformer.serving.batching import Batcher, DeadlineExceeded, QueueFull
+from keras_transformer.serving.classify import (
+    CLASSIFY_METHOD_NAME,
+    EXAMPLES_INPUT,
+    REGRESS_METHOD_NAME,
+    classification_problem,
+    classification_result,
+    example_count,
+    regression_problem,
+    regression_result,
+    signature_def_text,
+)
 from keras_transformer.serving.metrics import ServingMetrics
-from keras_transformer.serving.protocol import RequestError
+from keras_transformer.serving.protocol import RequestError, _check_count
 
 logger = logging.getLogger("keras_transformer.serving")
 
@@ -45,6 +57,9 @@ class ServerSettings:
             request to it}, below `max_instances` for signatures whose answers
             are large (the explorer's `attention`).
         explorer: serve the attention explorer page at `/`.
+        json_threads: threads that parse large REST bodies and encode large
+            answers, apart from the model threads so that neither waits for
+            the other; two keep a burst of large ones from taking every core.
     """
 
     def __init__(
@@ -62,6 +77,7 @@ class ServerSettings:
         grpc_host="127.0.0.1",
         signature_max_instances=None,
         explorer=False,
+        json_threads=2,
     ):
         self.max_body_bytes = max_body_bytes
         self.max_instances = max_instances
@@ -76,6 +92,7 @@ class ServerSettings:
         self.grpc_host = grpc_host
         self.signature_max_instances = dict(signature_max_instances or {})
         self.explorer = explorer
+        self.json_threads = json_threads
 
     def instance_limit(self, signature_name):
         """The most examples one request to `signature_name` may carry."""
@@ -212,6 +229,98 @@ class PredictionService:
         except Exception as error:
             raise model_error(error) from error
 
+    async def classify(self, served, signature_name, request_input, timeout=None):
+        """TensorFlow Serving's Classify: the examples of `request_input` (a
+        `tensorflow.serving.Input`) through `signature_name` (empty: `serving_default`), batched
+        as `predict` batches, -> a `tensorflow.serving.ClassificationResult`.
+
+        Refusals are TensorFlow Serving's: a signature not served or not fit to classify, no
+        examples (all 400); ours past the limits (413, and `predict`'s).
+        """
+        name = await self._example_signature(served, signature_name, CLASSIFY_METHOD_NAME)
+        outputs, count = await self._run_examples(served, [name], request_input, timeout)
+        return classification_result(outputs[0], served.outputs[name], count)
+
+    async def regress(self, served, signature_name, request_input, timeout=None):
+        """TensorFlow Serving's Regress, as `classify` -> a `tensorflow.serving.RegressionResult`."""
+        name = await self._example_signature(served, signature_name, REGRESS_METHOD_NAME)
+        outputs, count = await self._run_examples(served, [name], request_input, timeout)
+        return regression_result(outputs[0], served.outputs[name], count)
+
+    async def multi_inference(self, served, tasks, request_input, timeout=None):
+        """TensorFlow Serving's MultiInference: every task (a `tensorflow.serving.InferenceTask`:
+        a signature of `served`'s model and its method, classify or regress) on the same
+        examples -> [(signature name, ClassificationResult or RegressionResult)], in the tasks'
+        order.
+
+        Refusals are TensorFlow Serving's: tasks naming another model, none or the same
+        signature twice, a signature not served (all 400), a method that is neither (501).
+        """
+        model_name, names = "", []
+        for task in tasks:
+            if not task.model_spec.name:
+                raise RequestError(400, "Found ModelSpec with an empty model name.")
+            model_name = model_name or task.model_spec.name
+            if task.model_spec.name != model_name:
+                raise RequestError(
+                    400,
+                    "All ModelSpecs in a MultiInferenceRequest must access the same model name.",
+                )
+            name = task.model_spec.signature_name or DEFAULT_SIGNATURE
+            if name in names:
+                raise RequestError(400, f"Duplicate evaluation of signature: {name}")
+            names.append(name)
+            if name not in served.signatures:
+                raise RequestError(400, f"Requested signature not found in model graph: {name}")
+            if task.method_name not in (CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME):
+                raise RequestError(501, f"Unsupported signature method_name: {task.method_name}")
+            await self._example_signature(served, name, task.method_name)
+        outputs, count = await self._run_examples(served, names, request_input, timeout)
+        return [
+            (
+                name,
+                (
+                    classification_result
+                    if task.method_name == CLASSIFY_METHOD_NAME
+                    else regression_result
+                )(answer, served.outputs[name], count),
+            )
+            for task, name, answer in zip(tasks, names, outputs)
+        ]
+
+    async def _example_signature(self, served, signature_name, method_name):
+        """The name of the signature `signature_name` asks for, if it is served and fit for
+        `method_name` (classify or regress); else TensorFlow Serving's 400."""
+        name = signature_name or DEFAULT_SIGNATURE
+        if name not in served.signatures:
+            raise RequestError(400, f"No signature was found with the name: {name}")
+        problem = (
+            classification_problem if method_name == CLASSIFY_METHOD_NAME else regression_problem
+        )(served.inputs[name], served.outputs[name])
+        if problem is not None:
+            message, quotes_signature = problem
+            if quotes_signature:
+                # Read from the export's saved_model.pb: off the event loop.
+                message += signature_def_text(served, name)
+            raise RequestError(400, message)
+        return name
+
+    async def _run_examples(self, served, signature_names, request_input, timeout):
+        """Runs the serialized examples of `request_input` through each signature (concurrently,
+        on `predict`'s path) -> ([outputs per signature], number of examples)."""
+        count = example_count(request_input)
+        if not count:
+            raise RequestError(400, "Input is empty.")
+        _check_count(count, min(map(self.settings.instance_limit, signature_names)))
+        inputs = {EXAMPLES_INPUT: serialized_examples(request_input)}
+        outputs = await asyncio.gather(
+            *(
+                self.predict(served, name, inputs, count, timeout=timeout)
+                for name in signature_names
+            )
+        )
+        return outputs, count
+
     def version_states(self, name, version=None, label=None):
         """[(version, state, error message)], newest first: every version seen,
         or just `version` (or the one `label` names); a 404 if none was seen."""
@@ -243,6 +352,21 @@ def model_error(error):
     import tensorflow as tf
 
     if isinstance(error, (tf.errors.InvalidArgumentError, tf.errors.OutOfRangeError)):
-        return RequestError(400, str(error.message).splitlines()[0][:500])
+        return RequestError(400, op_message(str(error.message))[:500])
     logger.exception("Model call failed", exc_info=error)
     return RequestError(500, f"Internal error running the model: {type(error).__name__}.")
+
+
+# What eager execution puts around an op's own message: a heading, where the failing node
+# was defined (stack frames, indented), and the function's name after the node's.
+_OP_MESSAGE_HEADINGS = ("Graph execution error:", "Detected at node ", "<stack traces unavailable>")
+
+
+def op_message(message):
+    """The first line of the failing op's own message in a TensorFlow error's `message`: the
+    line a TensorFlow Serving session's error starts with."""
+    lines = message.splitlines()
+    for line in lines:
+        if line.strip() and not line[0].isspace() and not line.startswith(_OP_MESSAGE_HEADINGS):
+            return line.split(" [Op:")[0]
+    return lines[0] if lines else message

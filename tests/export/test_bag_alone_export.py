@@ -1,6 +1,6 @@
 """A classifier whose Transformer weight is 0 exports the bag of n-grams alone: the same
-answers as the Keras model, no encoder and no `attention` signature, and `classifier.json`
-says so."""
+answers as the Keras model (TensorFlow Serving's `classify` signature's too), no encoder and
+no `attention` signature, and `classifier.json` says so."""
 
 import os
 
@@ -55,11 +55,27 @@ def test_the_export_answers_as_the_keras_model(bag_alone_classifier):
     labels = [label.decode() for label in outputs["label"].numpy()]
     assert labels == [CLASS_NAMES[index] for index in expected.argmax(axis=-1)]
     assert labels[:3] == CLASS_NAMES  # the bag alone tells the keywords apart
+    # TensorFlow Serving's `classify` (tf.Examples in) computes the bag alone too.
+    examples = [
+        tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    "text": tf.train.Feature(bytes_list=tf.train.BytesList(value=[text.encode()]))
+                }
+            )
+        ).SerializeToString()
+        for text in TEXTS
+    ]
+    classified = exported.signatures["classify"](inputs=tf.constant(examples))
+    np.testing.assert_array_equal(classified["scores"].numpy(), outputs["probabilities"].numpy())
+    assert classified["classes"].numpy().tolist() == [
+        [name.encode() for name in CLASS_NAMES]
+    ] * len(TEXTS)
 
 
 def test_no_encoder_and_no_attention_signature(bag_alone_classifier, trained_classifier):
     exported = load_export(bag_alone_classifier.version_dir)
-    assert set(exported.signatures) == {"serving_default"}
+    assert set(exported.signatures) == {"serving_default", "classify"}
     model = load_keras_model(os.path.join(bag_alone_classifier.run_dir, "model.keras"))
     # The bag's weights (kernel, bias, idf, piece kinds) and nothing of the encoder or head.
     assert stored_weights(bag_alone_classifier.version_dir) == sum(

@@ -196,29 +196,58 @@ def free_port():
 
 
 class ServerProcess:
-    """`keras-transformer serve` on 127.0.0.1 and a free port; its stderr goes to a log file.
+    """`keras-transformer serve` on 127.0.0.1, its REST API on a free port; its stderr goes to a
+    log file.
 
-    Its gRPC API is off unless `extra_args` sets `--grpc-port` (servers run in
-    parallel would otherwise all want the default port)."""
+    Its gRPC API is off unless `extra_args` sets `--port` or `--grpc-port` (servers run in
+    parallel would otherwise all want the default port). Batching is on (`--enable_batching`)
+    unless `extra_args` say `--no-batching` or `--enable_batching=false`."""
 
     def __init__(self, models, log_path, extra_args=(), startup_timeout=180.0):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = str(log_path)
         extra_args = list(extra_args)
-        if "--grpc-port" not in extra_args:
-            extra_args += ["--grpc-port", "0"]
-        self.grpc_port = int(extra_args[extra_args.index("--grpc-port") + 1])
-        command = [sys.executable, "-m", "apps.serve", "--port", str(self.port), *extra_args]
+        if not {"--port", "--grpc-port"} & set(extra_args):
+            extra_args += ["--port", "0"]
+        # The last of the two spellings given wins, as argparse takes it.
+        last = max(
+            index for index, arg in enumerate(extra_args) if arg in ("--port", "--grpc-port")
+        )
+        if not any(arg.startswith(("--no-batching", "--enable_batching")) for arg in extra_args):
+            extra_args.append("--enable_batching")
+        port = free_port()
+        args = ["--rest_api_port", str(port), *extra_args]
         for name, path in models.items():
-            command += ["--model", f"{name}={path}"]
+            args += ["--model", f"{name}={path}"]
+        self._start(args, log_path, port, int(extra_args[last + 1]))
+        self.wait_healthy(startup_timeout)
+
+    @classmethod
+    def with_arguments(cls, args, log_path, rest_port, grpc_port):
+        """`keras-transformer serve ARGS`, started with no flag added and not waited for (see
+        `wait_healthy`); `rest_port` and `grpc_port` are the ports `args` give (0: none)."""
+        server = cls.__new__(cls)
+        server._start(list(args), log_path, rest_port, grpc_port)
+        return server
+
+    def _start(self, args, log_path, rest_port, grpc_port):
+        self.port = rest_port
+        self.grpc_port = grpc_port
+        self.url = f"http://127.0.0.1:{rest_port}" if rest_port else None
+        self.log_path = str(log_path)
         environment = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=environment, stdout=self._log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "apps.serve", *args],
+            cwd=REPO_ROOT,
+            env=environment,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
+
+    def wait_healthy(self, timeout=180.0):
+        """Waits until `/healthz` answers 200 or, without a REST API, until the gRPC API
+        listens (it starts once the models have loaded); stops the server and raises if not."""
         try:
-            self._wait_healthy(startup_timeout)
+            self._wait_healthy(timeout)
         except BaseException:
             self.stop()
             raise
@@ -230,16 +259,22 @@ class ServerProcess:
                 raise RuntimeError(
                     f"The server exited with status {self.process.returncode}:\n{self.log()}"
                 )
-            try:
-                if httpx.get(self.url + "/healthz", timeout=5.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
+            if self._healthy():
+                return
             time.sleep(0.25)
         raise RuntimeError(f"The server was not healthy after {timeout:.0f} s:\n{self.log()}")
 
+    def _healthy(self):
+        if self.url is None:
+            return "gRPC API listening on" in self.log()
+        try:
+            return httpx.get(self.url + "/healthz", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
     def log(self):
-        self._log.flush()
+        if not self._log.closed:  # still running: its handle is open
+            self._log.flush()
         with open(self.log_path, encoding="utf-8", errors="replace") as log_file:
             return log_file.read()
 
@@ -279,7 +314,7 @@ def serve_refusal(*args):
 
     import keras_transformer.cli.serve
 
-    def started(server):
+    def started(server, sockets=None):
         raise AssertionError(f"apps.serve {list(args)} started a server instead of refusing")
 
     stderr = io.StringIO()

@@ -144,7 +144,16 @@ def test_classifier_metadata(client):
     body = response.json()
     assert body["model_spec"] == {"name": "classifier", "signature_name": "", "version": "1"}
     signatures = body["metadata"]["signature_def"]["signature_def"]
-    assert set(signatures) == {"serving_default", "attention"}
+    # classify is public unnamed: its method is classification, read from saved_model.pb
+    assert set(signatures) == {"serving_default", "attention", "classify"}
+    assert signatures["classify"] == {
+        "inputs": {"inputs": tensor_info("DT_STRING", -1)},
+        "outputs": {
+            "classes": tensor_info("DT_STRING", -1, 3),
+            "scores": tensor_info("DT_FLOAT", -1, 3),
+        },
+        "method_name": "tensorflow/serving/classify",
+    }
     assert signatures["serving_default"] == {
         "inputs": {"text": tensor_info("DT_STRING", -1)},
         "outputs": {
@@ -360,7 +369,7 @@ def test_wrong_methods_and_verbs(client):
     assert_error(client.delete("/v1/models/classifier/metadata"), 405, "GET")
     assert_error(client.post("/healthz"), 405)
     assert_error(
-        client.post("/v1/models/classifier:classify", json={"examples": []}), 400, ":classify"
+        client.post("/v1/models/classifier:explain", json={"examples": []}), 400, ":explain"
     )
 
 
@@ -439,7 +448,8 @@ def model_calls(monkeypatch):
 
     def counting(self, signature_name, inputs):
         with lock:
-            calls.append(len(inputs["text"]))
+            # The batch size: every input's first axis (text, or a classify's inputs).
+            calls.append(len(next(iter(inputs.values()))))
         return original(self, signature_name, inputs)
 
     monkeypatch.setattr(ServedVersion, "run", counting)

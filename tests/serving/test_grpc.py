@@ -241,8 +241,8 @@ def test_refusals_over_a_real_server(server):
     )
     assert_grpc_error(
         lambda: stubs.prediction.Classify(classification_pb2.ClassificationRequest(), timeout=30),
-        grpc.StatusCode.UNIMPLEMENTED,
-        "Classify is not served here",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Missing ModelSpec",
     )
     # The server still answers, and its log holds no traceback for any of these.
     assert stubs.predict(predict_request("classifier", ["a"])).model_spec.version.value == 1
@@ -746,10 +746,11 @@ def test_tensor_inputs_with_a_wrong_tensor_content_length():
     )
 
 
-# apps.serve's flag
+# apps.serve's flags for the gRPC port: --port, as TensorFlow Serving's, and --grpc-port
 
 
-def test_a_taken_grpc_port_is_a_one_line_error(tmp_path):
+@pytest.mark.parametrize("flag", ["--port", "--grpc-port"])
+def test_a_taken_grpc_port_is_a_one_line_error(tmp_path, flag):
     import socket
 
     with socket.socket() as taken:
@@ -757,12 +758,12 @@ def test_a_taken_grpc_port_is_a_one_line_error(tmp_path):
         taken.listen()
         port = taken.getsockname()[1]
         result = serve_process(
-            "--model", f"m={tmp_path}", "--port", str(free_port()), "--grpc-port", str(port)
+            "--model", f"m={tmp_path}", "--rest_api_port", str(free_port()), flag, str(port)
         )
     assert result.returncode != 0
     assert (
         result.stderr.strip()
-        == f"error: --grpc-port {port}: cannot listen on 127.0.0.1: Address already in use"
+        == f"error: {flag} {port}: cannot listen on 127.0.0.1: Address already in use"
     )
 
 
@@ -791,8 +792,16 @@ def test_a_port_taken_after_the_check_still_stops_the_start(exports, monkeypatch
     "args, message",
     [
         (["--grpc-port", "70000"], "error: --grpc-port must be between 0 and 65535, got 70000"),
-        (["--grpc-port", "-1"], "error: --grpc-port must be between 0 and 65535, got -1"),
-        (["--grpc-port", "9000", "--port", "9000"], "error: --grpc-port and --port are both 9000"),
+        (["--port=-1"], "error: --port must be between 0 and 65535, got -1"),
+        (
+            ["--grpc-port", "9000", "--rest_api_port", "9000"],
+            "error: --grpc-port and --rest_api_port are both 9000",
+        ),
+        (
+            ["--port=9000", "--rest-api-port=9000"],
+            "error: --port and --rest-api-port are both 9000",
+        ),
+        (["--port", "0"], "error: --port and --rest_api_port are both 0: nothing would listen"),
     ],
 )
 def test_grpc_port_values(tmp_path, args, message):

@@ -15,6 +15,7 @@ from keras_transformer.serving.model_config import (
     ModelConfigError,
     VersionPolicy,
     read_model_config_file,
+    server_config_models,
     with_signatures,
 )
 from tests.serving.serving_helpers import REPO_ROOT, serve_process, serve_refusal
@@ -207,6 +208,43 @@ def test_an_unreadable_file_is_refused(tmp_path):
     path.write_bytes(b'model_config_list { config { name: "caf\xe9" } }')
     with pytest.raises(ModelConfigError, match="cannot read"):
         read_model_config_file(str(path))
+
+
+def test_a_reload_request_is_read_as_the_file_is(tmp_path, folders):
+    from tensorflow_serving.apis import model_management_pb2
+
+    # The message a client of TensorFlow Serving sends, built with its protos.
+    request = model_management_pb2.ReloadConfigRequest()
+    classifier = request.config.model_config_list.config.add()
+    classifier.name, classifier.base_path = "classifier", folders["classifier"]
+    classifier.model_platform = "tensorflow"
+    translator = request.config.model_config_list.config.add()
+    translator.name, translator.base_path = "translator", folders["translator"]
+    translator.model_version_policy.specific.versions.extend([1, 3])
+    translator.version_labels["stable"] = 1
+    path = write_config(
+        tmp_path,
+        f"""
+        model_config_list {{
+          config {{ name: "classifier" base_path: "{folders["classifier"]}"
+                    model_platform: "tensorflow" }}
+          config {{ name: "translator" base_path: "{folders["translator"]}"
+                    model_version_policy {{ specific {{ versions: [1, 3] }} }}
+                    version_labels {{ key: "stable" value: 1 }} }}
+        }}
+    """,
+    )
+    configs = server_config_models(request.config, "ReloadConfigRequest")
+    assert configs == read_model_config_file(path)
+    assert configs[1].version_policy == VersionPolicy("specific", versions=frozenset({1, 3}))
+    # Its mistakes name the entry by its rank.
+    translator.ClearField("base_path")
+    with pytest.raises(ModelConfigError) as raised:
+        server_config_models(request.config, "ReloadConfigRequest")
+    assert (
+        str(raised.value) == "ReloadConfigRequest: config #2: model 'translator' has no base_path"
+    )
+    assert raised.value.code == "INVALID_ARGUMENT"
 
 
 def test_signatures_for_every_model_or_one(tmp_path, folders):

@@ -62,9 +62,12 @@ def test_sizes_must_be_positive(folder, flag):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--port", "http"], "--port: invalid int value"),
+        (["--port", "http"], "--port/--grpc-port: invalid int value"),
         (["--log-level", "loud"], "--log-level: invalid choice"),
-        (["--poll-seconds", "often"], "--poll-seconds: invalid float value"),
+        (
+            ["--poll-seconds", "often"],
+            "--file_system_poll_wait_seconds/--poll-seconds: invalid float value",
+        ),
     ],
 )
 def test_malformed_values_are_usage_errors(folder, args, message):

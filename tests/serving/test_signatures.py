@@ -50,14 +50,19 @@ def metadata_signatures(client, model):
     )
 
 
-def test_by_default_only_serving_default_is_served(serve, direct_models):
+# Unnamed, a version serves serving_default and its classification or regression signatures
+# (the classifier's `classify`, for TensorFlow Serving's Classify), nothing else.
+DEFAULT_PUBLIC = {"classifier": ["classify", "serving_default"], "translator": ["serving_default"]}
+
+
+def test_by_default_only_serving_default_and_classify_are_served(serve, direct_models):
     with serve() as client:
         for model in ("classifier", "translator"):
-            assert metadata_signatures(client, model) == {"serving_default"}
+            assert metadata_signatures(client, model) == set(DEFAULT_PUBLIC[model])
             response = predict(client, model, "attention")
             assert (response.status_code, response.json()) == (
                 400,
-                not_found("attention", ["serving_default"]),
+                not_found("attention", DEFAULT_PUBLIC[model]),
             )
         response = predict(client, "translator", "greedy")
         assert (response.status_code, response.json()) == (
@@ -83,7 +88,11 @@ def test_by_default_only_serving_default_is_served(serve, direct_models):
 def test_named_signatures_for_every_model_or_one(serve, direct_models, caplog):
     caplog.set_level(logging.WARNING, logger="keras_transformer.serving")
     with serve("attention", "translator:greedy") as client:
-        assert metadata_signatures(client, "classifier") == {"serving_default", "attention"}
+        assert metadata_signatures(client, "classifier") == {
+            "serving_default",
+            "attention",
+            "classify",
+        }
         assert metadata_signatures(client, "translator") == {
             "serving_default",
             "attention",
@@ -110,7 +119,7 @@ def test_named_signatures_for_every_model_or_one(serve, direct_models, caplog):
         response = predict(client, "classifier", "greedy")
         assert (response.status_code, response.json()) == (
             400,
-            not_found("greedy", ["serving_default"]),
+            not_found("greedy", DEFAULT_PUBLIC["classifier"]),
         )
     assert "model=classifier version=1 has no signature greedy" in caplog.text
 
@@ -128,5 +137,5 @@ def test_the_server_serves_the_signatures_its_flag_names(api_server):
                 and "not found in signature def" in response.json()["error"]
             )
         assert metadata_signatures(client, "translator") == {"serving_default", "greedy"}
-        assert metadata_signatures(client, "classifier") == {"serving_default"}
+        assert metadata_signatures(client, "classifier") == set(DEFAULT_PUBLIC["classifier"])
     assert "Traceback" not in server.log()
