@@ -36,7 +36,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -44,15 +43,10 @@ import time
 
 import httpx
 import numpy as np
-from serve_load import REPOSITORY, Server, _commit, _free_port, build_export
+from serve_load import Server, _commit, _free_port, build_export
+from serve_soak import TEXTS
 
 RESULTS = os.path.join("benchmarks", "results", "serve_config_soak.json")
-TEXTS = [
-    "Shares rose after profits beat forecasts.",
-    "The team won the cup final in extra time.",
-    "A new phone with a faster chip goes on sale.",
-    "",
-]
 # alpha's policy at each change, in turn: the versions it serves (None: the latest).
 ALPHA_POLICIES = [[1], [2], None, [1, 2]]
 
@@ -121,8 +115,10 @@ def main():
             str(grpc_port),
             "--file_system_poll_wait_seconds",
             str(args.poll_seconds),
+            "--no-batching",  # TensorFlow Serving's default, as the soak was measured
         ]
-        server = ConfigServer(flags, os.path.join(folder, "server.log"))
+        # No --model: the models are the config file's.
+        server = Server({}, flags, os.path.join(folder, "server.log"))
         load, changes, problems = None, [], []
         try:
             server.wait_ready(args.startup_timeout)
@@ -204,34 +200,6 @@ def main():
         print("\n".join(problems), file=sys.stderr)
         print("The server log's tail is in the results file.", file=sys.stderr)
         sys.exit(1)
-
-
-class ConfigServer(Server):
-    """`serve_load.Server` with the command line given whole: its REST API on a free port,
-    the models from `flags`."""
-
-    def __init__(self, flags, log_path):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        command = [
-            sys.executable,
-            "-m",
-            "apps.serve",
-            "--host",
-            "127.0.0.1",
-            "--rest_api_port",
-            str(self.port),
-            *flags,
-        ]
-        self._log = open(log_path, "w")
-        self.process = subprocess.Popen(
-            command,
-            cwd=REPOSITORY,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
 
 
 def config_text(models):
