@@ -237,13 +237,13 @@ class PredictionService:
         Refusals are TensorFlow Serving's: a signature not served or not fit to classify, no
         examples (all 400); ours past the limits (413, and `predict`'s).
         """
-        name = await self._example_signature(served, signature_name, CLASSIFY_METHOD_NAME)
+        name = self._example_signature(served, signature_name, CLASSIFY_METHOD_NAME)
         outputs, count = await self._run_examples(served, [name], request_input, timeout)
         return classification_result(outputs[0], served.outputs[name], count)
 
     async def regress(self, served, signature_name, request_input, timeout=None):
         """TensorFlow Serving's Regress, as `classify` -> a `tensorflow.serving.RegressionResult`."""
-        name = await self._example_signature(served, signature_name, REGRESS_METHOD_NAME)
+        name = self._example_signature(served, signature_name, REGRESS_METHOD_NAME)
         outputs, count = await self._run_examples(served, [name], request_input, timeout)
         return regression_result(outputs[0], served.outputs[name], count)
 
@@ -274,7 +274,7 @@ class PredictionService:
                 raise RequestError(400, f"Requested signature not found in model graph: {name}")
             if task.method_name not in (CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME):
                 raise RequestError(501, f"Unsupported signature method_name: {task.method_name}")
-            await self._example_signature(served, name, task.method_name)
+            self._example_signature(served, name, task.method_name)
         outputs, count = await self._run_examples(served, names, request_input, timeout)
         return [
             (
@@ -288,7 +288,7 @@ class PredictionService:
             for task, name, answer in zip(tasks, names, outputs)
         ]
 
-    async def _example_signature(self, served, signature_name, method_name):
+    def _example_signature(self, served, signature_name, method_name):
         """The name of the signature `signature_name` asks for, if it is served and fit for
         `method_name` (classify or regress); else TensorFlow Serving's 400."""
         name = signature_name or DEFAULT_SIGNATURE
@@ -300,7 +300,6 @@ class PredictionService:
         if problem is not None:
             message, quotes_signature = problem
             if quotes_signature:
-                # Read from the export's saved_model.pb: off the event loop.
                 message += signature_def_text(served, name)
             raise RequestError(400, message)
         return name
